@@ -1,0 +1,38 @@
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "ngramspec/token.hpp"
+
+namespace ngramspec {
+
+/// Why generation ended.
+enum class StopReason {
+  max_new_tokens,  ///< DecodeOptions::max_new_tokens tokens were generated
+  stop_token,      ///< a stop token was generated (and is the last output token)
+  max_context,     ///< prompt + output reached DecodeOptions::max_context
+  callback,        ///< the token callback returned false
+};
+
+/// Name of a stop reason, for logs.
+[[nodiscard]] constexpr const char* to_string(StopReason reason) noexcept {
+  switch (reason) {
+    case StopReason::max_new_tokens: return "max_new_tokens";
+    case StopReason::stop_token: return "stop_token";
+    case StopReason::max_context: return "max_context";
+    case StopReason::callback: return "callback";
+  }
+  return "unknown";
+}
+
+/// Options of one generation.
+struct DecodeOptions {
+  std::size_t max_new_tokens = 128;  ///< most tokens generated after the prompt
+  std::vector<Token> stop_tokens;    ///< generation ends with the stop token emitted
+  std::size_t max_context = 0;       ///< most tokens (prompt + output) the model holds; 0 = no limit
+  bool speculate = true;             ///< false = plain one-token-per-pass decode through the same loop
+  std::size_t max_drafts = 64;       ///< most drafts verified in one pass (the drafter's own limit applies too)
+};
+
+}  // namespace ngramspec

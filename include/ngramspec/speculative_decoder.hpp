@@ -1,0 +1,143 @@
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "ngramspec/decode_options.hpp"
+#include "ngramspec/decode_stats.hpp"
+#include "ngramspec/decode_step.hpp"
+#include "ngramspec/drafter.hpp"
+#include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/target_model.hpp"
+#include "ngramspec/token.hpp"
+
+namespace ngramspec {
+
+/// Greedy draft / verify / accept / rollback loop over one model.
+///
+/// generate() starts fresh (model rolled back to 0, drafter reset), prefills the prompt in
+/// chunks of at most max_batch() tokens, then repeats: draft, verify the last token and the
+/// drafts in one forward, keep the longest matching prefix plus the model's own next token,
+/// roll the model back to exactly what was kept, and feed that to the drafter. For a model
+/// that decodes greedily the output equals plain greedy decoding token for token, whatever
+/// the drafter proposes; each pass emits at least one token, so it never takes more passes.
+///
+/// The decoder holds a reference to the model, which must outlive it. Exceptions from the
+/// model, the drafter or the callback propagate; the decoder stays usable, and the next
+/// generate() starts fresh. Scratch buffers are kept between calls, so after the first call
+/// a pass allocates only when the output vector grows.
+///
+/// Thread safety: one decoder drives one model from one thread at a time.
+template <TargetModel M, Drafter D = NGramPredictor>
+class SpeculativeDecoder {
+ public:
+  explicit SpeculativeDecoder(M& model, D drafter = D{}) : model_(&model), drafter_(std::move(drafter)) {}
+
+  /// Generates after `prompt`; see the class comment. Throws std::invalid_argument for an
+  /// empty prompt, a prompt longer than options.max_context, or a model whose max_batch() is 0.
+  DecodeResult generate(std::span<const Token> prompt, const DecodeOptions& options = {}) {
+    return generate(prompt, options, [](std::span<const Token>) { return true; });
+  }
+
+  /// As above, and hands every run of emitted tokens to `on_tokens` as soon as it is
+  /// decided: `bool on_tokens(std::span<const Token> chunk)`; false stops generation
+  /// (StopReason::callback) after that chunk.
+  template <class OnTokens>
+  DecodeResult generate(std::span<const Token> prompt, const DecodeOptions& options, OnTokens&& on_tokens) {
+    static_assert(std::is_invocable_r_v<bool, OnTokens&, std::span<const Token>>,
+                  "ngramspec: the token callback must be callable as bool(std::span<const ngramspec::Token>)");
+    const std::size_t max_batch = static_cast<std::size_t>(std::as_const(*model_).max_batch());
+    if (max_batch == 0) throw std::invalid_argument("ngramspec: the model's max_batch() is 0; it must take at least 1 token");
+    SequenceState state = start_sequence(prompt.size(), options);
+
+    DecodeResult result;
+    model_->rollback(0);
+    drafter_.reset();
+    if (state.finished) {
+      result.stop_reason = state.stop_reason;
+      return result;
+    }
+    drafter_.update(prompt);
+
+    const std::size_t draft_room = draft_limit(state, options, max_batch - 1);
+    drafts_.resize(draft_room);
+    fed_.resize(draft_room + 1);
+    next_.resize(std::max(draft_room + 1, std::min(max_batch, prompt.size())));
+    result.stats.drafted_at.assign(draft_room, 0);
+    result.stats.accepted_at.assign(draft_room, 0);
+
+    // Prefill: the token after the prompt is the first output token.
+    for (std::size_t pos = 0; pos < prompt.size();) {
+      const std::size_t n = std::min(max_batch, prompt.size() - pos);
+      model_->forward(pos, prompt.subspan(pos, n), std::span<Token>(next_).first(n));
+      ++result.stats.prefill_passes;
+      pos += n;
+      if (pos == prompt.size()) next_[0] = next_[n - 1];
+    }
+    std::size_t drafted = 0;
+    StepOutcome outcome = accept_drafts(state, {}, std::span<const Token>(next_).first(1), options);
+
+    for (;;) {
+      const std::span<const Token> emitted = std::span<const Token>(next_).first(outcome.emitted);
+      record(result.stats, drafted, outcome);
+      advance(state, outcome);
+      drafter_.update(emitted);
+      result.tokens.insert(result.tokens.end(), emitted.begin(), emitted.end());
+      if (!on_tokens(emitted) && !state.finished) {
+        state.finished = true;
+        state.stop_reason = StopReason::callback;
+      }
+      if (state.finished) break;
+
+      drafted = propose_drafts(drafter_, state, options, max_batch - 1, drafts_);
+      fed_[0] = result.tokens.back();
+      std::copy_n(drafts_.begin(), drafted, fed_.begin() + 1);
+      model_->forward(state.cache_length(), std::span<const Token>(fed_).first(drafted + 1),
+                      std::span<Token>(next_).first(drafted + 1));
+      ++result.stats.decode_passes;
+      outcome = accept_drafts(state, std::span<const Token>(drafts_).first(drafted),
+                              std::span<const Token>(next_).first(drafted + 1), options);
+      if (outcome.discarded != 0) model_->rollback(outcome.rollback_to);
+    }
+
+    trim_histograms(result.stats);
+    result.stop_reason = state.stop_reason;
+    return result;
+  }
+
+  /// The drafter, for configuring or inspecting it between generations.
+  [[nodiscard]] D& drafter() noexcept { return drafter_; }
+  [[nodiscard]] const D& drafter() const noexcept { return drafter_; }
+  /// The model this decoder drives.
+  [[nodiscard]] M& model() noexcept { return *model_; }
+
+ private:
+  static void record(DecodeStats& stats, std::size_t drafted, const StepOutcome& outcome) noexcept {
+    stats.drafted += drafted;
+    stats.accepted += outcome.accepted;
+    stats.generated += outcome.emitted;
+    for (std::size_t i = 0; i < drafted; ++i) ++stats.drafted_at[i];
+    for (std::size_t i = 0; i < outcome.accepted; ++i) ++stats.accepted_at[i];
+  }
+
+  static void trim_histograms(DecodeStats& stats) noexcept {
+    std::size_t used = stats.drafted_at.size();
+    while (used > 0 && stats.drafted_at[used - 1] == 0) --used;
+    stats.drafted_at.resize(used);
+    stats.accepted_at.resize(used);
+  }
+
+  M* model_;
+  D drafter_;
+  std::vector<Token> drafts_;  // the drafter's proposals
+  std::vector<Token> fed_;     // last emitted token followed by the drafts
+  std::vector<Token> next_;    // the model's tokens for what was fed
+};
+
+}  // namespace ngramspec
