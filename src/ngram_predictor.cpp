@@ -10,29 +10,25 @@
 namespace ngramspec {
 namespace {
 
-[[noreturn]] void invalid(const char* field, std::size_t value, const char* requirement) {
-  throw std::invalid_argument(std::string("ngramspec::NGramConfig: ") + field + " = " +
-                              std::to_string(value) + " is invalid: " + requirement);
+[[noreturn]] void invalid(const char* field, std::size_t value, const std::string& requirement) {
+  throw std::invalid_argument(std::string("ngramspec::NGramConfig: ") + field + " = " + std::to_string(value) +
+                              " is invalid: " + requirement);
 }
 
 NGramConfig validated(NGramConfig config) {
   if (config.min_order < 2) invalid("min_order", config.min_order, "must be at least 2 (a bigram)");
   if (config.max_order < config.min_order) {
-    invalid("max_order", config.max_order,
-            ("must be at least min_order (" + std::to_string(config.min_order) + ")").c_str());
+    invalid("max_order", config.max_order, "must be at least min_order (" + std::to_string(config.min_order) + ")");
   }
   if (config.max_order > NGramPredictor::kMaxSupportedOrder) {
-    invalid("max_order", config.max_order,
-            ("must be at most " + std::to_string(NGramPredictor::kMaxSupportedOrder)).c_str());
+    invalid("max_order", config.max_order, "must be at most " + std::to_string(NGramPredictor::kMaxSupportedOrder));
   }
   if (config.draft_count == 0) invalid("draft_count", config.draft_count, "must be at least 1");
   if (config.window < config.max_order) {
-    invalid("window", config.window,
-            ("must be at least max_order (" + std::to_string(config.max_order) + ")").c_str());
+    invalid("window", config.window, "must be at least max_order (" + std::to_string(config.max_order) + ")");
   }
   if (config.window > NGramPredictor::kMaxWindow) {
-    invalid("window", config.window,
-            ("must be at most " + std::to_string(NGramPredictor::kMaxWindow)).c_str());
+    invalid("window", config.window, "must be at most " + std::to_string(NGramPredictor::kMaxWindow));
   }
   return config;
 }
@@ -41,150 +37,177 @@ NGramConfig validated(NGramConfig config) {
 
 NGramPredictor::NGramPredictor(NGramConfig config)
     : config_(validated(config)),
-      orders_(config_.max_order - config_.min_order + 1),
-      ring_(config_.window),
-      ring_keys_(config_.window * orders_),
-      tables_(orders_) {
-  // A window of W tokens holds at most W n-grams of each order, so W contexts and W
-  // distinct continuations per order is a hard bound: the pools never grow.
+      tokens_(config_.window),
+      recorded_(config_.window),
+      previous_(config_.window * (config_.max_order - config_.min_order + 1)),
+      hashes_((config_.max_order - config_.min_order + 2) * config_.window),
+      tables_(config_.max_order - config_.min_order + 1) {
+  // A window of W tokens holds at most W n-grams of each order, hence at most W distinct
+  // n-grams and W distinct contexts: the tables never grow.
   for (OrderTables& tables : tables_) {
-    tables.context_index = detail::IndexTable(config_.window);
-    tables.continuation_index = detail::IndexTable(config_.window);
-    tables.contexts.resize(config_.window);
-    tables.continuations.resize(config_.window);
+    tables.ngrams = detail::OpenTable<NGramCount>(config_.window);
+    tables.contexts = detail::OpenTable<ContextStats>(config_.window);
   }
   reset();
 }
 
 void NGramPredictor::reset() noexcept {
   for (OrderTables& tables : tables_) {
-    tables.context_index.clear();
-    tables.continuation_index.clear();
-    const auto n = static_cast<std::uint32_t>(config_.window);
-    for (std::uint32_t i = 0; i < n; ++i) {
-      tables.contexts[i] = Context{};
-      tables.contexts[i].head = i + 1 < n ? i + 1 : kNone;
-      tables.continuations[i] = Continuation{};
-      tables.continuations[i].next = i + 1 < n ? i + 1 : kNone;
-    }
-    tables.free_context = 0;
-    tables.free_continuation = 0;
+    tables.ngrams.clear();
+    tables.contexts.clear();
   }
+  suffix_.fill(detail::kFnvOffsetBasis);
   head_ = 0;
   seen_ = 0;
 }
 
-std::size_t NGramPredictor::slot_back(std::size_t distance) const noexcept {
-  // Slot of the token `distance` places before the next one; distance <= window.
-  return head_ >= distance ? head_ - distance : head_ + config_.window - distance;
-}
-
-bool NGramPredictor::better(const Continuation& a, const Continuation& b) noexcept {
-  return a.count > b.count || (a.count == b.count && a.last_seen > b.last_seen);
-}
-
-void NGramPredictor::add(OrderTables& tables, std::uint64_t context_key, Token token,
-                         std::uint64_t position) noexcept {
-  std::uint32_t c = tables.context_index.find(context_key);
-  if (c == kNone) {
-    c = tables.free_context;
-    tables.free_context = tables.contexts[c].head;
-    tables.contexts[c] = Context{};
-    tables.context_index.insert(context_key, c);
+NGramPredictor::Before NGramPredictor::add(std::size_t order, std::uint64_t context_key, std::uint64_t ngram_key,
+                                           Token token) noexcept {
+  OrderTables& tables = tables_[order - config_.min_order];
+  const auto position = static_cast<std::uint32_t>(seen_);
+  ContextStats& context = tables.contexts.find_or_insert(context_key);
+  const Before before{context.total, context.last};
+  context.last = position;
+  if (context.total == 0) {
+    context.total = 1;
+    context.best = token;
+    return before;
   }
-  Context& context = tables.contexts[c];
-
-  const std::uint64_t key = detail::fnv1a_step(context_key, token);
-  std::uint32_t k = tables.continuation_index.find(key);
-  if (k == kNone) {
-    k = tables.free_continuation;
-    tables.free_continuation = tables.continuations[k].next;
-    Continuation& fresh = tables.continuations[k];
-    fresh = Continuation{};
-    fresh.token = token;
-    fresh.context = c;
-    fresh.next = context.head;
-    if (context.head != kNone) tables.continuations[context.head].prev = k;
-    context.head = k;
-    tables.continuation_index.insert(key, k);
+  if (context.best_count == 0) {
+    if (token == context.best) {
+      ++context.total;
+      return before;
+    }
+    // A second continuation: from now on continuations are counted one by one.
+    NGramCount& first = tables.ngrams.find_or_insert(detail::fnv1a_step(context_key, context.best));
+    first.count = context.total;
+    first.last = before.last;
+    context.best_count = context.total;
+    context.runner_up = 0;
   }
-  Continuation& continuation = tables.continuations[k];
-  ++continuation.count;
-  continuation.last_seen = position;
+  NGramCount& ngram = tables.ngrams.find_or_insert(ngram_key);
+  ++ngram.count;
+  ngram.last = position;
   ++context.total;
   // The continuation just seen is the most recent one, so it wins every tie.
-  if (context.best == kNone || continuation.count >= tables.continuations[context.best].count) {
-    context.best = k;
+  if (ngram.count >= context.best_count) {
+    if (token != context.best) context.runner_up = context.best_count;
+    context.best = token;
+    context.best_count = ngram.count;
+  } else {
+    context.runner_up = std::max(context.runner_up, ngram.count);
   }
+  return before;
 }
 
-void NGramPredictor::remove(OrderTables& tables, std::uint64_t context_key, Token token) noexcept {
-  const std::uint64_t key = detail::fnv1a_step(context_key, token);
-  const std::uint32_t k = tables.continuation_index.find(key);
-  Continuation& continuation = tables.continuations[k];
-  const std::uint32_t c = continuation.context;
-  Context& context = tables.contexts[c];
-  --continuation.count;
-  --context.total;
-  if (continuation.count == 0) {
-    if (continuation.prev != kNone) tables.continuations[continuation.prev].next = continuation.next;
-    else context.head = continuation.next;
-    if (continuation.next != kNone) tables.continuations[continuation.next].prev = continuation.prev;
-    tables.continuation_index.erase(key);
-    continuation.next = tables.free_continuation;
-    tables.free_continuation = k;
-  }
-  if (context.total == 0) {
-    tables.context_index.erase(context_key);
-    context.head = tables.free_context;
-    tables.free_context = c;
+void NGramPredictor::record_earlier(std::size_t order, std::uint32_t end_position) noexcept {
+  // The context of order `order` that ends just before end_position has just seen its
+  // (order-2)-token suffix repeat, so from now on its occurrence there must be counted.
+  // Nothing else can have recorded that context: its suffix had no other occurrence.
+  const std::size_t end = slot_of(end_position);
+  const std::uint8_t bit = order_bit(order - config_.min_order);
+  const auto age = static_cast<std::uint32_t>(static_cast<std::uint32_t>(seen_) - end_position);
+  // The n-gram must lie in the window: it starts order - 1 tokens before its end.
+  if ((recorded_[end] & bit) != 0 || age + (order - 1) >= config_.window || end_position < order - 1) return;
+  const std::size_t context_end = end == 0 ? config_.window - 1 : end - 1;
+  ContextStats& context = tables_[order - config_.min_order].contexts.find_or_insert(hash_at(order - 1, context_end));
+  context.total = 1;
+  context.best = tokens_[end];
+  context.best_count = 0;
+  context.runner_up = 0;
+  context.last = end_position;
+  recorded_[end] |= bit;
+}
+
+void NGramPredictor::remove(std::size_t order, std::size_t end_slot) noexcept {
+  const std::uint8_t bit = order_bit(order - config_.min_order);
+  if ((recorded_[end_slot] & bit) == 0) return;
+  recorded_[end_slot] &= static_cast<std::uint8_t>(~bit);
+  OrderTables& tables = tables_[order - config_.min_order];
+  const std::size_t context_slot = end_slot == 0 ? config_.window - 1 : end_slot - 1;
+  ContextStats* const context = tables.contexts.find(hash_at(order - 1, context_slot));
+  if (context->best_count == 0) {
+    if (--context->total == 0) tables.contexts.erase(*context);
     return;
   }
-  // The window drops its oldest occurrence, so last_seen of what stays is unchanged and only
-  // losing the best one can change the winner. A strict majority still beats every other.
-  if (context.best == k && (continuation.count == 0 || 2 * continuation.count <= context.total)) {
-    rescan_best(tables, context);
+  NGramCount* const ngram = tables.ngrams.find(hash_at(order, end_slot));
+  const std::uint32_t count = --ngram->count;
+  if (count == 0) tables.ngrams.erase(*ngram);
+  if (--context->total == 0) {
+    tables.contexts.erase(*context);
+    return;
   }
+  if (context->best != tokens_[end_slot]) return;  // runner_up stays an upper bound
+  // The window drops the oldest occurrence, so the latest occurrence of what stays does not
+  // change: only the winner losing one can change the winner, and only if no longer ahead of
+  // every other continuation (of which none has more than runner_up, nor than the rest).
+  context->best_count = count;
+  if (count <= std::min(context->runner_up, context->total - count)) rescan_best(order, *context);
 }
 
-void NGramPredictor::rescan_best(OrderTables& tables, Context& context) noexcept {
-  std::uint32_t best = context.head;
-  for (std::uint32_t k = context.head; k != kNone; k = tables.continuations[k].next) {
-    if (better(tables.continuations[k], tables.continuations[best])) best = k;
+void NGramPredictor::rescan_best(std::size_t order, ContextStats& context) noexcept {
+  // Walks the context's counted occurrences, newest first: the chain from `last` through
+  // previous_ holds exactly `total` of them, as evictions drop the oldest.
+  const std::size_t index = order - config_.min_order;
+  const std::size_t orders = tables_.size();
+  const OrderTables& tables = tables_[index];
+  const auto now = static_cast<std::uint32_t>(seen_);
+  Token best = 0;
+  std::uint32_t best_count = 0;
+  std::uint32_t best_age = 0;
+  std::uint32_t runner_up = 0;
+  std::uint32_t end_position = context.last;
+  for (std::uint32_t i = 0; i < context.total; ++i) {
+    const std::size_t end = slot_of(end_position);
+    end_position = previous_[end * orders + index];
+    const Token token = tokens_[end];
+    if (best_count != 0 && token == best) continue;
+    const NGramCount* ngram = tables.ngrams.find(hash_at(order, end));
+    const std::uint32_t age = now - ngram->last;
+    if (ngram->count > best_count || (ngram->count == best_count && age < best_age)) {
+      runner_up = std::max(runner_up, best_count);
+      best = token;
+      best_count = ngram->count;
+      best_age = age;
+    } else {
+      runner_up = std::max(runner_up, ngram->count);
+    }
   }
   context.best = best;
+  context.best_count = best_count;
+  context.runner_up = runner_up;
 }
 
 void NGramPredictor::update(Token token) noexcept {
-  const std::size_t window = config_.window;
   const std::size_t min_order = config_.min_order;
-  const std::uint64_t position = seen_;
+  const std::size_t max_order = config_.max_order;
 
-  // The token leaving the window takes every n-gram that starts at it; each such n-gram
-  // ends inside the window, where its context hash was kept when it was added.
-  if (position >= window) {
-    for (std::size_t n = min_order; n <= config_.max_order; ++n) {
-      const std::size_t end = slot_back(window - (n - 1));
-      remove(tables_[n - min_order], ring_keys_[end * orders_ + (n - min_order)], ring_[end]);
-    }
+  // The token leaving the window takes every n-gram that starts at it. Its slot is the new
+  // token's, and an n-gram's hash sits in the slot where it ends, order - 1 slots on.
+  if (seen_ >= config_.window) {
+    for (std::size_t n = min_order; n <= max_order; ++n) remove(n, wrap(head_ + n - 1));
   }
 
-  // Context tokens of the n-grams that end at the new token, oldest first.
-  std::array<Token, kMaxSupportedOrder - 1> context{};
-  const std::size_t have = static_cast<std::size_t>(
-      std::min<std::uint64_t>(position, config_.max_order - 1));
-  for (std::size_t i = 0; i < have; ++i) context[i] = ring_[slot_back(have - i)];
+  // The hash of the last j tokens after this one extends that of the last j - 1 before it.
+  SuffixHashes next;
+  next[0] = detail::kFnvOffsetBasis;
+  for (std::size_t j = 1; j <= max_order; ++j) next[j] = detail::fnv1a_step(suffix_[j - 1], token);
 
-  const std::size_t slot = head_;
-  ring_[slot] = token;
-  for (std::size_t n = min_order; n <= config_.max_order; ++n) {
-    if (have < n - 1) break;
-    const std::uint64_t context_key =
-        detail::fnv1a(std::span<const Token>(context.data() + have - (n - 1), n - 1));
-    ring_keys_[slot * orders_ + (n - min_order)] = context_key;
-    add(tables_[n - min_order], context_key, token, position);
+  tokens_[head_] = token;
+  recorded_[head_] = 0;
+  for (std::size_t j = min_order - 1; j <= max_order; ++j) hash_at(j, head_) = next[j];
+  // Orders ascending: an occurrence is recorded at order n + 1 only if its context of order
+  // n had been seen before; the first repeat also records the earlier occurrence.
+  for (std::size_t n = min_order; n <= max_order && n - 1 <= seen_; ++n) {
+    const Before before = add(n, suffix_[n - 1], next[n], token);
+    recorded_[head_] |= order_bit(n - min_order);
+    previous_[head_ * tables_.size() + (n - min_order)] = before.last;
+    if (before.total == 0 || n == max_order) break;
+    if (before.total == 1) record_earlier(n + 1, before.last);
   }
-  head_ = head_ + 1 == window ? 0 : head_ + 1;
+
+  suffix_ = next;
+  head_ = wrap(head_ + 1);
   ++seen_;
 }
 
@@ -194,62 +217,40 @@ void NGramPredictor::update(std::span<const Token> tokens) noexcept {
 
 std::size_t NGramPredictor::predict(std::span<Token> out) const noexcept {
   const std::size_t limit = std::min(out.size(), config_.draft_count);
-  if (limit == 0) return 0;
+  const std::size_t min_order = config_.min_order;
+  const std::size_t keep = config_.max_order - 1;  // context tokens of the longest order
 
-  // The most recent max_order - 1 tokens, oldest first; drafts are appended as they are
-  // made, so each step sees the context as if its predecessors had been accepted.
-  constexpr std::size_t kKeep = kMaxSupportedOrder - 1;
-  std::array<Token, kKeep> recent{};
-  const std::size_t keep = config_.max_order - 1;
+  // Each draft extends the context of the next step as if its predecessors were accepted.
+  SuffixHashes suffix = suffix_;
   std::size_t have = static_cast<std::size_t>(std::min<std::uint64_t>(seen_, keep));
-  for (std::size_t i = 0; i < have; ++i) recent[i] = ring_[slot_back(have - i)];
-
   std::size_t made = 0;
   while (made < limit) {
-    Token proposal = 0;
-    bool found = false;
-    for (std::size_t n = config_.max_order; n >= config_.min_order && !found; --n) {
-      if (have < n - 1) continue;
-      const OrderTables& tables = tables_[n - config_.min_order];
-      const std::uint64_t key =
-          detail::fnv1a(std::span<const Token>(recent.data() + have - (n - 1), n - 1));
-      const std::uint32_t c = tables.context_index.find(key);
-      if (c != kNone) {
-        proposal = tables.continuations[tables.contexts[c].best].token;
-        found = true;
-      }
+    const ContextStats* found = nullptr;
+    for (std::size_t n = have + 1; n >= min_order && found == nullptr; --n) {
+      found = tables_[n - min_order].contexts.find(suffix[n - 1]);
     }
-    if (!found) break;
+    if (found == nullptr) break;
+    const Token proposal = found->best;
     out[made++] = proposal;
-    if (have == keep) {
-      std::copy(recent.begin() + 1, recent.begin() + static_cast<std::ptrdiff_t>(keep), recent.begin());
-      recent[keep - 1] = proposal;
-    } else {
-      recent[have++] = proposal;
-    }
+    for (std::size_t j = keep; j >= 1; --j) suffix[j] = detail::fnv1a_step(suffix[j - 1], proposal);
+    if (have < keep) ++have;
   }
   return made;
 }
 
 std::size_t NGramPredictor::size() const noexcept {
   std::size_t entries = 0;
-  for (const OrderTables& tables : tables_) {
-    entries += tables.context_index.size() + tables.continuation_index.size();
-  }
+  for (const OrderTables& tables : tables_) entries += tables.ngrams.size() + tables.contexts.size();
   return entries;
 }
 
-std::size_t NGramPredictor::max_size() const noexcept { return 2 * orders_ * config_.window; }
+std::size_t NGramPredictor::max_size() const noexcept { return 2 * tables_.size() * config_.window; }
 
 std::size_t NGramPredictor::memory_bytes() const noexcept {
-  std::size_t bytes = sizeof(*this) + ring_.capacity() * sizeof(Token) +
-                      ring_keys_.capacity() * sizeof(std::uint64_t) +
-                      tables_.capacity() * sizeof(OrderTables);
-  for (const OrderTables& tables : tables_) {
-    bytes += tables.context_index.memory_bytes() + tables.continuation_index.memory_bytes() +
-             tables.contexts.capacity() * sizeof(Context) +
-             tables.continuations.capacity() * sizeof(Continuation);
-  }
+  std::size_t bytes = sizeof(*this) + tokens_.capacity() * sizeof(Token) + recorded_.capacity() +
+                      previous_.capacity() * sizeof(std::uint32_t) +
+                      hashes_.capacity() * sizeof(std::uint64_t) + tables_.capacity() * sizeof(OrderTables);
+  for (const OrderTables& tables : tables_) bytes += tables.ngrams.memory_bytes() + tables.contexts.memory_bytes();
   return bytes;
 }
 

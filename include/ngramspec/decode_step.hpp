@@ -21,7 +21,7 @@
 //          model: forward [last emitted token, drafts[0..n)] at state.cache_length()
 //          outcome = accept_drafts(state, drafts.first(n), model_tokens, options);
 //          if (outcome.discarded) model: rollback(outcome.rollback_to);
-//          emit model_tokens[0 .. outcome.emitted); drafter.update(them);
+//          emit model_tokens[0 .. outcome.emitted); drafter.update(them);  // when speculating
 //          advance(state, outcome);  until state.finished
 //
 // Every step is pure apart from the state it is handed, and none allocates.

@@ -1,11 +1,12 @@
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
 
-#include "ngramspec/detail/index_table.hpp"
+#include "ngramspec/detail/open_table.hpp"
 #include "ngramspec/token.hpp"
 
 namespace ngramspec {
@@ -27,10 +28,20 @@ struct NGramConfig {
 /// longest context that was seen wins, its most frequent continuation is proposed (ties go to
 /// the continuation seen most recently), and the proposal extends the context of the next step.
 ///
-/// Cost: update() is O(max_order²) hashing plus O(1) expected table work per order (a rare
-/// rescan of one context's continuations when its best one leaves the window); predict() is
-/// O(draft_count · orders) hash probes. Neither allocates: every table is sized by the window
-/// at construction, so memory is fixed (memory_bytes()) however long the stream.
+/// Cost: update() extends the kept hashes of the stream's last 1..max_order tokens by one
+/// token each and does O(1) expected table work per order it records (see below); when a
+/// context's winning continuation leaves the window and might have lost its lead, the
+/// context's occurrences in the window are walked to find the new winner (O(occurrences),
+/// only then: a bound on the runner-up's count rules most such cases out). predict() is
+/// O(draft_count · orders) probes. Neither allocates: every table is sized by the window at
+/// construction, so memory is fixed (memory_bytes()) however long the stream.
+///
+/// Two economies keep fresh text cheap without changing any prediction. An occurrence of a
+/// context is recorded at order n + 1 only once its (n-1)-token suffix has occurred twice in
+/// the window (the earlier occurrence is recorded then): until the shorter context repeats,
+/// the longer one has at most one occurrence, whose continuation the shorter one predicts
+/// anyway. And a context whose occurrences all share one continuation keeps no per-n-gram
+/// counts; they start when a second continuation appears.
 ///
 /// Thread safety: none inside. Use one predictor per sequence; concurrent const calls
 /// (predict, config, size) are safe while no thread updates or resets.
@@ -38,7 +49,7 @@ class NGramPredictor {
  public:
   /// Longest n-gram order the tables support.
   static constexpr std::size_t kMaxSupportedOrder = 8;
-  /// Largest window accepted; pool indices are 32-bit and memory grows linearly with it.
+  /// Largest window accepted; memory grows linearly with the window.
   static constexpr std::size_t kMaxWindow = std::size_t{1} << 24;
 
   /// Throws std::invalid_argument naming the field and its value when `config` is invalid.
@@ -58,7 +69,8 @@ class NGramPredictor {
   [[nodiscard]] const NGramConfig& config() const noexcept { return config_; }
   /// Tokens observed since construction or the last reset().
   [[nodiscard]] std::uint64_t tokens_seen() const noexcept { return seen_; }
-  /// Live table entries (distinct contexts plus distinct continuations, over all orders).
+  /// Table entries in use over all orders: recorded contexts, plus counted continuations of
+  /// contexts that have more than one. Never above max_size().
   [[nodiscard]] std::size_t size() const noexcept;
   /// Bound on size(): 2 · (max_order - min_order + 1) · window.
   [[nodiscard]] std::size_t max_size() const noexcept;
@@ -66,43 +78,66 @@ class NGramPredictor {
   [[nodiscard]] std::size_t memory_bytes() const noexcept;
 
  private:
-  static constexpr std::uint32_t kNone = detail::IndexTable::kAbsent;
-
-  struct Continuation {
-    std::uint64_t last_seen = 0;  // stream position of its most recent occurrence
-    Token token = 0;
+  // Occurrences in the window of one n-gram, keyed by the hash of its n tokens.
+  struct NGramCount {
+    std::uint64_t key = 0;
     std::uint32_t count = 0;
-    std::uint32_t context = kNone;
-    std::uint32_t prev = kNone;
-    std::uint32_t next = kNone;  // also links the free list
+    std::uint32_t last = 0;  // low 32 bits of the stream position of its latest occurrence
+    [[nodiscard]] bool empty() const noexcept { return count == 0; }
   };
-  struct Context {
-    std::uint32_t head = kNone;  // first continuation; also links the free list
-    std::uint32_t best = kNone;  // most frequent continuation, most recent on ties
-    std::uint32_t total = 0;     // occurrences of this context in the window
+  // Recorded occurrences of one context and its winning continuation, keyed by the
+  // context's hash. While every occurrence has the same continuation (best_count == 0) the
+  // context has no entries in the n-gram table: its one continuation's count is `total`.
+  struct ContextStats {
+    std::uint64_t key = 0;
+    std::uint32_t total = 0;       // recorded occurrences followed by a token in the window
+    Token best = 0;                // most frequent continuation, most recent on ties
+    std::uint32_t best_count = 0;  // its count; 0 while it is the only continuation
+    std::uint32_t runner_up = 0;   // at least the count of every other continuation
+    std::uint32_t last = 0;        // low 32 bits of the position of the latest occurrence's end
+    [[nodiscard]] bool empty() const noexcept { return total == 0; }
   };
-  // The tables of one order.
   struct OrderTables {
-    detail::IndexTable context_index;       // context hash -> Context
-    detail::IndexTable continuation_index;  // n-gram hash -> Continuation
-    std::vector<Context> contexts;
-    std::vector<Continuation> continuations;
-    std::uint32_t free_context = kNone;
-    std::uint32_t free_continuation = kNone;
+    detail::OpenTable<NGramCount> ngrams;
+    detail::OpenTable<ContextStats> contexts;
+  };
+  // suffix[j] = FNV-1a of the last j tokens; suffix[0] is the offset basis.
+  using SuffixHashes = std::array<std::uint64_t, kMaxSupportedOrder + 1>;
+
+  // What add() found before it counted the occurrence.
+  struct Before {
+    std::uint32_t total;
+    std::uint32_t last;
   };
 
-  void add(OrderTables& tables, std::uint64_t context_key, Token token, std::uint64_t position) noexcept;
-  void remove(OrderTables& tables, std::uint64_t context_key, Token token) noexcept;
-  static void rescan_best(OrderTables& tables, Context& context) noexcept;
-  static bool better(const Continuation& a, const Continuation& b) noexcept;
-  [[nodiscard]] std::size_t slot_back(std::size_t distance) const noexcept;
+  void remove(std::size_t order, std::size_t end_slot) noexcept;
+  Before add(std::size_t order, std::uint64_t context_key, std::uint64_t ngram_key, Token token) noexcept;
+  void record_earlier(std::size_t order, std::uint32_t end_position) noexcept;
+  void rescan_best(std::size_t order, ContextStats& context) noexcept;
+  [[nodiscard]] std::size_t slot_of(std::uint32_t position) const noexcept {
+    const std::size_t back = static_cast<std::uint32_t>(static_cast<std::uint32_t>(seen_) - position);
+    return head_ >= back ? head_ - back : head_ + config_.window - back;
+  }
+  [[nodiscard]] static std::uint8_t order_bit(std::size_t order_index) noexcept {
+    return static_cast<std::uint8_t>(1U << order_index);
+  }
+  [[nodiscard]] std::uint64_t& hash_at(std::size_t length, std::size_t slot) noexcept {
+    return hashes_[(length - (config_.min_order - 1)) * config_.window + slot];
+  }
+  [[nodiscard]] std::size_t wrap(std::size_t slot) const noexcept {
+    return slot >= config_.window ? slot - config_.window : slot;
+  }
 
   NGramConfig config_;
-  std::size_t orders_ = 0;               // max_order - min_order + 1
-  std::vector<Token> ring_;              // the window's tokens
-  std::vector<std::uint64_t> ring_keys_;  // per slot and order: context hash of the n-gram ending there
-  std::vector<OrderTables> tables_;      // index 0 = min_order
-  std::size_t head_ = 0;                 // ring slot of the next token
+  std::vector<Token> tokens_;          // the window, a ring indexed by slot
+  std::vector<std::uint8_t> recorded_;  // per slot, bit n - min_order: the n-gram ending there is counted
+  std::vector<std::uint32_t> previous_;  // per slot and order: end of the previous counted occurrence
+                                         // of the same context (a chain, newest to oldest)
+  std::vector<std::uint64_t> hashes_;  // per suffix length j in [min_order - 1, max_order] and slot:
+                                       // the hash of the j tokens that end at that slot
+  std::vector<OrderTables> tables_;    // index 0 = min_order
+  SuffixHashes suffix_{};              // suffix hashes after the newest token
+  std::size_t head_ = 0;               // slot of the next token
   std::uint64_t seen_ = 0;
 };
 

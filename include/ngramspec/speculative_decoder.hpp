@@ -24,7 +24,8 @@ namespace ngramspec {
 /// generate() starts fresh (model rolled back to 0, drafter reset), prefills the prompt in
 /// chunks of at most max_batch() tokens, then repeats: draft, verify the last token and the
 /// drafts in one forward, keep the longest matching prefix plus the model's own next token,
-/// roll the model back to exactly what was kept, and feed that to the drafter. For a model
+/// roll the model back to exactly what was kept, and feed that to the drafter (with
+/// DecodeOptions::speculate false the drafter is only reset: it is neither fed nor asked). For a model
 /// that decodes greedily the output equals plain greedy decoding token for token, whatever
 /// the drafter proposes; each pass emits at least one token, so it never takes more passes.
 ///
@@ -47,7 +48,8 @@ class SpeculativeDecoder {
 
   /// As above, and hands every run of emitted tokens to `on_tokens` as soon as it is
   /// decided: `bool on_tokens(std::span<const Token> chunk)`; false stops generation
-  /// (StopReason::callback) after that chunk.
+  /// (StopReason::callback) after that chunk. When that chunk ends generation anyway (a stop
+  /// token, a limit), that reason is reported instead.
   template <class OnTokens>
   DecodeResult generate(std::span<const Token> prompt, const DecodeOptions& options, OnTokens&& on_tokens) {
     static_assert(std::is_invocable_r_v<bool, OnTokens&, std::span<const Token>>,
@@ -63,7 +65,9 @@ class SpeculativeDecoder {
       result.stop_reason = state.stop_reason;
       return result;
     }
-    drafter_.update(prompt);
+    // Plain decoding drafts nothing, so it skips the drafter's work too.
+    const bool speculate = options.speculate;
+    if (speculate) drafter_.update(prompt);
 
     const std::size_t draft_room = draft_limit(state, options, max_batch - 1);
     drafts_.resize(draft_room);
@@ -87,7 +91,7 @@ class SpeculativeDecoder {
       const std::span<const Token> emitted = std::span<const Token>(next_).first(outcome.emitted);
       record(result.stats, drafted, outcome);
       advance(state, outcome);
-      drafter_.update(emitted);
+      if (speculate) drafter_.update(emitted);
       result.tokens.insert(result.tokens.end(), emitted.begin(), emitted.end());
       if (!on_tokens(emitted) && !state.finished) {
         state.finished = true;

@@ -12,11 +12,10 @@ inline constexpr std::uint64_t kFnvPrime = 0x100000001b3ULL;
 
 /// Feeds one token to a 64-bit FNV-1a state, as its four little-endian bytes.
 [[nodiscard]] constexpr std::uint64_t fnv1a_step(std::uint64_t hash, Token token) noexcept {
-  for (int shift = 0; shift < 32; shift += 8) {
-    hash ^= (token >> shift) & 0xffU;
-    hash *= kFnvPrime;
-  }
-  return hash;
+  hash = (hash ^ (token & 0xffU)) * kFnvPrime;
+  hash = (hash ^ ((token >> 8) & 0xffU)) * kFnvPrime;
+  hash = (hash ^ ((token >> 16) & 0xffU)) * kFnvPrime;
+  return (hash ^ (token >> 24)) * kFnvPrime;
 }
 
 /// 64-bit FNV-1a over the tokens in order. Order matters: (a, b) and (b, a) hash apart,
@@ -25,17 +24,6 @@ inline constexpr std::uint64_t kFnvPrime = 0x100000001b3ULL;
   std::uint64_t hash = kFnvOffsetBasis;
   for (const Token token : tokens) hash = fnv1a_step(hash, token);
   return hash;
-}
-
-/// Spreads a 64-bit key over all bits before it picks a slot: FNV-1a's low bits are weak
-/// for keys that differ only in their last byte, and slots are taken from the low bits.
-[[nodiscard]] constexpr std::uint64_t mix64(std::uint64_t key) noexcept {
-  key ^= key >> 33;
-  key *= 0xff51afd7ed558ccdULL;
-  key ^= key >> 33;
-  key *= 0xc4ceb9fe1a85ec53ULL;
-  key ^= key >> 33;
-  return key;
 }
 
 }  // namespace ngramspec::detail

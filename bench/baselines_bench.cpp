@@ -1,0 +1,211 @@
+// What each drafter costs as the context grows: NGramPredictor against the prompt-lookup
+// drafters that rescan the whole context on every proposal and llama.cpp's unbounded n-gram
+// cache, at contexts of 1k to 128k tokens.
+//
+// Per drafter and context length L (the drafter has observed L tokens of one long stream):
+//   update/...        ns per observed token, observing tokens L .. L + L/8 in turn
+//   predict/.../k:K   ns per predict() of K drafts from one fixed state: the first at or after
+//                     L tokens (within L/8) from which the drafter proposes all K, so that a
+//                     drafter is not timed on the trivial path of finding no context. One state
+//                     is representative for the O(context) scans and flatters the rest, hence:
+//   step/.../k:K      ns per decode step: observe the next token, then predict K drafts, so the
+//                     state moves every call as it does while decoding (worst case of one
+//                     accepted token per step); tokens L .. L + L/8, then back to L.
+// One iteration is one token, call or step, so the Time and CPU columns are the figures (CPU
+// is the steadier one on a shared machine).
+// drafts/call says how much each call proposed, so a drafter cannot look cheap by drafting
+// nothing. The label names the stream: the recorded Spec-Bench streams concatenated in file
+// order when the shared data folder is there, else a synthetic mixture of fresh text and copies.
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "baselines/ngram_cache.hpp"
+#include "baselines/prompt_lookup.hpp"
+#include "ngramspec/ngram_predictor.hpp"
+#include "replay/token_streams.hpp"
+
+namespace {
+
+using namespace ngramspec;
+
+constexpr std::array<std::size_t, 4> kContexts = {1024, 8192, 65536, 131072};
+constexpr std::array<std::size_t, 2> kDrafts = {4, 8};
+// Each figure is measured for this long; the whole run stays near a minute.
+constexpr double kMinSeconds = 0.1;
+
+struct Stream {
+  std::vector<Token> tokens;
+  std::string source;
+};
+
+// At least this many tokens: the longest context and the tokens observed after it.
+constexpr std::size_t kStreamTokens = kContexts.back() + kContexts.back() / 8 + 1;
+
+Stream load_stream() {
+  Stream stream;
+#ifdef NGRAMSPEC_SHARED_DIR
+  const std::filesystem::path path = std::filesystem::path(NGRAMSPEC_SHARED_DIR) / "data/specbench/streams.tsv";
+  if (std::filesystem::exists(path)) {
+    for (const replay::TokenStream& record : replay::read_streams(path.string())) {
+      stream.tokens.insert(stream.tokens.end(), record.prompt.begin(), record.prompt.end());
+      stream.tokens.insert(stream.tokens.end(), record.output.begin(), record.output.end());
+    }
+    stream.source = "specbench";
+  }
+#endif
+  if (stream.tokens.size() < kStreamTokens) {
+    // Runs of 48 tokens, fresh and copied from anywhere earlier in turn, over a 32k vocabulary.
+    replay::SyntheticSpec spec = replay::parse_synthetic("mixture:48");
+    spec.output_length = kStreamTokens;
+    spec.samples = 1;
+    const replay::TokenStream synthetic = replay::make_synthetic(spec).front();
+    stream.tokens = synthetic.prompt;
+    stream.tokens.insert(stream.tokens.end(), synthetic.output.begin(), synthetic.output.end());
+    stream.source = "synthetic-mixture";
+  }
+  return stream;
+}
+
+const Stream& stream() {
+  static const Stream loaded = load_stream();
+  return loaded;
+}
+
+// The drafter after the first `context` tokens, or with `until_full` after the first tokens from
+// `context` on (within context / 8) that leave it proposing all k drafts. Built once per key
+// and kept while consecutive benchmarks ask for it, so repeated runs of one benchmark (the
+// library's iteration-count search) do not rebuild it.
+template <class D, class Make>
+const D& prepared(const std::string& key, const Make& make, std::size_t k, std::size_t context,
+                  bool until_full = false) {
+  static std::string cached_key;
+  static std::unique_ptr<D> cached;
+  if (cached == nullptr || cached_key != key) {
+    cached.reset();  // first, so two large drafters never coexist
+    const std::vector<Token>& tokens = stream().tokens;
+    cached = std::make_unique<D>(make(k));
+    cached->update(std::span<const Token>(tokens).first(context));
+    std::array<Token, 16> out{};
+    for (std::size_t pos = context; until_full && pos < context + context / 8; ++pos) {
+      if (cached->predict(std::span<Token>(out).first(k)) == k) break;
+      cached->update(tokens[pos]);
+    }
+    cached_key = key;
+  }
+  return *cached;
+}
+
+std::string label(std::size_t context) { return stream().source + " ctx=" + std::to_string(context); }
+
+template <class D, class Make>
+void register_drafter(const std::string& name, Make make) {
+  for (const std::size_t context : kContexts) {
+    const std::string ctx = "/ctx:" + std::to_string(context);
+    const std::size_t span = context / 8;  // tokens observed before going back to the state at `context`
+
+    benchmark::RegisterBenchmark(("update/" + name + ctx).c_str(), [=](benchmark::State& state) {
+      const D& start = prepared<D>(name + ctx + "/4", make, 4, context);
+      const std::vector<Token>& tokens = stream().tokens;
+      D drafter = start;
+      std::size_t pos = context;
+      for (auto _ : state) {
+        if (pos == context + span) {
+          state.PauseTiming();
+          drafter = start;
+          pos = context;
+          state.ResumeTiming();
+        }
+        drafter.update(tokens[pos++]);
+      }
+      benchmark::DoNotOptimize(drafter);
+      state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+      state.SetLabel(label(context) + " ns/token");
+    })->MinTime(kMinSeconds);
+
+    for (const std::size_t k : kDrafts) {
+      const std::string suffix = ctx + "/k:" + std::to_string(k);
+      benchmark::RegisterBenchmark(("predict/" + name + suffix).c_str(), [=](benchmark::State& state) {
+        const D& drafter = prepared<D>(name + suffix + "/full", make, k, context, true);
+        std::array<Token, 16> out{};
+        std::size_t drafted = 0;
+        for (auto _ : state) {
+          drafted += drafter.predict(std::span<Token>(out).first(k));
+          benchmark::DoNotOptimize(out.data());
+          benchmark::ClobberMemory();
+        }
+        state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+        state.counters["drafts/call"] =
+            benchmark::Counter(static_cast<double>(drafted), benchmark::Counter::kAvgIterations);
+        state.SetLabel(label(context) + " ns/call");
+      })->MinTime(kMinSeconds);
+    }
+
+    for (const std::size_t k : kDrafts) {
+      const std::string suffix = ctx + "/k:" + std::to_string(k);
+      benchmark::RegisterBenchmark(("step/" + name + suffix).c_str(), [=](benchmark::State& state) {
+        const D& start = prepared<D>(name + ctx + "/" + std::to_string(k), make, k, context);
+        const std::vector<Token>& tokens = stream().tokens;
+        D drafter = start;
+        std::size_t pos = context;
+        std::array<Token, 16> out{};
+        std::size_t drafted = 0;
+        for (auto _ : state) {
+          if (pos == context + span) {
+            state.PauseTiming();
+            drafter = start;
+            pos = context;
+            state.ResumeTiming();
+          }
+          drafter.update(tokens[pos++]);
+          drafted += drafter.predict(std::span<Token>(out).first(k));
+          benchmark::DoNotOptimize(out.data());
+          benchmark::ClobberMemory();
+        }
+        state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+        state.counters["drafts/call"] =
+            benchmark::Counter(static_cast<double>(drafted), benchmark::Counter::kAvgIterations);
+        state.SetLabel(label(context) + " ns/step");
+      })->MinTime(kMinSeconds);
+    }
+  }
+}
+
+void register_all() {
+  for (const std::size_t window : {std::size_t{512}, std::size_t{8192}}) {
+    register_drafter<NGramPredictor>("ngram(w=" + std::to_string(window) + ")", [window](std::size_t k) {
+      return NGramPredictor(NGramConfig{2, 4, k, window});
+    });
+  }
+  register_drafter<baselines::PromptLookupDrafter>("prompt-lookup(vllm,1-4)", [](std::size_t k) {
+    return baselines::PromptLookupDrafter(baselines::vllm_ngram(1, 4, k));
+  });
+  register_drafter<baselines::PromptLookupDrafter>("pld-specbench", [](std::size_t k) {
+    baselines::PromptLookupConfig config = baselines::spec_bench_pld();
+    config.max_drafts = k;  // as the replay tool runs it: k drafts a pass
+    return baselines::PromptLookupDrafter(config);
+  });
+  register_drafter<baselines::NGramCacheDrafter>("ngram-cache(llama.cpp)", [](std::size_t k) {
+    return baselines::NGramCacheDrafter(baselines::llama_cpp_lookup(k));
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,178 @@
+#include "drafter_registry.hpp"
+
+#include <charconv>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <string_view>
+
+#include "baselines/ngram_cache.hpp"
+#include "baselines/prompt_lookup.hpp"
+#include "ngramspec/ngram_predictor.hpp"
+
+namespace ngramspec::replay {
+namespace {
+
+// Parses "name:key=value,key=value" into the name and its parameters.
+std::map<std::string, std::string> parse_parameters(const std::string& spec, std::string& name) {
+  std::map<std::string, std::string> parameters;
+  const std::size_t colon = spec.find(':');
+  name = spec.substr(0, colon);
+  if (colon == std::string::npos) return parameters;
+  std::string_view rest = std::string_view(spec).substr(colon + 1);
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      throw std::invalid_argument("drafter '" + spec + "': parameter '" + std::string(item) + "' is not key=value");
+    }
+    if (!parameters.emplace(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1))).second) {
+      throw std::invalid_argument("drafter '" + spec + "': parameter '" + std::string(item.substr(0, eq)) +
+                                  "' is given twice");
+    }
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  }
+  return parameters;
+}
+
+class Parameters {
+ public:
+  Parameters(std::string spec, std::map<std::string, std::string> values)
+      : spec_(std::move(spec)), values_(std::move(values)) {}
+
+  std::size_t count(const std::string& key, std::size_t fallback) {
+    const auto it = values_.find(key);
+    if (it == values_.end()) return fallback;
+    std::size_t value = 0;
+    const std::string& text = it->second;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || ptr != text.data() + text.size()) {
+      throw std::invalid_argument("drafter '" + spec_ + "': " + key + " = '" + text + "' is not a whole number");
+    }
+    values_.erase(it);
+    return value;
+  }
+  // A parameter that takes one of `choices` (the first is the default); returns its index.
+  std::size_t choice(const std::string& key, std::initializer_list<const char*> choices) {
+    const auto it = values_.find(key);
+    if (it == values_.end()) return 0;
+    std::size_t index = 0;
+    std::string known;
+    for (const char* c : choices) {
+      if (it->second == c) {
+        values_.erase(it);
+        return index;
+      }
+      known += std::string(index++ ? ", " : "") + c;
+    }
+    throw std::invalid_argument("drafter '" + spec_ + "': " + key + " = '" + it->second + "' is not one of " + known);
+  }
+  // Whether the parameter is the word `word` (consumed if so).
+  bool is(const std::string& key, const std::string& word) {
+    const auto it = values_.find(key);
+    if (it == values_.end() || it->second != word) return false;
+    values_.erase(it);
+    return true;
+  }
+  // Every parameter must have been used: a misspelt one must not silently do nothing.
+  void finish() const {
+    if (!values_.empty()) {
+      throw std::invalid_argument("drafter '" + spec_ + "': unknown parameter '" + values_.begin()->first + "'");
+    }
+  }
+
+ private:
+  std::string spec_;
+  std::map<std::string, std::string> values_;
+};
+
+template <class Make>
+DrafterEntry entry(std::string name, Make make) {
+  return DrafterEntry{std::move(name),
+                      [make](const TokenStream& stream, std::size_t k, int repeats, const HeapMeter& meter) {
+                        return replay_record(stream, k, make, repeats, meter);
+                      }};
+}
+
+}  // namespace
+
+DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaults) {
+  std::string name;
+  Parameters parameters(spec, parse_parameters(spec, name));
+  if (name == "ngram") {
+    const bool full = parameters.is("window", "full");
+    const std::size_t window = full ? 0 : parameters.count("window", defaults.window);
+    const std::size_t min_order = parameters.count("min", defaults.min_order);
+    const std::size_t max_order = parameters.count("max", defaults.max_order);
+    parameters.finish();
+    NGramConfig config{min_order, max_order, 4, full ? max_order : window};
+    NGramPredictor{config};  // validates now, so a bad configuration fails before any replay
+    std::string display = "ngram(w=" + (full ? std::string("full") : std::to_string(window)) + "," +
+                          std::to_string(min_order) + "-" + std::to_string(max_order) + ")";
+    return entry(display, [config, full](const TokenStream& stream, std::size_t k) {
+      NGramConfig c = config;
+      c.draft_count = k;
+      if (full) c.window = std::max(c.max_order, stream.prompt.size() + stream.output.size());
+      return NGramPredictor(c);
+    });
+  }
+  if (name == "prompt-lookup") {
+    const std::size_t min_n = parameters.count("min", 1);
+    const std::size_t max_n = parameters.count("max", 4);
+    const bool latest = parameters.choice("occurrence", {"earliest", "latest"}) == 1;
+    parameters.finish();
+    baselines::PromptLookupConfig config = baselines::vllm_ngram(min_n, max_n, 1);
+    if (latest) config.occurrence = baselines::Occurrence::latest;
+    baselines::PromptLookupDrafter{config};  // validates now
+    std::string display = "prompt-lookup(" + std::to_string(min_n) + "-" + std::to_string(max_n) +
+                          (latest ? ",latest)" : ")");
+    return entry(display, [config](const TokenStream&, std::size_t k) {
+      baselines::PromptLookupConfig c = config;
+      c.max_drafts = k;
+      return baselines::PromptLookupDrafter(c);
+    });
+  }
+  if (name == "pld-specbench") {
+    parameters.finish();
+    return entry("pld-specbench", [](const TokenStream&, std::size_t k) {
+      baselines::PromptLookupConfig c = baselines::spec_bench_pld();
+      c.max_drafts = k;
+      return baselines::PromptLookupDrafter(c);
+    });
+  }
+  if (name == "prompt-lookup-hf") {
+    const std::size_t max_n = parameters.count("max", 2);
+    const std::size_t eos = parameters.count("eos", 2);
+    if (eos > std::numeric_limits<Token>::max()) {
+      throw std::invalid_argument("drafter '" + spec + "': eos = " + std::to_string(eos) + " is not a token id");
+    }
+    parameters.finish();
+    baselines::PromptLookupDrafter{baselines::hf_prompt_lookup(1, max_n, {static_cast<Token>(eos)})};
+    return entry("prompt-lookup-hf(1-" + std::to_string(max_n) + ")", [max_n, eos](const TokenStream&, std::size_t k) {
+      return baselines::PromptLookupDrafter(baselines::hf_prompt_lookup(k, max_n, {static_cast<Token>(eos)}));
+    });
+  }
+  if (name == "ngram-cache") {
+    parameters.finish();
+    return entry("ngram-cache(llama.cpp)", [](const TokenStream&, std::size_t k) {
+      return baselines::NGramCacheDrafter(baselines::llama_cpp_lookup(k));
+    });
+  }
+  throw std::invalid_argument("unknown drafter '" + name + "'; known drafters:\n" + drafter_names_help());
+}
+
+std::string drafter_names_help() {
+  return "  ngram[:window=W|full,min=N,max=N]   NGramPredictor: windowed hashed n-gram counts (defaults from\n"
+         "                                       --window, --min-order, --max-order)\n"
+         "  prompt-lookup[:min=N,max=N,occurrence=earliest|latest]\n"
+         "                                       vLLM's n-gram proposer: longest suffix match over the whole\n"
+         "                                       context, earliest occurrence (default min 1, max 4)\n"
+         "  pld-specbench                        Spec-Bench's PLD: suffix of 3, 2, 1 tokens, earliest occurrence\n"
+         "                                       followed by all k drafts\n"
+         "  prompt-lookup-hf[:max=N,eos=ID]      Hugging Face prompt lookup (default max 2, eos 2)\n"
+         "  ngram-cache                          llama.cpp's context n-gram cache, lax thresholds\n";
+}
+
+}  // namespace ngramspec::replay

@@ -1,0 +1,188 @@
+#include "token_streams.hpp"
+
+#include <charconv>
+#include <fstream>
+#include <istream>
+#include <limits>
+#include <random>
+#include <stdexcept>
+
+namespace ngramspec::replay {
+namespace {
+
+[[noreturn]] void fail(std::string_view source, std::size_t line, const std::string& what) {
+  throw std::runtime_error(std::string(source) + ":" + std::to_string(line) + ": " + what);
+}
+
+std::vector<Token> parse_ids(std::string_view field, std::string_view source, std::size_t line, const char* name) {
+  std::vector<Token> ids;
+  std::size_t i = 0;
+  while (i < field.size()) {
+    if (field[i] == ' ') {
+      ++i;
+      continue;
+    }
+    std::size_t end = field.find(' ', i);
+    if (end == std::string_view::npos) end = field.size();
+    const std::string_view word = field.substr(i, end - i);
+    std::uint64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
+    if (ec != std::errc() || ptr != word.data() + word.size() || value > std::numeric_limits<Token>::max()) {
+      fail(source, line, std::string(name) + " has an invalid token id '" + std::string(word) +
+                             "' (expected an integer from 0 to 4294967295)");
+    }
+    ids.push_back(static_cast<Token>(value));
+    i = end;
+  }
+  if (ids.empty()) fail(source, line, std::string(name) + " is empty");
+  return ids;
+}
+
+}  // namespace
+
+std::vector<TokenStream> parse_streams(std::istream& in, std::string_view source_name) {
+  std::vector<TokenStream> streams;
+  std::string text;
+  std::size_t line = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.empty()) continue;
+    std::string_view rest(text);
+    std::string_view fields[4];
+    for (int f = 0; f < 4; ++f) {
+      const std::size_t tab = rest.find('\t');
+      if (f < 3 && tab == std::string_view::npos) {
+        fail(source_name, line, "expected 4 TAB-separated fields (id, category, prompt ids, output ids), found " +
+                                    std::to_string(f + 1));
+      }
+      if (f == 3 && tab != std::string_view::npos) fail(source_name, line, "more than 4 TAB-separated fields");
+      fields[f] = rest.substr(0, tab);
+      if (tab != std::string_view::npos) rest.remove_prefix(tab + 1);
+    }
+    if (fields[0].empty()) fail(source_name, line, "the id field is empty");
+    if (fields[1].empty()) fail(source_name, line, "the category field is empty");
+    TokenStream stream;
+    stream.id = std::string(fields[0]);
+    stream.category = std::string(fields[1]);
+    stream.prompt = parse_ids(fields[2], source_name, line, "the prompt");
+    stream.output = parse_ids(fields[3], source_name, line, "the output");
+    streams.push_back(std::move(stream));
+  }
+  if (in.bad()) fail(source_name, line, "read error");
+  return streams;
+}
+
+std::vector<TokenStream> read_streams(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open streams file '" + path + "'");
+  return parse_streams(in, path);
+}
+
+SyntheticSpec parse_synthetic(std::string_view text) {
+  SyntheticSpec spec;
+  const auto parts = [&] {
+    std::vector<std::string_view> out;
+    std::size_t i = 0;
+    for (;;) {
+      const std::size_t colon = text.find(':', i);
+      out.push_back(text.substr(i, colon == std::string_view::npos ? std::string_view::npos : colon - i));
+      if (colon == std::string_view::npos) return out;
+      i = colon + 1;
+    }
+  }();
+  const auto bad = [&](const std::string& why) {
+    throw std::invalid_argument("synthetic stream '" + std::string(text) + "': " + why +
+                                " (expected periodic:P[:noise], random or mixture:P)");
+  };
+  spec.kind = std::string(parts[0]);
+  const auto number = [&](std::string_view word) {
+    std::size_t value = 0;
+    const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
+    if (ec != std::errc() || ptr != word.data() + word.size() || value < 2 || value > (1u << 20)) {
+      bad("period '" + std::string(word) + "' is not a whole number from 2 to 1048576");
+    }
+    return value;
+  };
+  if (spec.kind == "random") {
+    if (parts.size() != 1) bad("random takes no parameters");
+  } else if (spec.kind == "periodic") {
+    if (parts.size() < 2 || parts.size() > 3) bad("periodic takes a period and an optional noise probability");
+    spec.period = number(parts[1]);
+    if (parts.size() == 3) {
+      const std::string word(parts[2]);
+      std::size_t used = 0;
+      try {
+        spec.noise = std::stod(word, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (word.empty() || word.front() == ' ' || used != word.size() || !(spec.noise >= 0.0 && spec.noise <= 1.0)) {
+        bad("noise '" + word + "' is not a probability from 0 to 1");
+      }
+    }
+  } else if (spec.kind == "mixture") {
+    if (parts.size() != 2) bad("mixture takes a run length");
+    spec.period = number(parts[1]);
+  } else {
+    bad("unknown kind '" + spec.kind + "'");
+  }
+  return spec;
+}
+
+std::vector<TokenStream> make_synthetic(const SyntheticSpec& spec) {
+  if (spec.vocab < 4 || spec.vocab - 1 > std::numeric_limits<Token>::max()) {
+    throw std::invalid_argument("synthetic streams: vocab = " + std::to_string(spec.vocab) +
+                                " is invalid: it must be from 4 to 4294967296 (ids 0-2 are reserved)");
+  }
+  std::vector<TokenStream> streams;
+  for (std::size_t s = 0; s < spec.samples; ++s) {
+    std::mt19937_64 rng(spec.seed * 1000003u + s);
+    std::uniform_int_distribution<Token> token(3, static_cast<Token>(spec.vocab - 1));
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    TokenStream stream;
+    stream.id = spec.kind + "-" + std::to_string(s);
+    std::vector<Token> all;
+    if (spec.kind == "random") {
+      stream.category = "random";
+      const std::size_t prompt = 64;
+      for (std::size_t i = 0; i < prompt + spec.output_length; ++i) all.push_back(token(rng));
+      stream.prompt.assign(all.begin(), all.begin() + prompt);
+    } else if (spec.kind == "periodic") {
+      stream.category = "periodic-" + std::to_string(spec.period);
+      if (spec.noise > 0) stream.category += "-noise" + std::to_string(spec.noise).substr(0, 4);
+      std::vector<Token> unit_tokens(spec.period);
+      for (Token& t : unit_tokens) t = token(rng);
+      const std::size_t prompt = 2 * spec.period;
+      for (std::size_t i = 0; i < prompt + spec.output_length; ++i) {
+        Token t = unit_tokens[i % spec.period];
+        if (i >= prompt && spec.noise > 0 && unit(rng) < spec.noise) t = token(rng);
+        all.push_back(t);
+      }
+      stream.prompt.assign(all.begin(), all.begin() + prompt);
+    } else {
+      stream.category = "mixture-" + std::to_string(spec.period);
+      const std::size_t run = spec.period;
+      for (std::size_t i = 0; i < run; ++i) all.push_back(token(rng));
+      bool copy = true;
+      while (all.size() < run + spec.output_length) {
+        if (copy) {
+          // Copy a run that starts anywhere earlier: the drafter has seen it, perhaps long ago.
+          std::uniform_int_distribution<std::size_t> start(0, all.size() - run);
+          const std::size_t from = start(rng);
+          for (std::size_t i = 0; i < run; ++i) all.push_back(all[from + i]);
+        } else {
+          for (std::size_t i = 0; i < run; ++i) all.push_back(token(rng));
+        }
+        copy = !copy;
+      }
+      all.resize(run + spec.output_length);
+      stream.prompt.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(run));
+    }
+    stream.output.assign(all.begin() + static_cast<std::ptrdiff_t>(stream.prompt.size()), all.end());
+    streams.push_back(std::move(stream));
+  }
+  return streams;
+}
+
+}  // namespace ngramspec::replay

@@ -1,0 +1,98 @@
+# Tests that consume ngramspec the three ways engines do — installed and found with
+# find_package, vendored with add_subdirectory, pulled in with FetchContent — each configuring,
+# building (-Werror) and running tests/consumer/consumer.cpp; plus the checks that the README's
+# code and demo output are what the repository's code is and prints. Top-level builds only.
+
+if(NGRAMSPEC_TOP_LEVEL)
+  set(_ngramspec_consumer_source ${CMAKE_CURRENT_LIST_DIR})
+  set(_ngramspec_consumer_binary ${CMAKE_CURRENT_BINARY_DIR}/consumer)
+  set(_ngramspec_consumer_prefix ${_ngramspec_consumer_binary}/prefix)
+
+  # The consumers build with this build's toolchain and flags; sanitizer flags included, so in
+  # a sanitizer build they link against the instrumented library as they must.
+  set(_ngramspec_consumer_args
+    -G ${CMAKE_GENERATOR}
+    -DCMAKE_BUILD_TYPE=$<CONFIG>
+    -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}
+    "-DCMAKE_CXX_FLAGS=${CMAKE_CXX_FLAGS}"
+    "-DCMAKE_EXE_LINKER_FLAGS=${CMAKE_EXE_LINKER_FLAGS}")
+  foreach(var CMAKE_MAKE_PROGRAM CMAKE_CXX_COMPILER_LAUNCHER)
+    if(${var})
+      list(APPEND _ngramspec_consumer_args "-D${var}=${${var}}")
+    endif()
+  endforeach()
+  if(CMAKE_GENERATOR_PLATFORM)
+    list(APPEND _ngramspec_consumer_args -A ${CMAKE_GENERATOR_PLATFORM})
+  endif()
+  if(CMAKE_GENERATOR_TOOLSET)
+    list(APPEND _ngramspec_consumer_args -T ${CMAKE_GENERATOR_TOOLSET})
+  endif()
+
+  # consumer.<name>.configure -> .build -> .run, chained by fixtures so that running any one
+  # of them runs what it needs first. REQUIRES names a fixture the configure step needs.
+  function(_ngramspec_consumer_test name)
+    cmake_parse_arguments(PARSE_ARGV 1 arg "" "REQUIRES" "CONFIGURE_ARGS")
+    set(source ${_ngramspec_consumer_source}/${name})
+    set(binary ${_ngramspec_consumer_binary}/${name})
+    add_test(NAME consumer.${name}.configure
+      COMMAND ${CMAKE_COMMAND} --fresh -S ${source} -B ${binary} ${_ngramspec_consumer_args} ${arg_CONFIGURE_ARGS})
+    set_tests_properties(consumer.${name}.configure PROPERTIES
+      FIXTURES_SETUP consumer_${name}_configured FIXTURES_REQUIRED "${arg_REQUIRES}" TIMEOUT 300)
+    add_test(NAME consumer.${name}.build COMMAND ${CMAKE_COMMAND} --build ${binary} --config $<CONFIG>)
+    set_tests_properties(consumer.${name}.build PROPERTIES
+      FIXTURES_REQUIRED consumer_${name}_configured FIXTURES_SETUP consumer_${name}_built TIMEOUT 600)
+    add_test(NAME consumer.${name}.run
+      COMMAND ${CMAKE_CTEST_COMMAND} --test-dir ${binary} -C $<CONFIG> --output-on-failure --no-tests=error)
+    set_tests_properties(consumer.${name}.run PROPERTIES FIXTURES_REQUIRED consumer_${name}_built TIMEOUT 120)
+  endfunction()
+
+  if(NGRAMSPEC_INSTALL)
+    get_target_property(_ngramspec_type ngramspec TYPE)
+    if(_ngramspec_type STREQUAL "SHARED_LIBRARY")
+      # $<SEMICOLON>: a plain ";" would split the test's argument in two.
+      string(CONCAT _ngramspec_library_files "$<TARGET_FILE_NAME:ngramspec>$<SEMICOLON>"
+        "$<TARGET_SONAME_FILE_NAME:ngramspec>$<SEMICOLON>$<TARGET_LINKER_FILE_NAME:ngramspec>")
+    else()
+      set(_ngramspec_library_files "$<TARGET_FILE_NAME:ngramspec>")
+    endif()
+    add_test(NAME consumer.install
+      COMMAND ${CMAKE_COMMAND}
+        -DBUILD_DIR=${PROJECT_BINARY_DIR}
+        -DPREFIX=${_ngramspec_consumer_prefix}
+        -DCONFIG=$<CONFIG>
+        -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
+        -DINCLUDEDIR=${CMAKE_INSTALL_INCLUDEDIR}
+        -DLIBDIR=${CMAKE_INSTALL_LIBDIR}
+        -DDATADIR=${CMAKE_INSTALL_DATADIR}
+        "-DLIBRARY_FILES=${_ngramspec_library_files}"
+        -P ${_ngramspec_consumer_source}/install_and_check.cmake)
+    set_tests_properties(consumer.install PROPERTIES FIXTURES_SETUP ngramspec_installed TIMEOUT 120)
+    _ngramspec_consumer_test(find_package REQUIRES ngramspec_installed
+      CONFIGURE_ARGS
+        -DCMAKE_PREFIX_PATH=${_ngramspec_consumer_prefix}
+        -DNGRAMSPEC_EXPECTED_PREFIX=${_ngramspec_consumer_prefix}
+        -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+  endif()
+
+  # As a subproject, ngramspec must not look for its test and benchmark dependencies at all:
+  # disabling them makes any such find_package fail the configure.
+  set(_ngramspec_no_dev_dependencies
+    -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON
+    -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON)
+  _ngramspec_consumer_test(add_subdirectory
+    CONFIGURE_ARGS -DNGRAMSPEC_SOURCE_DIR=${PROJECT_SOURCE_DIR} ${_ngramspec_no_dev_dependencies})
+  _ngramspec_consumer_test(fetch_content
+    CONFIGURE_ARGS -DNGRAMSPEC_SOURCE_DIR=${PROJECT_SOURCE_DIR} ${_ngramspec_no_dev_dependencies})
+
+  # The README's usage example is examples/usage.cpp, and the demo output it shows is what
+  # the demo prints.
+  add_test(NAME readme.usage_example
+    COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=example: examples/usage.cpp"
+      -DEXPECTED_FILE=${PROJECT_SOURCE_DIR}/examples/usage.cpp
+      -P ${_ngramspec_consumer_source}/check_readme_block.cmake)
+  if(NGRAMSPEC_BUILD_EXAMPLES)
+    add_test(NAME readme.demo_output
+      COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=output: ngramspec-demo"
+        -DPROGRAM=$<TARGET_FILE:ngramspec-demo> -P ${_ngramspec_consumer_source}/check_readme_block.cmake)
+  endif()
+endif()
