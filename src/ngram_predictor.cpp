@@ -40,7 +40,8 @@ NGramPredictor::NGramPredictor(NGramConfig config)
       tokens_(config_.window),
       recorded_(config_.window),
       previous_(config_.window * (config_.max_order - config_.min_order + 1)),
-      hashes_((config_.max_order - config_.min_order + 2) * config_.window),
+      hash_stride_(config_.max_order - config_.min_order + 2),
+      hashes_(hash_stride_ * config_.window),
       tables_(config_.max_order - config_.min_order + 1) {
   // A window of W tokens holds at most W n-grams of each order, hence at most W distinct
   // n-grams and W distinct contexts: the tables never grow.
@@ -120,9 +121,8 @@ void NGramPredictor::record_earlier(std::size_t order, std::uint32_t end_positio
 }
 
 void NGramPredictor::remove(std::size_t order, std::size_t end_slot) noexcept {
-  const std::uint8_t bit = order_bit(order - config_.min_order);
-  if ((recorded_[end_slot] & bit) == 0) return;
-  recorded_[end_slot] &= static_cast<std::uint8_t>(~bit);
+  // Precondition: the n-gram ending at end_slot is recorded at this order.
+  recorded_[end_slot] &= static_cast<std::uint8_t>(~order_bit(order - config_.min_order));
   OrderTables& tables = tables_[order - config_.min_order];
   const std::size_t context_slot = end_slot == 0 ? config_.window - 1 : end_slot - 1;
   ContextStats* const context = tables.contexts.find(hash_at(order - 1, context_slot));
@@ -185,7 +185,10 @@ void NGramPredictor::update(Token token) noexcept {
   // The token leaving the window takes every n-gram that starts at it. Its slot is the new
   // token's, and an n-gram's hash sits in the slot where it ends, order - 1 slots on.
   if (seen_ >= config_.window) {
-    for (std::size_t n = min_order; n <= max_order; ++n) remove(n, wrap(head_ + n - 1));
+    for (std::size_t n = min_order; n <= max_order; ++n) {
+      const std::size_t end = wrap(head_ + n - 1);
+      if ((recorded_[end] & order_bit(n - min_order)) != 0) remove(n, end);
+    }
   }
 
   // The hash of the last j tokens after this one extends that of the last j - 1 before it.
@@ -195,7 +198,8 @@ void NGramPredictor::update(Token token) noexcept {
 
   tokens_[head_] = token;
   recorded_[head_] = 0;
-  for (std::size_t j = min_order - 1; j <= max_order; ++j) hash_at(j, head_) = next[j];
+  std::uint64_t* const kept = &hash_at(min_order - 1, head_);
+  for (std::size_t j = min_order - 1; j <= max_order; ++j) kept[j - (min_order - 1)] = next[j];
   // Orders ascending: an occurrence is recorded at order n + 1 only if its context of order
   // n had been seen before; the first repeat also records the earlier occurrence.
   for (std::size_t n = min_order; n <= max_order && n - 1 <= seen_; ++n) {

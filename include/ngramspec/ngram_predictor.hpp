@@ -122,7 +122,7 @@ class NGramPredictor {
     return static_cast<std::uint8_t>(1U << order_index);
   }
   [[nodiscard]] std::uint64_t& hash_at(std::size_t length, std::size_t slot) noexcept {
-    return hashes_[(length - (config_.min_order - 1)) * config_.window + slot];
+    return hashes_[slot * hash_stride_ + (length - (config_.min_order - 1))];
   }
   [[nodiscard]] std::size_t wrap(std::size_t slot) const noexcept {
     return slot >= config_.window ? slot - config_.window : slot;
@@ -133,7 +133,8 @@ class NGramPredictor {
   std::vector<std::uint8_t> recorded_;  // per slot, bit n - min_order: the n-gram ending there is counted
   std::vector<std::uint32_t> previous_;  // per slot and order: end of the previous counted occurrence
                                          // of the same context (a chain, newest to oldest)
-  std::vector<std::uint64_t> hashes_;  // per suffix length j in [min_order - 1, max_order] and slot:
+  std::size_t hash_stride_ = 0;        // suffix lengths kept per slot: max_order - min_order + 2
+  std::vector<std::uint64_t> hashes_;  // per slot and suffix length j in [min_order - 1, max_order]:
                                        // the hash of the j tokens that end at that slot
   std::vector<OrderTables> tables_;    // index 0 = min_order
   SuffixHashes suffix_{};              // suffix hashes after the newest token
