@@ -40,6 +40,7 @@ NGramPredictor::NGramPredictor(NGramConfig config)
       tokens_(config_.window),
       recorded_(config_.window),
       previous_(config_.window * (config_.max_order - config_.min_order + 1)),
+      scratch_(config_.window * (config_.max_order - config_.min_order + 1)),
       hash_stride_(config_.max_order - config_.min_order + 2),
       hashes_(hash_stride_ * config_.window),
       tables_(config_.max_order - config_.min_order + 1) {
@@ -62,62 +63,83 @@ void NGramPredictor::reset() noexcept {
   seen_ = 0;
 }
 
-NGramPredictor::Before NGramPredictor::add(std::size_t order, std::uint64_t context_key, std::uint64_t ngram_key,
-                                           Token token) noexcept {
-  OrderTables& tables = tables_[order - config_.min_order];
-  const auto position = static_cast<std::uint32_t>(seen_);
-  ContextStats& context = tables.contexts.find_or_insert(context_key);
-  const Before before{context.total, context.last};
-  context.last = position;
-  if (context.total == 0) {
-    context.total = 1;
-    context.best = token;
-    return before;
-  }
-  if (context.best_count == 0) {
-    if (token == context.best) {
-      ++context.total;
-      return before;
-    }
-    // A second continuation: from now on continuations are counted one by one.
-    NGramCount& first = tables.ngrams.find_or_insert(detail::fnv1a_step(context_key, context.best));
-    first.count = context.total;
-    first.last = before.last;
-    context.best_count = context.total;
-    context.runner_up = 0;
-  }
-  NGramCount& ngram = tables.ngrams.find_or_insert(ngram_key);
-  ++ngram.count;
-  ngram.last = position;
-  ++context.total;
-  // The continuation just seen is the most recent one, so it wins every tie.
-  if (ngram.count >= context.best_count) {
-    if (token != context.best) context.runner_up = context.best_count;
-    context.best = token;
-    context.best_count = ngram.count;
-  } else {
-    context.runner_up = std::max(context.runner_up, ngram.count);
-  }
-  return before;
+bool NGramPredictor::in_window(std::size_t order, std::uint32_t end_position) const noexcept {
+  // During update() of the token at seen_, after the n-grams starting at seen_ - window
+  // left: an n-gram counts if it starts at or after max(0, seen_ - window + 1).
+  const std::uint64_t age = static_cast<std::uint32_t>(static_cast<std::uint32_t>(seen_) - end_position);
+  return age + order <= config_.window && age + order - 1 <= seen_;
 }
 
-void NGramPredictor::record_earlier(std::size_t order, std::uint32_t end_position) noexcept {
-  // The context of order `order` that ends just before end_position has just seen its
-  // (order-2)-token suffix repeat, so from now on its occurrence there must be counted.
-  // Nothing else can have recorded that context: its suffix had no other occurrence.
-  const std::size_t end = slot_of(end_position);
-  const std::uint8_t bit = order_bit(order - config_.min_order);
-  const auto age = static_cast<std::uint32_t>(static_cast<std::uint32_t>(seen_) - end_position);
-  // The n-gram must lie in the window: it starts order - 1 tokens before its end.
-  if ((recorded_[end] & bit) != 0 || age + (order - 1) >= config_.window || end_position < order - 1) return;
-  const std::size_t context_end = end == 0 ? config_.window - 1 : end - 1;
-  ContextStats& context = tables_[order - config_.min_order].contexts.find_or_insert(hash_at(order - 1, context_end));
-  context.total = 1;
-  context.best = tokens_[end];
-  context.best_count = 0;
-  context.runner_up = 0;
+void NGramPredictor::record(std::size_t order, std::size_t end_slot, std::uint32_t end_position) noexcept {
+  // Records the occurrence whose n-gram of this order ends at end_slot, then, if its context
+  // has had two continuations, the same occurrence one order up. Occurrences of one context
+  // are recorded oldest first, so the latest one is always the one recorded last.
+  const std::size_t index = order - config_.min_order;
+  OrderTables& tables = tables_[index];
+  const std::size_t context_slot = end_slot == 0 ? config_.window - 1 : end_slot - 1;
+  const std::uint64_t context_key = hash_at(order - 1, context_slot);
+  const Token token = tokens_[end_slot];
+  ContextStats& context = tables.contexts.find_or_insert(context_key);
+  const std::uint32_t before_total = context.total;
+  const std::uint32_t before_last = context.last;
+  previous_[end_slot * tables_.size() + index] = before_last;
+  recorded_[end_slot] |= order_bit(index);
   context.last = end_position;
-  recorded_[end] |= bit;
+
+  bool second_continuation = false;
+  if (before_total == 0) {
+    context.total = 1;
+    context.best = token;
+    context.best_count = 0;
+    context.runner_up = 0;
+  } else if (context.best_count == 0 && token == context.best) {
+    ++context.total;
+  } else {
+    if (context.best_count == 0) {
+      // A second continuation: from now on continuations are counted one by one.
+      NGramCount& first = tables.ngrams.find_or_insert(detail::fnv1a_step(context_key, context.best));
+      first.count = context.total;
+      first.last = before_last;
+      context.best_count = context.total;
+      context.runner_up = 0;
+      second_continuation = true;
+    }
+    NGramCount& ngram = tables.ngrams.find_or_insert(hash_at(order, end_slot));
+    ++ngram.count;
+    ngram.last = end_position;
+    ++context.total;
+    // The continuation just recorded is the most recent one, so it wins every tie.
+    if (ngram.count >= context.best_count) {
+      if (token != context.best) context.runner_up = context.best_count;
+      context.best = token;
+      context.best_count = ngram.count;
+    } else {
+      context.runner_up = std::max(context.runner_up, ngram.count);
+    }
+  }
+
+  if (order == config_.max_order || context.best_count == 0) return;
+  // The context has had two continuations: every occurrence of it is recorded one order up,
+  // the earlier ones now, when the second continuation has just appeared.
+  if (second_continuation) record_all(order + 1, before_last, before_total);
+  if (in_window(order + 1, end_position)) record(order + 1, end_slot, end_position);
+}
+
+void NGramPredictor::record_all(std::size_t order, std::uint32_t newest_end, std::uint32_t count) noexcept {
+  // The `count` occurrences ending at newest_end and before it (a chain one order down) are
+  // recorded at `order`, oldest first, those whose n-gram of this order lies in the window.
+  const std::size_t index = order - config_.min_order;
+  const std::size_t chain = index - 1;  // the chain of the context one order down
+  std::uint32_t* const ends = &scratch_[index * config_.window];
+  std::uint32_t end = newest_end;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    ends[i] = end;
+    end = previous_[slot_of(end) * tables_.size() + chain];
+  }
+  for (std::uint32_t i = count; i-- > 0;) {
+    const std::size_t slot = slot_of(ends[i]);
+    if ((recorded_[slot] & order_bit(index)) == 0 && in_window(order, ends[i])) record(order, slot, ends[i]);
+  }
 }
 
 void NGramPredictor::remove(std::size_t order, std::size_t end_slot) noexcept {
@@ -200,15 +222,7 @@ void NGramPredictor::update(Token token) noexcept {
   recorded_[head_] = 0;
   std::uint64_t* const kept = &hash_at(min_order - 1, head_);
   for (std::size_t j = min_order - 1; j <= max_order; ++j) kept[j - (min_order - 1)] = next[j];
-  // Orders ascending: an occurrence is recorded at order n + 1 only if its context of order
-  // n had been seen before; the first repeat also records the earlier occurrence.
-  for (std::size_t n = min_order; n <= max_order && n - 1 <= seen_; ++n) {
-    const Before before = add(n, suffix_[n - 1], next[n], token);
-    recorded_[head_] |= order_bit(n - min_order);
-    previous_[head_ * tables_.size() + (n - min_order)] = before.last;
-    if (before.total == 0 || n == max_order) break;
-    if (before.total == 1) record_earlier(n + 1, before.last);
-  }
+  if (seen_ >= min_order - 1) record(min_order, head_, static_cast<std::uint32_t>(seen_));
 
   suffix_ = next;
   head_ = wrap(head_ + 1);
@@ -229,9 +243,16 @@ std::size_t NGramPredictor::predict(std::span<Token> out) const noexcept {
   std::size_t have = static_cast<std::size_t>(std::min<std::uint64_t>(seen_, keep));
   std::size_t made = 0;
   while (made < limit) {
+    // The longest context seen answers. Shortest first is the same search made cheaper: a
+    // context never seen has no longer context seen either, and one with a single
+    // continuation speaks for all its longer contexts (they are recorded only once it has had
+    // two). So climb while the context has had two continuations and a longer one was seen.
     const ContextStats* found = nullptr;
-    for (std::size_t n = have + 1; n >= min_order && found == nullptr; --n) {
-      found = tables_[n - min_order].contexts.find(suffix[n - 1]);
+    for (std::size_t n = min_order; n <= have + 1; ++n) {
+      const ContextStats* const context = tables_[n - min_order].contexts.find(suffix[n - 1]);
+      if (context == nullptr) break;
+      found = context;
+      if (context->best_count == 0) break;
     }
     if (found == nullptr) break;
     const Token proposal = found->best;
@@ -252,7 +273,7 @@ std::size_t NGramPredictor::max_size() const noexcept { return 2 * tables_.size(
 
 std::size_t NGramPredictor::memory_bytes() const noexcept {
   std::size_t bytes = sizeof(*this) + tokens_.capacity() * sizeof(Token) + recorded_.capacity() +
-                      previous_.capacity() * sizeof(std::uint32_t) +
+                      (previous_.capacity() + scratch_.capacity()) * sizeof(std::uint32_t) +
                       hashes_.capacity() * sizeof(std::uint64_t) + tables_.capacity() * sizeof(OrderTables);
   for (const OrderTables& tables : tables_) bytes += tables.ngrams.memory_bytes() + tables.contexts.memory_bytes();
   return bytes;

@@ -36,11 +36,12 @@ struct NGramConfig {
 /// O(draft_count · orders) probes. Neither allocates: every table is sized by the window at
 /// construction, so memory is fixed (memory_bytes()) however long the stream.
 ///
-/// Two economies keep fresh text cheap without changing any prediction. An occurrence of a
-/// context is recorded at order n + 1 only once its (n-1)-token suffix has occurred twice in
-/// the window (the earlier occurrence is recorded then): until the shorter context repeats,
-/// the longer one has at most one occurrence, whose continuation the shorter one predicts
-/// anyway. And a context whose occurrences all share one continuation keeps no per-n-gram
+/// Two economies keep repetitive and fresh text cheap without changing any prediction. An
+/// occurrence of a context is recorded at order n + 1 only while its (n-1)-token suffix, the
+/// context of order n, has had two different continuations (its earlier occurrences are
+/// recorded when the second appears): while the shorter context has one continuation, every
+/// longer context that extends it predicts that same token, so the shorter one can answer
+/// for them. And a context whose occurrences all share one continuation keeps no per-n-gram
 /// counts; they start when a second continuation appears.
 ///
 /// Thread safety: none inside. Use one predictor per sequence; concurrent const calls
@@ -104,15 +105,10 @@ class NGramPredictor {
   // suffix[j] = FNV-1a of the last j tokens; suffix[0] is the offset basis.
   using SuffixHashes = std::array<std::uint64_t, kMaxSupportedOrder + 1>;
 
-  // What add() found before it counted the occurrence.
-  struct Before {
-    std::uint32_t total;
-    std::uint32_t last;
-  };
-
+  void record(std::size_t order, std::size_t end_slot, std::uint32_t end_position) noexcept;
+  void record_all(std::size_t order, std::uint32_t newest_end, std::uint32_t count) noexcept;
+  [[nodiscard]] bool in_window(std::size_t order, std::uint32_t end_position) const noexcept;
   void remove(std::size_t order, std::size_t end_slot) noexcept;
-  Before add(std::size_t order, std::uint64_t context_key, std::uint64_t ngram_key, Token token) noexcept;
-  void record_earlier(std::size_t order, std::uint32_t end_position) noexcept;
   void rescan_best(std::size_t order, ContextStats& context) noexcept;
   [[nodiscard]] std::size_t slot_of(std::uint32_t position) const noexcept {
     const std::size_t back = static_cast<std::uint32_t>(static_cast<std::uint32_t>(seen_) - position);
@@ -133,6 +129,7 @@ class NGramPredictor {
   std::vector<std::uint8_t> recorded_;  // per slot, bit n - min_order: the n-gram ending there is counted
   std::vector<std::uint32_t> previous_;  // per slot and order: end of the previous counted occurrence
                                          // of the same context (a chain, newest to oldest)
+  std::vector<std::uint32_t> scratch_;   // per order, room for a window of positions (record_all)
   std::size_t hash_stride_ = 0;        // suffix lengths kept per slot: max_order - min_order + 2
   std::vector<std::uint64_t> hashes_;  // per slot and suffix length j in [min_order - 1, max_order]:
                                        // the hash of the j tokens that end at that slot
