@@ -70,7 +70,6 @@ class SpeculativeDecoder {
     if (speculate) drafter_.update(prompt);
 
     const std::size_t draft_room = draft_limit(state, options, max_batch - 1);
-    drafts_.resize(draft_room);
     fed_.resize(draft_room + 1);
     next_.resize(std::max(draft_room + 1, std::min(max_batch, prompt.size())));
     result.stats.drafted_at.assign(draft_room, 0);
@@ -99,13 +98,13 @@ class SpeculativeDecoder {
       }
       if (state.finished) break;
 
-      drafted = propose_drafts(drafter_, state, options, max_batch - 1, drafts_);
+      // The drafts go straight behind the last emitted token, which the pass feeds first.
       fed_[0] = result.tokens.back();
-      std::copy_n(drafts_.begin(), drafted, fed_.begin() + 1);
+      drafted = propose_drafts(drafter_, state, options, max_batch - 1, std::span<Token>(fed_).subspan(1));
       model_->forward(state.cache_length(), std::span<const Token>(fed_).first(drafted + 1),
                       std::span<Token>(next_).first(drafted + 1));
       ++result.stats.decode_passes;
-      outcome = accept_drafts(state, std::span<const Token>(drafts_).first(drafted),
+      outcome = accept_drafts(state, std::span<const Token>(fed_).subspan(1, drafted),
                               std::span<const Token>(next_).first(drafted + 1), options);
       if (outcome.discarded != 0) model_->rollback(outcome.rollback_to);
     }
@@ -139,9 +138,8 @@ class SpeculativeDecoder {
 
   M* model_;
   D drafter_;
-  std::vector<Token> drafts_;  // the drafter's proposals
-  std::vector<Token> fed_;     // last emitted token followed by the drafts
-  std::vector<Token> next_;    // the model's tokens for what was fed
+  std::vector<Token> fed_;   // last emitted token followed by the drafts
+  std::vector<Token> next_;  // the model's tokens for what was fed
 };
 
 }  // namespace ngramspec
