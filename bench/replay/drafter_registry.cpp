@@ -9,6 +9,7 @@
 
 #include "baselines/ngram_cache.hpp"
 #include "baselines/prompt_lookup.hpp"
+#include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 
 namespace ngramspec::replay {
@@ -118,6 +119,22 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
       return NGramPredictor(c);
     });
   }
+  if (name == "match") {
+    MatchConfig config;
+    config.cap = parameters.count("cap", config.cap);
+    config.copy_min_match = parameters.count("copy_min", config.copy_min_match);
+    config.count_max_order = parameters.count("count_max", config.count_max_order);
+    parameters.finish();
+    MatchDrafter{config};  // validates now
+    const std::string display = "match(cap=" + std::to_string(config.cap) + ",copy_min=" +
+                                std::to_string(config.copy_min_match) + ",2-" +
+                                std::to_string(config.count_max_order) + ")";
+    return entry(display, [config](const TokenStream&, std::size_t k) {
+      MatchConfig c = config;
+      c.draft_count = k;
+      return MatchDrafter(c);
+    });
+  }
   if (name == "prompt-lookup") {
     const std::size_t min_n = parameters.count("min", 1);
     const std::size_t max_n = parameters.count("max", 4);
@@ -166,6 +183,11 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
 std::string drafter_names_help() {
   return "  ngram[:window=W|full,min=N,max=N]   NGramPredictor: windowed hashed n-gram counts (defaults from\n"
          "                                       --window, --min-order, --max-order)\n"
+         "  match[:cap=N,copy_min=L,count_max=M]\n"
+         "                                       MatchDrafter: copies what followed the most recent earlier\n"
+         "                                       occurrence of a match of L or more tokens (default 3), else\n"
+         "                                       n-gram counts of orders 2-M (default 3); indexes the first N\n"
+         "                                       tokens (default 8192)\n"
          "  prompt-lookup[:min=N,max=N,occurrence=earliest|latest]\n"
          "                                       vLLM's n-gram proposer: longest suffix match over the whole\n"
          "                                       context, earliest occurrence (default min 1, max 4)\n"

@@ -7,6 +7,7 @@
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/logits_model.hpp"
+#include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/position_random.hpp"
 #include "ngramspec/sampling.hpp"

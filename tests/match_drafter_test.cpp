@@ -1,0 +1,488 @@
+#include "ngramspec/match_drafter.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ngramspec/drafter.hpp"
+#include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/speculative_decoder.hpp"
+#include "support/allocation_counter.hpp"
+#include "support/mock_models.hpp"
+#include "support/test_drafters.hpp"
+
+namespace ngramspec {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+static_assert(Drafter<MatchDrafter>);
+
+MatchConfig make_config(std::size_t cap, std::size_t copy_min_match, std::size_t draft_count,
+                        std::size_t count_max_order = 3) {
+  MatchConfig config;
+  config.cap = cap;
+  config.copy_min_match = copy_min_match;
+  config.draft_count = draft_count;
+  config.count_max_order = count_max_order;
+  return config;
+}
+
+std::string config_string(const MatchConfig& config) {
+  return "{cap " + std::to_string(config.cap) + ", copy_min_match " + std::to_string(config.copy_min_match) +
+         ", draft_count " + std::to_string(config.draft_count) + ", count_max_order " +
+         std::to_string(config.count_max_order) + "}";
+}
+
+std::string tokens_string(std::span<const Token> tokens) {
+  std::ostringstream text;
+  text << "[";
+  for (std::size_t i = 0; i < tokens.size(); ++i) text << (i == 0 ? "" : " ") << tokens[i];
+  text << "]";
+  return text.str();
+}
+
+std::vector<Token> drafts(const MatchDrafter& drafter, std::size_t room) {
+  std::vector<Token> out(room);
+  out.resize(drafter.predict(out));
+  return out;
+}
+
+MatchDrafter observed(const MatchConfig& config, const std::vector<Token>& tokens) {
+  MatchDrafter drafter(config);
+  drafter.update(tokens);
+  return drafter;
+}
+
+// The documented semantics, computed naively: O(sequence) scans instead of tables and a
+// pointer, and the copy read from the sequence extended by the drafts written so far.
+class NaiveMatch {
+ public:
+  explicit NaiveMatch(const MatchConfig& config)
+      : config_(config),
+        counts_(NGramConfig{.min_order = 2,
+                            .max_order = config.count_max_order,
+                            .draft_count = config.draft_count,
+                            .window = config.cap}) {}
+
+  void update(Token token) {
+    const std::size_t indexed_before = std::min(sequence_.size(), config_.cap);
+    const bool extends = length_ > 0 && end_ < indexed_before && sequence_[end_] == token;
+    sequence_.push_back(token);
+    counts_.update(token);
+    if (extends) {
+      ++length_;
+      ++end_;
+      return;
+    }
+    // The most recent earlier end p (p <= N - 1, inside the index) of the last n tokens,
+    // longest n of 3, 2, 1 first; then the common suffix measured up to kMaxVerify.
+    const std::size_t size = sequence_.size();
+    const std::size_t last_end = std::min(size - 1, config_.cap);
+    length_ = 0;
+    end_ = 0;
+    for (std::size_t n = std::min<std::size_t>(3, size); n >= 1; --n) {
+      for (std::size_t p = last_end; p >= n; --p) {
+        if (common_suffix(p, MatchDrafter::kMaxVerify) >= n) {
+          length_ = common_suffix(p, MatchDrafter::kMaxVerify);
+          end_ = p;
+          return;
+        }
+      }
+    }
+  }
+
+  [[nodiscard]] std::vector<Token> predict(std::size_t room) const {
+    const std::size_t n = std::min(room, config_.draft_count);
+    std::vector<Token> out(n);
+    if (n == 0 || sequence_.empty()) return {};
+    if (length_ == 0 || length_ < config_.copy_min_match) {
+      out.resize(counts_.predict(out));
+      return out;
+    }
+    const std::size_t indexed = std::min(sequence_.size(), config_.cap);
+    std::vector<Token> extended = sequence_;
+    out.clear();
+    for (std::size_t from = end_; out.size() < n; ++from) {
+      if (from >= indexed && indexed < sequence_.size()) break;  // beyond the cap: no copy past the index
+      out.push_back(extended[from]);
+      extended.push_back(extended[from]);
+    }
+    return out;
+  }
+
+  // Longest L (up to `limit`, and L <= p) with sequence[p - L, p) == the last L tokens.
+  [[nodiscard]] std::size_t common_suffix(std::size_t p, std::size_t limit) const {
+    std::size_t length = 0;
+    while (length < limit && length < p && sequence_[p - 1 - length] == sequence_[sequence_.size() - 1 - length]) {
+      ++length;
+    }
+    return length;
+  }
+  // The longest match of the sequence's end at an earlier end inside the index.
+  [[nodiscard]] std::size_t longest_match() const {
+    std::size_t best = 0;
+    if (sequence_.empty()) return 0;
+    for (std::size_t p = 1; p <= std::min(sequence_.size() - 1, config_.cap); ++p) {
+      best = std::max(best, common_suffix(p, sequence_.size()));
+    }
+    return best;
+  }
+
+  [[nodiscard]] std::size_t length() const noexcept { return length_; }
+  [[nodiscard]] std::size_t end() const noexcept { return end_; }
+  [[nodiscard]] const std::vector<Token>& sequence() const noexcept { return sequence_; }
+
+ private:
+  MatchConfig config_;
+  std::vector<Token> sequence_;
+  NGramPredictor counts_;
+  std::size_t length_ = 0;
+  std::size_t end_ = 0;
+};
+
+// A random stream: uniform over a small vocabulary, or a motif repeated with noise and
+// occasional jumps, so that matches of every length (past kMaxVerify too) occur.
+std::vector<Token> random_stream(std::mt19937_64& rng, std::size_t length) {
+  const auto pick = [&rng](std::size_t lo, std::size_t hi) {
+    return static_cast<std::size_t>(std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng));
+  };
+  const Token vocab = static_cast<Token>(pick(2, 12));
+  std::vector<Token> stream;
+  if (pick(0, 2) == 0) {
+    for (std::size_t i = 0; i < length; ++i) stream.push_back(static_cast<Token>(pick(0, vocab - 1)));
+    return stream;
+  }
+  std::vector<Token> motif(pick(1, 90));
+  for (Token& t : motif) t = static_cast<Token>(pick(0, 1000));
+  std::size_t at = 0;
+  const std::size_t noise = pick(0, 20);
+  for (std::size_t i = 0; i < length; ++i) {
+    if (pick(0, 99) < noise) {
+      stream.push_back(static_cast<Token>(pick(0, vocab - 1)));
+      if (pick(0, 3) == 0) at = pick(0, motif.size() - 1);
+    } else {
+      stream.push_back(motif[at]);
+      at = (at + 1) % motif.size();
+    }
+  }
+  return stream;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+TEST(MatchDrafterConfig, InvalidFieldsAreNamedWithTheirValue) {
+  const auto message = [](const MatchConfig& config) {
+    try {
+      MatchDrafter drafter(config);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  EXPECT_THAT(message(make_config(3, 3, 4)), HasSubstr("cap = 3"));
+  EXPECT_THAT(message(make_config(0, 3, 4)), HasSubstr("cap = 0"));
+  EXPECT_THAT(message(make_config(MatchDrafter::kMaxCap + 1, 3, 4)),
+              HasSubstr("cap = " + std::to_string(MatchDrafter::kMaxCap + 1)));
+  EXPECT_THAT(message(make_config(16, 0, 4)), HasSubstr("copy_min_match = 0"));
+  EXPECT_THAT(message(make_config(16, 3, 0)), HasSubstr("draft_count = 0"));
+  EXPECT_THAT(message(make_config(16, 3, 4, 1)), HasSubstr("count_max_order = 1"));
+  EXPECT_THAT(message(make_config(16, 3, 4, MatchDrafter::kMaxCountOrder + 1)),
+              HasSubstr("count_max_order = " + std::to_string(MatchDrafter::kMaxCountOrder + 1)));
+  EXPECT_EQ(message(make_config(4, 1, 1, 2)), "no exception");
+  EXPECT_EQ(message(make_config(4, 1, 1, MatchDrafter::kMaxCountOrder)), "no exception");
+  EXPECT_EQ(message(MatchConfig{}), "no exception");
+}
+
+TEST(MatchDrafterConfig, MemoryIsBoundedPerCapToken) {
+  for (const std::size_t order : {2, 3, 4}) {
+    const std::size_t per_token =
+        MatchDrafter::kMaxBytesPerToken + (order > 3 ? (order - 3) * MatchDrafter::kMaxBytesPerTokenPerOrder : 0);
+    for (const std::size_t cap : {4, 5, 100, 1024, 1025, 4097, 16385}) {
+      SCOPED_TRACE("cap " + std::to_string(cap) + " count_max_order " + std::to_string(order));
+      const MatchDrafter drafter(make_config(cap, 3, 4, order));
+      EXPECT_LE(drafter.memory_bytes(), per_token * cap + 4096);
+      EXPECT_GE(drafter.memory_bytes(), 4 * cap);  // at least the token array
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hand-traced cases
+
+TEST(MatchDrafter, NothingObservedNothingDrafted) {
+  const MatchDrafter drafter;
+  EXPECT_THAT(drafts(drafter, 8), IsEmpty());
+  EXPECT_EQ(drafter.match_length(), 0U);
+}
+
+TEST(MatchDrafter, MatchExtendsTokenByTokenAndIsCopied) {
+  MatchDrafter drafter(make_config(64, 3, 4));
+  drafter.update(std::vector<Token>{1, 2, 3, 9});
+  EXPECT_EQ(drafter.match_length(), 0U);  // 9 is new
+  drafter.update(1);                      // anchors at the 1 at position 0
+  EXPECT_EQ(drafter.match_length(), 1U);
+  EXPECT_EQ(drafter.match_end(), 1U);
+  drafter.update(2);
+  EXPECT_EQ(drafter.match_length(), 2U);
+  EXPECT_EQ(drafter.match_end(), 2U);
+  drafter.update(3);
+  EXPECT_EQ(drafter.match_length(), 3U);
+  EXPECT_EQ(drafter.match_end(), 3U);
+  // "1 2 3" was followed by 9, then by the repeat that is the end of the sequence.
+  EXPECT_THAT(drafts(drafter, 8), ElementsAre(9, 1, 2, 3));
+  EXPECT_THAT(drafts(drafter, 2), ElementsAre(9, 1));
+}
+
+TEST(MatchDrafter, MismatchReAnchorsAtTheMostRecentOccurrence) {
+  // 1 2 5 1 2 6 7 1 2: after the last 2, "7 1 2" is new and "1 2" last ended at 5.
+  const MatchDrafter drafter = observed(make_config(64, 2, 4), {1, 2, 5, 1, 2, 6, 7, 1, 2});
+  EXPECT_EQ(drafter.match_length(), 2U);
+  EXPECT_EQ(drafter.match_end(), 5U);
+  EXPECT_THAT(drafts(drafter, 4), ElementsAre(6, 7, 1, 2));
+}
+
+TEST(MatchDrafter, ShortMatchDraftsTheMostFrequentContinuationLongOneCopies) {
+  // "1 2" was followed by 5, 5 and (most recently) 6; the match is "1 2" ending at 8.
+  const std::vector<Token> stream = {1, 2, 5, 1, 2, 5, 1, 2, 6, 8, 1, 2};
+  const MatchDrafter copying = observed(make_config(64, 2, 4), stream);
+  EXPECT_EQ(copying.match_length(), 2U);
+  EXPECT_EQ(copying.match_end(), 8U);
+  EXPECT_THAT(drafts(copying, 4), ElementsAre(6, 8, 1, 2));
+  const MatchDrafter counting = observed(make_config(64, 3, 4), stream);
+  EXPECT_EQ(counting.match_length(), 2U);
+  EXPECT_THAT(drafts(counting, 4), ElementsAre(5, 1, 2, 5));
+}
+
+TEST(MatchDrafter, CopyRunsIntoItsOwnDrafts) {
+  // After 1 2 3 1 2 3 the match is "1 2 3" ending at 3: the copy reads 1 2 3 from the
+  // sequence and then the drafts it has just written.
+  const MatchDrafter drafter = observed(make_config(64, 3, 7), {1, 2, 3, 1, 2, 3});
+  EXPECT_EQ(drafter.match_length(), 3U);
+  EXPECT_EQ(drafter.match_end(), 3U);
+  EXPECT_THAT(drafts(drafter, 16), ElementsAre(1, 2, 3, 1, 2, 3, 1));
+  // A period of one: the copy source is the draft just produced.
+  const MatchDrafter repeat = observed(make_config(64, 3, 5), {4, 4, 4, 4});
+  EXPECT_EQ(repeat.match_length(), 3U);
+  EXPECT_EQ(repeat.match_end(), 3U);
+  EXPECT_THAT(drafts(repeat, 8), ElementsAre(4, 4, 4, 4, 4));
+}
+
+TEST(MatchDrafter, ReAnchoringMeasuresAtMostMaxVerifyTokens) {
+  // B c B d B c: at the last c the match at "B d" breaks and re-anchors at the first "B c",
+  // whose true length is |B| + 1 = 101; the backward check stops at kMaxVerify.
+  std::vector<Token> block(100);
+  for (std::size_t i = 0; i < block.size(); ++i) block[i] = static_cast<Token>(1000 + i);
+  std::vector<Token> stream = block;
+  stream.push_back(7);
+  stream.insert(stream.end(), block.begin(), block.end());
+  stream.push_back(8);
+  stream.insert(stream.end(), block.begin(), block.end());
+  stream.push_back(7);
+  MatchDrafter drafter = observed(make_config(1024, 3, 4), stream);
+  EXPECT_EQ(drafter.match_length(), MatchDrafter::kMaxVerify);
+  EXPECT_EQ(drafter.match_end(), 101U);
+  EXPECT_THAT(drafts(drafter, 4), ElementsAre(1000, 1001, 1002, 1003));
+  drafter.update(1000);  // extension is not bounded
+  EXPECT_EQ(drafter.match_length(), MatchDrafter::kMaxVerify + 1);
+}
+
+TEST(MatchDrafter, ResetForgetsTheSequence) {
+  const std::vector<Token> stream = {1, 2, 5, 1, 2, 5, 1, 2, 6, 8, 1, 2, 6};
+  MatchDrafter drafter = observed(make_config(64, 3, 4), {9, 9, 9, 9, 3, 4, 9, 9, 9});
+  EXPECT_THAT(drafts(drafter, 4), Not(IsEmpty()));
+  drafter.reset();
+  EXPECT_EQ(drafter.tokens_seen(), 0U);
+  EXPECT_EQ(drafter.indexed(), 0U);
+  EXPECT_EQ(drafter.match_length(), 0U);
+  EXPECT_THAT(drafts(drafter, 4), IsEmpty());
+  drafter.update(stream);
+  const MatchDrafter fresh = observed(make_config(64, 3, 4), stream);
+  EXPECT_EQ(drafter.match_length(), fresh.match_length());
+  EXPECT_EQ(drafter.match_end(), fresh.match_end());
+  EXPECT_EQ(drafts(drafter, 4), drafts(fresh, 4));
+}
+
+TEST(MatchDrafter, BeyondTheCapTheIndexFreezesAndCopiesStopAtItsEnd) {
+  // cap 4: the index holds 1 2 3 4.
+  MatchDrafter drafter = observed(make_config(4, 3, 4), {1, 2, 3, 4, 1, 2, 3});
+  EXPECT_EQ(drafter.indexed(), 4U);
+  EXPECT_EQ(drafter.tokens_seen(), 7U);
+  EXPECT_EQ(drafter.match_length(), 3U);
+  EXPECT_EQ(drafter.match_end(), 3U);
+  EXPECT_THAT(drafts(drafter, 4), ElementsAre(4));  // the copy stops at the end of the index
+  drafter.update(std::vector<Token>{9, 1, 2, 3});
+  // "1 2 3 9" (tokens 4..7) is past the cap: only the first occurrence can be copied.
+  EXPECT_EQ(drafter.match_end(), 3U);
+  EXPECT_THAT(drafts(drafter, 4), ElementsAre(4));
+  drafter.update(4);  // extends to the end of the index
+  EXPECT_EQ(drafter.match_length(), 4U);
+  EXPECT_EQ(drafter.match_end(), 4U);
+  drafter.update(1);  // nothing after the index to extend into: re-anchors at the 1 at 0
+  EXPECT_EQ(drafter.match_length(), 1U);
+  EXPECT_EQ(drafter.match_end(), 1U);
+  EXPECT_EQ(drafter.indexed(), 4U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties
+
+TEST(MatchDrafterProperty, AgreesWithTheNaiveDefinitionAfterEveryToken) {
+  static constexpr std::size_t kCaps[] = {4, 5, 17, 60, 1000};
+  static constexpr std::size_t kCopyMins[] = {1, 2, 3, 3, 4, 7};
+  static constexpr std::size_t kDraftCounts[] = {1, 4, 9};
+  for (std::uint64_t seed = 0; seed < 120; ++seed) {
+    std::mt19937_64 rng(seed);
+    const MatchConfig config = make_config(kCaps[rng() % std::size(kCaps)], kCopyMins[rng() % std::size(kCopyMins)],
+                                           kDraftCounts[rng() % std::size(kDraftCounts)], 2 + rng() % 3);
+    const std::vector<Token> stream = random_stream(rng, 1 + rng() % 260);
+    SCOPED_TRACE("seed " + std::to_string(seed) + " config " + config_string(config) + " stream " +
+                 tokens_string(stream));
+    MatchDrafter drafter(config);
+    NaiveMatch naive(config);
+    for (std::size_t i = 0; i < stream.size(); ++i) {
+      // Sometimes a span, to cover update(span) too.
+      const std::size_t run = std::min<std::size_t>(stream.size() - i, rng() % 4 == 0 ? 1 + rng() % 5 : 1);
+      const std::span<const Token> piece(stream.data() + i, run);
+      if (run == 1) {
+        drafter.update(piece[0]);
+      } else {
+        drafter.update(piece);
+      }
+      for (const Token t : piece) naive.update(t);
+      i += run - 1;
+      SCOPED_TRACE("after " + std::to_string(i + 1) + " tokens");
+      ASSERT_EQ(drafter.match_length(), naive.length());
+      if (naive.length() > 0) {
+        ASSERT_EQ(drafter.match_end(), naive.end());
+      }
+      const std::size_t room = rng() % 12;
+      ASSERT_EQ(drafts(drafter, room), naive.predict(room)) << "room " << room;
+    }
+  }
+}
+
+TEST(MatchDrafterProperty, MatchIsGenuineAndExactWhenShort) {
+  for (std::uint64_t seed = 1000; seed < 1100; ++seed) {
+    std::mt19937_64 rng(seed);
+    const MatchConfig config = make_config(rng() % 3 == 0 ? 4 + rng() % 40 : 4096, 3, 4);
+    const std::vector<Token> stream = random_stream(rng, 1 + rng() % 300);
+    SCOPED_TRACE("seed " + std::to_string(seed) + " config " + config_string(config));
+    MatchDrafter drafter(config);
+    NaiveMatch naive(config);  // only for its sequence and longest_match()
+    for (std::size_t i = 0; i < stream.size(); ++i) {
+      drafter.update(stream[i]);
+      naive.update(stream[i]);
+      const std::vector<Token>& s = naive.sequence();
+      const std::size_t length = drafter.match_length();
+      const std::size_t end = drafter.match_end();
+      const std::size_t longest = naive.longest_match();
+      SCOPED_TRACE("after " + std::to_string(i + 1) + " tokens: L " + std::to_string(length) + " e " +
+                   std::to_string(end) + " longest " + std::to_string(longest));
+      // Genuine: an earlier occurrence inside the index, whose tokens are the sequence's end.
+      if (length > 0) {
+        ASSERT_LT(end, s.size());
+        ASSERT_LE(end, drafter.indexed());
+        ASSERT_LE(length, end);
+        for (std::size_t j = 0; j < length; ++j) ASSERT_EQ(s[end - 1 - j], s[s.size() - 1 - j]) << "j " << j;
+      }
+      ASSERT_LE(length, longest);
+      ASSERT_GE(length, std::min<std::size_t>(longest, MatchDrafter::kAnchorOrder));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through the decoder
+
+TEST(MatchDrafterProperty, GreedyIdentityThroughTheDecoder) {
+  for (std::uint64_t seed = 0; seed < 400; ++seed) {
+    test::DecodeCase c = test::random_decode_case(seed);
+    c.options.speculate = true;
+    std::mt19937_64 rng(seed);
+    const MatchConfig config =
+        make_config(rng() % 2 == 0 ? 4 + rng() % 30 : 4096, 1 + rng() % 4, 1 + rng() % 12, 2 + rng() % 3);
+    SCOPED_TRACE(c.describe() + " match " + config_string(config));
+    test::GreedyModel model(c.rule.rule, c.max_batch);
+    SpeculativeDecoder decoder(model, MatchDrafter(config));
+    const test::GreedyReference ref = test::plain_greedy(c.rule.rule, c.prompt, c.options);
+    const DecodeResult result = decoder.generate(c.prompt, c.options);
+    ASSERT_EQ(result.tokens, ref.tokens);
+    EXPECT_EQ(result.stop_reason, ref.stop_reason);
+    EXPECT_THAT(model.violations(), IsEmpty());
+    const DecodeResult again = decoder.generate(c.prompt, c.options);  // starts fresh
+    ASSERT_EQ(again.tokens, ref.tokens);
+  }
+}
+
+TEST(MatchDrafter, CopyingARepeatTakesFewerPassesThanPlainDecoding) {
+  // A 40-token cycle in the prompt, continued by the model: after one lap the match copies.
+  test::GreedyModel model(test::RepeatRule{40, 1000}, 64);
+  std::vector<Token> prompt;
+  for (Token t = 0; t < 80; ++t) prompt.push_back((t % 40 * 37 + 11) % 1000);
+  DecodeOptions options;
+  options.max_new_tokens = 200;
+  options.max_drafts = 8;
+  SpeculativeDecoder decoder(model, MatchDrafter(make_config(4096, 3, 8)));
+  const DecodeResult result = decoder.generate(prompt, options);
+  EXPECT_EQ(result.tokens, test::plain_greedy(test::RepeatRule{40, 1000}, prompt, 200));
+  EXPECT_LE(result.stats.decode_passes, 200U / 9 + 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// No allocation after construction
+
+TEST(MatchDrafter, AllocationCounterSeesAllocations) {
+  // Guards the test below against a counter that counts nothing.
+  static std::vector<Token> sink;
+  std::size_t allocations = 0;
+  {
+    const test::AllocationCounter counter;
+    sink.reserve(sink.capacity() + 64);
+    allocations = counter.count();
+  }
+  EXPECT_GE(allocations, 1U);
+}
+
+TEST(MatchDrafter, UpdatePredictAndResetDoNotAllocate) {
+  for (const MatchConfig& config :
+       {make_config(4, 3, 4, 4), make_config(64, 3, 8), make_config(4096, 2, 16, 2), make_config(4096, 3, 16, 4)}) {
+    SCOPED_TRACE(config_string(config));
+    MatchDrafter drafter(config);
+    std::mt19937_64 rng(7);
+    const std::vector<Token> stream = random_stream(rng, 3000);
+    std::vector<Token> out(16);
+    std::size_t drafted = 0;
+    std::size_t allocations = 0;
+    {
+      const test::AllocationCounter counter;
+      for (int round = 0; round < 3; ++round) {
+        for (std::size_t i = 0; i < stream.size(); i += 5) {
+          drafter.update(std::span<const Token>(stream).subspan(i, std::min<std::size_t>(5, stream.size() - i)));
+          drafter.update(stream[i]);
+          drafted += drafter.predict(out);
+        }
+        drafter.reset();
+      }
+      allocations = counter.count();
+    }
+    EXPECT_EQ(allocations, 0U);
+    EXPECT_GT(drafted, 0U);  // the loop exercised drafting, not only empty predictions
+  }
+}
+
+}  // namespace
+}  // namespace ngramspec
