@@ -1,0 +1,117 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include <ngramspec/token.hpp>
+
+namespace ngramspec::llama2 {
+
+/// Shape of a Llama-2-architecture model, as the llama2.c checkpoint header states it.
+struct Config {
+  std::size_t dim = 0;         ///< width of the residual stream
+  std::size_t hidden_dim = 0;  ///< width of the SwiGLU feed-forward layer
+  std::size_t n_layers = 0;    ///< transformer blocks
+  std::size_t n_heads = 0;     ///< query heads; head_size = dim / n_heads
+  std::size_t n_kv_heads = 0;  ///< key/value heads (grouped-query attention when fewer than n_heads)
+  std::size_t vocab_size = 0;  ///< tokens in the vocabulary
+  std::size_t seq_len = 0;     ///< most positions the KV cache holds
+  bool shared_classifier = true;  ///< logits use the token embedding (else a separate wcls)
+
+  [[nodiscard]] std::size_t head_size() const noexcept { return dim / n_heads; }
+  [[nodiscard]] std::size_t kv_dim() const noexcept { return n_kv_heads * head_size(); }
+  /// Floats the checkpoint holds after its header, the two unused legacy RoPE tables included.
+  [[nodiscard]] std::uint64_t file_floats() const noexcept;
+};
+
+/// Throws std::invalid_argument saying which field is wrong when `config` cannot describe a model.
+void validate(const Config& config);
+
+/// Float32 Llama-2 transformer over one sequence, with its KV cache sized to seq_len.
+///
+/// forward_logits() takes several tokens at once and streams every weight matrix once for all of
+/// them, so a verify pass of k+1 tokens is matrix-matrix work, not k+1 one-token passes. The
+/// kernels are batch-invariant: each output element is reduced in an order fixed by the matrix
+/// shape alone, so the logits at a position are bitwise the same whether the position is fed alone
+/// or inside a longer pass, and after a rollback. Greedy speculative decoding over this model thus
+/// reproduces plain decoding exactly, near-ties included.
+///
+/// Satisfies ngramspec::TargetModel (greedy: the argmax of the logits, ties to the lowest id) and
+/// ngramspec::LogitsModel (wrap it in a SamplingModel to sample).
+/// Not thread-safe; one sequence per instance.
+class Transformer {
+ public:
+  /// Most tokens one forward takes unless the constructor is told otherwise.
+  static constexpr std::size_t kDefaultMaxBatch = 64;
+
+  /// Loads a llama2.c checkpoint (legacy format, version 0). Throws std::runtime_error when the
+  /// file cannot be read, and std::invalid_argument when its header is inconsistent or its size
+  /// is not what the header implies.
+  static Transformer load(const std::filesystem::path& path, std::size_t max_batch = kDefaultMaxBatch);
+  /// A model of shape `config` with deterministic pseudo-random weights drawn from `seed`.
+  static Transformer random(const Config& config, std::uint64_t seed, std::size_t max_batch = kDefaultMaxBatch);
+
+  // Movable, not copyable: the layer pointers point into weights_, whose buffer a move keeps.
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+  Transformer(Transformer&&) noexcept = default;
+  Transformer& operator=(Transformer&&) noexcept = default;
+  ~Transformer() = default;
+
+  /// Feeds `tokens` at positions pos .. pos+n-1 and writes n rows of vocab_size() logits, row i
+  /// for the sequence up to tokens[i]. Requires pos == length(), 1 <= n <= max_batch(),
+  /// pos + n <= seq_len and logits.size() == n * vocab_size(); throws std::invalid_argument otherwise.
+  void forward_logits(std::size_t pos, std::span<const Token> tokens, std::span<float> logits);
+  /// TargetModel: as forward_logits, and next[i] = the argmax of row i (ties to the lowest id).
+  void forward(std::size_t pos, std::span<const Token> tokens, std::span<Token> next);
+  /// LogitsModel: forward_logits under the name SamplingModel calls.
+  void forward(std::size_t pos, std::span<const Token> tokens, std::span<float> logits) {
+    forward_logits(pos, tokens, logits);
+  }
+  /// Discards positions >= pos (pos <= length()).
+  void rollback(std::size_t pos);
+
+  [[nodiscard]] std::size_t max_batch() const noexcept { return max_batch_; }
+  [[nodiscard]] std::size_t vocab_size() const noexcept { return config_.vocab_size; }
+  [[nodiscard]] const Config& config() const noexcept { return config_; }
+  /// Positions the KV cache holds.
+  [[nodiscard]] std::size_t length() const noexcept { return length_; }
+
+ private:
+  struct Layer {
+    const float* rms_att;
+    const float* wq;
+    const float* wk;
+    const float* wv;
+    const float* wo;
+    const float* rms_ffn;
+    const float* w1;
+    const float* w2;
+    const float* w3;
+  };
+
+  Transformer(const Config& config, std::vector<float> weights, std::size_t max_batch);
+  void attention(std::size_t layer, std::size_t pos, std::size_t n);
+
+  Config config_;
+  std::size_t max_batch_;
+  std::size_t length_ = 0;
+  std::vector<float> weights_;  // the checkpoint's floats, in file order
+  const float* token_embedding_ = nullptr;
+  std::vector<Layer> layers_;
+  const float* rms_final_ = nullptr;
+  const float* classifier_ = nullptr;
+  std::vector<float> key_cache_;    // [layer][position][kv_dim]
+  std::vector<float> value_cache_;  // [layer][position][kv_dim]
+  std::vector<float> rotation_;     // RoPE [position][head_size]: cos, sin of each pair's angle
+  // Activations for max_batch tokens, row-major [token][width].
+  std::vector<float> x_, xb_, xb2_, q_, hb_, hb2_, scores_, logits_;
+};
+
+/// Index of the largest value; the lowest index wins ties.
+[[nodiscard]] Token argmax(std::span<const float> values) noexcept;
+
+}  // namespace ngramspec::llama2

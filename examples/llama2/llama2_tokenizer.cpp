@@ -1,0 +1,115 @@
+#include "llama2_tokenizer.hpp"
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+namespace ngramspec::llama2 {
+
+Tokenizer::Tokenizer(const std::filesystem::path& path, std::size_t vocab_size) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw std::runtime_error("llama2: cannot open tokenizer '" + path.string() + "'");
+  const auto bad = [&](const std::string& what) {
+    return std::invalid_argument("llama2: tokenizer '" + path.string() + "' " + what);
+  };
+  std::int32_t max_token_length = 0;
+  if (!file.read(reinterpret_cast<char*>(&max_token_length), sizeof max_token_length) || max_token_length <= 0) {
+    throw bad("has no valid max_token_length header");
+  }
+  pieces_.reserve(vocab_size);
+  scores_.reserve(vocab_size);
+  for (std::size_t id = 0; id < vocab_size; ++id) {
+    float score = 0.0f;
+    std::int32_t length = 0;
+    file.read(reinterpret_cast<char*>(&score), sizeof score);
+    file.read(reinterpret_cast<char*>(&length), sizeof length);
+    if (!file) {
+      throw bad("ends after " + std::to_string(id) + " tokens, but the model's vocabulary has " +
+                std::to_string(vocab_size));
+    }
+    if (length < 0 || length > max_token_length) {
+      throw bad("token " + std::to_string(id) + " has length " + std::to_string(length) + ", outside 0.." +
+                std::to_string(max_token_length));
+    }
+    std::string piece(static_cast<std::size_t>(length), '\0');
+    if (!file.read(piece.data(), length)) {
+      throw bad("ends inside token " + std::to_string(id) + ", but the model's vocabulary has " +
+                std::to_string(vocab_size));
+    }
+    ids_.emplace(piece, static_cast<Token>(id));  // keeps the first id of a repeated piece
+    pieces_.push_back(std::move(piece));
+    scores_.push_back(score);
+  }
+  if (file.peek() != std::ifstream::traits_type::eof()) {
+    throw bad("holds more tokens than the model's vocabulary of " + std::to_string(vocab_size));
+  }
+  // Byte fallback needs <0x00>..<0xFF> at consecutive ids; llama2.c vocabularies put them at 3..258.
+  if (vocab_size < 259 || pieces_[3] != "<0x00>" || pieces_[258] != "<0xFF>") {
+    throw bad("lacks the byte-fallback tokens <0x00>..<0xFF> at ids 3..258");
+  }
+}
+
+int Tokenizer::lookup(std::string_view piece) const {
+  const auto it = ids_.find(std::string(piece));
+  return it == ids_.end() ? -1 : static_cast<int>(it->second);
+}
+
+std::vector<Token> Tokenizer::encode(std::string_view text) const {
+  std::vector<Token> tokens{kBos};
+  if (text.empty()) return tokens;
+  // The dummy prefix: SentencePiece-trained vocabularies expect words to start with a space.
+  std::string spaced(1, ' ');
+  spaced.append(text);
+  for (std::size_t i = 0; i < spaced.size();) {
+    // A UTF-8 character: the lead byte and up to three continuation bytes (10xxxxxx).
+    std::size_t end = i + 1;
+    while (end < spaced.size() && end - i < 4 && (static_cast<unsigned char>(spaced[end]) & 0xC0) == 0x80) ++end;
+    const int id = lookup(std::string_view(spaced).substr(i, end - i));
+    if (id >= 0) {
+      tokens.push_back(static_cast<Token>(id));
+    } else {
+      for (std::size_t b = i; b < end; ++b) tokens.push_back(byte_base_ + static_cast<unsigned char>(spaced[b]));
+    }
+    i = end;
+  }
+  // Merge the best-scoring adjacent pair until no adjacent pair forms a known piece. O(n^2), fine for prompts.
+  std::string merged;
+  for (;;) {
+    float best_score = 0.0f;
+    int best_id = -1;
+    std::size_t best_at = 0;
+    for (std::size_t i = 1; i + 1 < tokens.size(); ++i) {  // never merge across BOS
+      merged = pieces_[tokens[i]];
+      merged += pieces_[tokens[i + 1]];
+      const int id = lookup(merged);
+      if (id >= 0 && (best_id < 0 || scores_[static_cast<std::size_t>(id)] > best_score)) {
+        best_score = scores_[static_cast<std::size_t>(id)];
+        best_id = id;
+        best_at = i;
+      }
+    }
+    if (best_id < 0) break;
+    tokens[best_at] = static_cast<Token>(best_id);
+    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
+  }
+  return tokens;
+}
+
+std::string Tokenizer::decode(std::span<const Token> tokens, Token previous) const {
+  std::string text;
+  for (const Token token : tokens) {
+    const std::string& piece = pieces_.at(token);
+    std::size_t skip = 0;
+    if (previous == kBos && !piece.empty() && piece[0] == ' ') skip = 1;
+    if (token >= byte_base_ && token < byte_base_ + 256) {
+      text += static_cast<char>(token - byte_base_);
+    } else {
+      text.append(piece, skip);
+    }
+    previous = token;
+  }
+  return text;
+}
+
+}  // namespace ngramspec::llama2
