@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -141,6 +142,14 @@ Transformer Transformer::load(const std::filesystem::path& path, std::size_t max
   config.seq_len = static_cast<std::size_t>(header[6]);
   validate(config);
 
+  // The KV cache grows with n_layers * seq_len * kv_dim, which the file's size does not bound
+  // (the file grows with each factor apart): a small corrupt file must not demand terabytes.
+  const std::uint64_t kv_floats = std::uint64_t{config.n_layers} * config.kv_dim();
+  if (kv_floats != 0 && config.seq_len > kMaxKvCacheFloats / 2 / kv_floats) {
+    throw std::invalid_argument("llama2: checkpoint '" + path.string() + "' (" + describe(config) +
+                                ") needs a KV cache of 2 * n_layers * seq_len * kv_dim floats, more than " +
+                                std::to_string(kMaxKvCacheFloats) + "; its header is implausible");
+  }
   // Compared in floats, not bytes: 4 * floats can overflow for a corrupt header that passes validate().
   const std::uint64_t expected = config.file_floats();
   const std::uint64_t body = file_bytes - kHeaderBytes;
@@ -151,10 +160,15 @@ Transformer Transformer::load(const std::filesystem::path& path, std::size_t max
                                 std::to_string(expected) + " bytes: " +
                                 (body / sizeof(float) < expected ? "the file is truncated" : "the file has trailing data"));
   }
-  std::vector<float> weights(config.file_floats());
-  file.read(reinterpret_cast<char*>(weights.data()), static_cast<std::streamsize>(weights.size() * sizeof(float)));
-  if (!file) throw std::runtime_error("llama2: error reading checkpoint '" + path.string() + "'");
-  return Transformer(config, std::move(weights), max_batch);
+  try {
+    std::vector<float> weights(config.file_floats());
+    file.read(reinterpret_cast<char*>(weights.data()), static_cast<std::streamsize>(weights.size() * sizeof(float)));
+    if (!file) throw std::runtime_error("llama2: error reading checkpoint '" + path.string() + "'");
+    return Transformer(config, std::move(weights), max_batch);
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error("llama2: not enough memory for checkpoint '" + path.string() + "' (" + describe(config) +
+                             "): its weights, KV cache and activations could not be allocated");
+  }
 }
 
 Transformer Transformer::random(const Config& config, std::uint64_t seed, std::size_t max_batch) {

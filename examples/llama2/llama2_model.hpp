@@ -46,6 +46,8 @@ class Transformer {
  public:
   /// Most tokens one forward takes unless the constructor is told otherwise.
   static constexpr std::size_t kDefaultMaxBatch = 64;
+  /// Largest KV cache load() accepts, in floats (64 GiB): above it a header is taken as corrupt.
+  static constexpr std::uint64_t kMaxKvCacheFloats = std::uint64_t{1} << 34;
 
   /// Loads a llama2.c checkpoint (legacy format, version 0). Throws std::runtime_error when the
   /// file cannot be read, and std::invalid_argument when its header is inconsistent or its size

@@ -1,5 +1,6 @@
 #include "llama2_tokenizer.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -13,12 +14,18 @@ Tokenizer::Tokenizer(const std::filesystem::path& path, std::size_t vocab_size) 
   const auto bad = [&](const std::string& what) {
     return std::invalid_argument("llama2: tokenizer '" + path.string() + "' " + what);
   };
+  // The file's size bounds every length field, so a corrupt one cannot make us allocate more.
+  file.seekg(0, std::ios::end);
+  const auto file_bytes = static_cast<std::uint64_t>(file.tellg());
+  file.seekg(0, std::ios::beg);
   std::int32_t max_token_length = 0;
   if (!file.read(reinterpret_cast<char*>(&max_token_length), sizeof max_token_length) || max_token_length <= 0) {
     throw bad("has no valid max_token_length header");
   }
-  pieces_.reserve(vocab_size);
-  scores_.reserve(vocab_size);
+  // Each token takes at least 8 bytes of the file, which bounds the reservation too.
+  const auto expected_tokens = static_cast<std::size_t>(std::min<std::uint64_t>(vocab_size, file_bytes / 8));
+  pieces_.reserve(expected_tokens);
+  scores_.reserve(expected_tokens);
   for (std::size_t id = 0; id < vocab_size; ++id) {
     float score = 0.0f;
     std::int32_t length = 0;
@@ -31,6 +38,10 @@ Tokenizer::Tokenizer(const std::filesystem::path& path, std::size_t vocab_size) 
     if (length < 0 || length > max_token_length) {
       throw bad("token " + std::to_string(id) + " has length " + std::to_string(length) + ", outside 0.." +
                 std::to_string(max_token_length));
+    }
+    if (static_cast<std::uint64_t>(length) > file_bytes - static_cast<std::uint64_t>(file.tellg())) {
+      throw bad("ends inside token " + std::to_string(id) + ", but the model's vocabulary has " +
+                std::to_string(vocab_size));
     }
     std::string piece(static_cast<std::size_t>(length), '\0');
     if (!file.read(piece.data(), length)) {

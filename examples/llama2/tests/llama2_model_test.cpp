@@ -295,6 +295,22 @@ TEST_F(Llama2Checkpoint, RejectsMissingTruncatedAndInconsistentFiles) {
   EXPECT_NE(load_error(path("layers.bin")).find("invalid header"), std::string::npos) << load_error(path("layers.bin"));
 }
 
+// A header whose KV cache (n_layers * seq_len * kv_dim) would be enormous is refused from the header
+// alone, before anything is allocated: the file's size cannot bound that product.
+TEST_F(Llama2Checkpoint, RejectsAHeaderWhoseKvCacheWouldBeEnormous) {
+  Config huge = small_configs()[0];
+  huge.dim = 2;
+  huge.hidden_dim = 1;
+  huge.n_heads = 1;
+  huge.n_kv_heads = 1;
+  huge.vocab_size = 1;
+  huge.n_layers = 65536;
+  huge.seq_len = 1048576;
+  write(path("kv.bin"), huge, 0);
+  const std::string error = load_error(path("kv.bin"));
+  EXPECT_NE(error.find("needs a KV cache"), std::string::npos) << error;
+}
+
 TEST(Llama2SharedCheckpoint, HeaderMatchesItsReadme) {
   NGRAMSPEC_REQUIRE_MODELS();
   const Transformer model = Transformer::load(test::models_dir() / "stories260K.bin");

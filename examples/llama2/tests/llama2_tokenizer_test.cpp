@@ -1,6 +1,7 @@
 // The llama2.c tokenizer on the shared tok512.bin: known encodings, round trips, size checks.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -86,6 +87,38 @@ TEST(Llama2Tokenizer, RejectsATruncatedFile) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("ends inside token 511"), std::string::npos) << e.what();
   }
+}
+
+// A token length field larger than what is left of the file is refused before anything is
+// allocated for the piece (a 12-byte file once asked for 2 GiB).
+TEST(Llama2Tokenizer, RejectsALengthLongerThanTheFileBeforeAllocating) {
+  const std::filesystem::path file = std::filesystem::path(::testing::TempDir()) / "llama2_huge_length.bin";
+  {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    const std::int32_t max_length = 0x7fffffff;
+    const float score = 0.0f;
+    const std::int32_t length = 0x7fffffff;
+    out.write(reinterpret_cast<const char*>(&max_length), sizeof max_length);
+    out.write(reinterpret_cast<const char*>(&score), sizeof score);
+    out.write(reinterpret_cast<const char*>(&length), sizeof length);
+  }
+  // Peak resident memory in KiB (VmHWM): filling a 2 GiB piece before noticing would raise it.
+  const auto peak_kib = [] {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6));
+    }
+    return 0ULL;
+  };
+  const unsigned long long before = peak_kib();
+  try {
+    const Tokenizer tokenizer(file, 1);
+    FAIL() << "loaded a truncated tokenizer";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("ends inside token 0"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(peak_kib(), before + 256 * 1024) << "the tokenizer allocated for a length the file cannot hold";
 }
 
 }  // namespace
