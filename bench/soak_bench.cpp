@@ -20,6 +20,7 @@
 
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/speculative_decoder.hpp"
+#include "support/mixed_stream.hpp"
 
 // Heap accounting: each block carries its size in a 16-byte header (16 keeps the alignment operator
 // new promises), so delete can subtract it. Single-threaded, like the program.
@@ -128,33 +129,6 @@ void print_table(const char* title, const std::vector<Sample>& samples, double s
   }
 }
 
-// Text that changes character every few thousand tokens: fresh tokens from a large vocabulary, a
-// short cycle, and a tiny vocabulary at random (many continuations per context).
-class MixedStream {
- public:
-  explicit MixedStream(std::uint64_t seed) : rng_(seed) {}
-  Token next() {
-    if (left_ == 0) {
-      regime_ = std::uniform_int_distribution<int>(0, 2)(rng_);
-      left_ = std::uniform_int_distribution<std::size_t>(500, 8000)(rng_);
-      period_ = std::uniform_int_distribution<std::size_t>(2, 40)(rng_);
-    }
-    --left_;
-    ++position_;
-    switch (regime_) {
-      case 0: return std::uniform_int_distribution<Token>(0, 31999)(rng_);
-      case 1: return static_cast<Token>(position_ % period_);
-      default: return std::uniform_int_distribution<Token>(0, 5)(rng_);
-    }
-  }
-
- private:
-  std::mt19937_64 rng_;
-  int regime_ = 0;
-  std::size_t left_ = 0;
-  std::size_t period_ = 2;
-  std::size_t position_ = 0;
-};
 
 // A greedy model that costs nothing and holds nothing but its length: next = an affine map of the
 // token modulo 251 (a cycle of at most 250 tokens, which the default 512-token window learns after
@@ -190,7 +164,7 @@ void soak_predictor(std::uint64_t total, std::uint64_t every) {
   std::vector<Sample> samples = make_samples(total, every);
   const auto start = std::chrono::steady_clock::now();
   NGramPredictor predictor;  // the defaults
-  MixedStream stream(42);
+  test::MixedStream stream(42);
   Token drafts[16];
   std::size_t drafted = 0;
   for (std::uint64_t i = 1; i <= total; ++i) {
