@@ -107,6 +107,13 @@ const D& prepared(const std::string& key, const Make& make, std::size_t k, std::
 
 std::string label(std::size_t context) { return stream().source + " ctx=" + std::to_string(context); }
 
+// Items are calls; the counter is the drafts each call made on average.
+void report_drafts(benchmark::State& state, std::size_t drafted, const std::string& text) {
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+  state.counters["drafts/call"] = benchmark::Counter(static_cast<double>(drafted), benchmark::Counter::kAvgIterations);
+  state.SetLabel(text);
+}
+
 template <class D, class Make>
 void register_drafter(const std::string& name, Make make) {
   for (const std::size_t context : kContexts) {
@@ -143,10 +150,7 @@ void register_drafter(const std::string& name, Make make) {
           benchmark::DoNotOptimize(out.data());
           benchmark::ClobberMemory();
         }
-        state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
-        state.counters["drafts/call"] =
-            benchmark::Counter(static_cast<double>(drafted), benchmark::Counter::kAvgIterations);
-        state.SetLabel(label(context) + " ns/call");
+        report_drafts(state, drafted, label(context) + " ns/call");
       })->MinTime(kMinSeconds);
     }
 
@@ -171,10 +175,7 @@ void register_drafter(const std::string& name, Make make) {
           benchmark::DoNotOptimize(out.data());
           benchmark::ClobberMemory();
         }
-        state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
-        state.counters["drafts/call"] =
-            benchmark::Counter(static_cast<double>(drafted), benchmark::Counter::kAvgIterations);
-        state.SetLabel(label(context) + " ns/step");
+        report_drafts(state, drafted, label(context) + " ns/step");
       })->MinTime(kMinSeconds);
     }
   }
