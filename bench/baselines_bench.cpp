@@ -1,6 +1,6 @@
-// What each drafter costs as the context grows: NGramPredictor against the prompt-lookup
-// drafters that rescan the whole context on every proposal and llama.cpp's unbounded n-gram
-// cache, at contexts of 1k to 128k tokens.
+// What each drafter costs as the context grows: NGramPredictor and MatchDrafter against the
+// prompt-lookup drafters that rescan the whole context on every proposal and llama.cpp's
+// unbounded n-gram cache, at contexts of 1k to 128k tokens.
 //
 // Per drafter and context length L (the drafter has observed L tokens of one long stream):
 //   update/...        ns per observed token, observing tokens L .. L + L/8 in turn
@@ -16,12 +16,19 @@
 // drafts/call says how much each call proposed, so a drafter cannot look cheap by drafting
 // nothing. The label names the stream: the recorded Spec-Bench streams concatenated in file
 // order when the shared data folder is there, else a synthetic mixture of fresh text and copies.
+//
+// MatchDrafter runs with a cap that indexes all of the longest context and the tokens after
+// it, so its index never stops growing within a benchmark: `match` with the other settings at
+// their defaults, `match+corpus` with a 64 MiB SharedCorpus holding a later part of the stream
+// (records of 256 tokens, none of the measured tokens), which it drafts from when its own
+// match is empty, and `match+gate` with min_confidence 0.1.
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -31,7 +38,9 @@
 
 #include "baselines/ngram_cache.hpp"
 #include "baselines/prompt_lookup.hpp"
+#include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/shared_corpus.hpp"
 #include "replay/token_streams.hpp"
 
 namespace {
@@ -42,6 +51,11 @@ constexpr std::array<std::size_t, 4> kContexts = {1024, 8192, 65536, 131072};
 constexpr std::array<std::size_t, 2> kDrafts = {4, 8};
 // Each figure is measured for this long; the whole run stays near a minute.
 constexpr double kMinSeconds = 0.1;
+// Update and step of a drafter whose copy costs O(cap) however short the context (MatchDrafter)
+// observe this many tokens instead, or the span when longer: going back to the state at L
+// every L/8 tokens would otherwise take seconds per figure at short contexts.
+constexpr std::size_t kFixedTokens = 16384;
+enum class Length { kMinTime, kFixedTokens };
 
 struct Stream {
   std::vector<Token> tokens;
@@ -50,6 +64,13 @@ struct Stream {
 
 // At least this many tokens: the longest context and the tokens observed after it.
 constexpr std::size_t kStreamTokens = kContexts.back() + kContexts.back() / 8 + 1;
+// Then this many for the shared corpus, so that it holds none of the measured tokens.
+constexpr std::size_t kCorpusTokens = 128 * 1024;
+constexpr std::size_t kCorpusRecordTokens = 256;
+constexpr std::size_t kCorpusBytes = std::size_t{64} << 20;
+// MatchDrafter's cap: every token a benchmark observes is indexed.
+constexpr std::size_t kMatchCap = 160 * 1024;
+static_assert(kMatchCap >= kStreamTokens);
 
 Stream load_stream() {
   Stream stream;
@@ -63,10 +84,10 @@ Stream load_stream() {
     stream.source = "specbench";
   }
 #endif
-  if (stream.tokens.size() < kStreamTokens) {
+  if (stream.tokens.size() < kStreamTokens + kCorpusTokens) {
     // Runs of 48 tokens, fresh and copied from anywhere earlier in turn, over a 32k vocabulary.
     replay::SyntheticSpec spec = replay::parse_synthetic("mixture:48");
-    spec.output_length = kStreamTokens;
+    spec.output_length = kStreamTokens + kCorpusTokens;
     spec.samples = 1;
     const replay::TokenStream synthetic = replay::make_synthetic(spec).front();
     stream.tokens = synthetic.prompt;
@@ -79,6 +100,19 @@ Stream load_stream() {
 const Stream& stream() {
   static const Stream loaded = load_stream();
   return loaded;
+}
+
+// Earlier requests' outputs for match+corpus: the kCorpusTokens after the measured ones, in records.
+const SharedCorpus& shared_corpus() {
+  static const std::unique_ptr<SharedCorpus> corpus = [] {
+    auto filled = std::make_unique<SharedCorpus>(kCorpusBytes);
+    const std::span<const Token> tokens = std::span<const Token>(stream().tokens).subspan(kStreamTokens, kCorpusTokens);
+    for (std::size_t at = 0; at < tokens.size(); at += kCorpusRecordTokens) {
+      filled->append(tokens.subspan(at, std::min(kCorpusRecordTokens, tokens.size() - at)));
+    }
+    return filled;
+  }();
+  return *corpus;
 }
 
 // The drafter after the first `context` tokens, or with `until_full` after the first tokens from
@@ -114,13 +148,22 @@ void report_drafts(benchmark::State& state, std::size_t drafted, const std::stri
   state.SetLabel(text);
 }
 
+// Measured for kMinSeconds, or over max(kFixedTokens, span) tokens.
+void set_length(benchmark::internal::Benchmark* benchmark, Length length, std::size_t span) {
+  if (length == Length::kFixedTokens) {
+    benchmark->Iterations(static_cast<benchmark::IterationCount>(std::max(kFixedTokens, span)));
+  } else {
+    benchmark->MinTime(kMinSeconds);
+  }
+}
+
 template <class D, class Make>
-void register_drafter(const std::string& name, Make make) {
+void register_drafter(const std::string& name, Make make, Length length = Length::kMinTime) {
   for (const std::size_t context : kContexts) {
     const std::string ctx = "/ctx:" + std::to_string(context);
     const std::size_t span = context / 8;  // tokens observed before going back to the state at `context`
 
-    benchmark::RegisterBenchmark(("update/" + name + ctx).c_str(), [=](benchmark::State& state) {
+    auto* update = benchmark::RegisterBenchmark(("update/" + name + ctx).c_str(), [=](benchmark::State& state) {
       const D& start = prepared<D>(name + ctx + "/4", make, 4, context);
       const std::vector<Token>& tokens = stream().tokens;
       D drafter = start;
@@ -137,7 +180,8 @@ void register_drafter(const std::string& name, Make make) {
       benchmark::DoNotOptimize(drafter);
       state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
       state.SetLabel(label(context) + " ns/token");
-    })->MinTime(kMinSeconds);
+    });
+    set_length(update, length, span);
 
     for (const std::size_t k : kDrafts) {
       const std::string suffix = ctx + "/k:" + std::to_string(k);
@@ -156,7 +200,7 @@ void register_drafter(const std::string& name, Make make) {
 
     for (const std::size_t k : kDrafts) {
       const std::string suffix = ctx + "/k:" + std::to_string(k);
-      benchmark::RegisterBenchmark(("step/" + name + suffix).c_str(), [=](benchmark::State& state) {
+      auto* step = benchmark::RegisterBenchmark(("step/" + name + suffix).c_str(), [=](benchmark::State& state) {
         const D& start = prepared<D>(name + ctx + "/" + std::to_string(k), make, k, context);
         const std::vector<Token>& tokens = stream().tokens;
         D drafter = start;
@@ -176,7 +220,8 @@ void register_drafter(const std::string& name, Make make) {
           benchmark::ClobberMemory();
         }
         report_drafts(state, drafted, label(context) + " ns/step");
-      })->MinTime(kMinSeconds);
+      });
+      set_length(step, length, span);
     }
   }
 }
@@ -187,6 +232,19 @@ void register_all() {
       return NGramPredictor(NGramConfig{2, 4, k, window});
     });
   }
+  register_drafter<MatchDrafter>(
+      "match", [](std::size_t k) { return MatchDrafter(MatchConfig{.cap = kMatchCap, .draft_count = k}); },
+      Length::kFixedTokens);
+  register_drafter<MatchDrafter>(
+      "match+corpus",
+      [](std::size_t k) { return MatchDrafter(MatchConfig{.cap = kMatchCap, .draft_count = k}, &shared_corpus()); },
+      Length::kFixedTokens);
+  register_drafter<MatchDrafter>(
+      "match+gate",
+      [](std::size_t k) {
+        return MatchDrafter(MatchConfig{.cap = kMatchCap, .draft_count = k, .min_confidence = 0.1});
+      },
+      Length::kFixedTokens);
   register_drafter<baselines::PromptLookupDrafter>("prompt-lookup(vllm,1-4)", [](std::size_t k) {
     return baselines::PromptLookupDrafter(baselines::vllm_ngram(1, 4, k));
   });

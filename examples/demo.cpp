@@ -135,12 +135,13 @@ struct Row {
 }  // namespace
 
 int main() {
-  const ngramspec::NGramPredictor drafter;
-  const ngramspec::NGramConfig& config = drafter.config();
+  const ngramspec::MatchDrafter drafter;  // the decoder's default drafter
+  const ngramspec::MatchConfig& config = drafter.config();
   std::printf("Greedy mock model, %u-token vocabulary, %zu-token prompt, %zu new tokens.\n", kVocab, kPromptLength,
               kNewTokens);
-  std::printf("Drafter: NGramPredictor defaults: orders %zu-%zu, %zu drafts a pass, window %zu tokens, %zu KiB.\n\n",
-              config.min_order, config.max_order, config.draft_count, config.window,
+  std::printf("Drafter: MatchDrafter defaults: copies matches of %zu+ tokens from the first %zu, else n-gram counts\n"
+              "of orders 2-%zu over the last %zu; %zu drafts a pass, %zu KiB.\n\n",
+              config.copy_min_match, config.cap, config.count_max_order, config.count_window, config.draft_count,
               (drafter.memory_bytes() + 512) / 1024);
 
   const Row rows[] = {run("periodic", Stream::periodic), run("random", Stream::random)};

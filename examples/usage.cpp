@@ -18,7 +18,7 @@ struct CountingModel {
 
 int main() {
   CountingModel model;
-  ngramspec::SpeculativeDecoder decoder(model);  // drafts with an NGramPredictor
+  ngramspec::SpeculativeDecoder decoder(model);  // drafts with a MatchDrafter
   const std::vector<Token> prompt = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1};
   const ngramspec::DecodeResult result = decoder.generate(prompt);  // DecodeOptions: 128 new tokens
   std::printf("%zu tokens in %zu target passes: %.2f tokens per pass\n", result.stats.generated,

@@ -1,6 +1,8 @@
 #include "ngramspec/match_drafter.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -22,35 +24,114 @@ MatchConfig validated(MatchConfig config) {
   if (config.cap > MatchDrafter::kMaxCap) {
     invalid("cap", config.cap, "must be at most " + std::to_string(MatchDrafter::kMaxCap));
   }
+  if (config.count_window != 0 && (config.count_window < kMinCap || config.count_window > MatchDrafter::kMaxCap)) {
+    invalid("count_window", config.count_window,
+            "must be 0 (the cap) or between " + std::to_string(kMinCap) + " and " + std::to_string(MatchDrafter::kMaxCap));
+  }
   if (config.copy_min_match == 0) invalid("copy_min_match", config.copy_min_match, "must be at least 1");
   if (config.draft_count == 0) invalid("draft_count", config.draft_count, "must be at least 1");
   if (config.count_max_order < 2 || config.count_max_order > MatchDrafter::kMaxCountOrder) {
     invalid("count_max_order", config.count_max_order,
             "must be between 2 and " + std::to_string(MatchDrafter::kMaxCountOrder));
   }
+  if (!(config.min_confidence >= 0 && config.min_confidence < 1)) {
+    throw std::invalid_argument("ngramspec::MatchConfig: min_confidence = " + std::to_string(config.min_confidence) +
+                                " is invalid: must be in [0, 1)");
+  }
   return config;
 }
 
+// The gate's estimates: the fraction of drafts of each class that the model accepted, given
+// that every earlier draft of the pass was accepted, measured by replaying the Spec-Bench
+// streams (docs/ALGORITHM.md, "The gate"). A class is the source, the length of the match
+// the draft continues (the match plus the drafts before it), bucketed, and for counts the
+// share of the context's occurrences that the drafted token followed.
+constexpr std::array<std::size_t, 7> kLengthBucketEnds = {1, 2, 3, 4, 6, 9, 15};  // the last bucket is > 15
+constexpr std::size_t kLengthBuckets = kLengthBucketEnds.size() + 1;
+
+std::size_t length_bucket(std::size_t length) noexcept {
+  for (std::size_t b = 0; b < kLengthBucketEnds.size(); ++b) {
+    if (length <= kLengthBucketEnds[b]) return b;
+  }
+  return kLengthBuckets - 1;
+}
+
+// [length bucket]: a copy of the sequence's own earlier text, and of the corpus.
+constexpr std::array<double, kLengthBuckets> kSequenceCopyAccepted = {0.264, 0.487, 0.607, 0.652,
+                                                                       0.718, 0.809, 0.866, 0.956};
+constexpr std::array<double, kLengthBuckets> kCorpusCopyAccepted = {0.123, 0.242, 0.327, 0.376,
+                                                                     0.424, 0.578, 0.741, 0.812};
+// [length bucket][share]: the counts. Shares: the context was seen once; every occurrence
+// agreed; >= 70% did; >= 50%; less.
+constexpr std::size_t kShares = 5;
+constexpr std::array<std::array<double, kShares>, kLengthBuckets> kCountsAccepted = {{
+    {0.358, 0.680, 0.476, 0.244, 0.159},
+    {0.489, 0.812, 0.517, 0.276, 0.161},
+    {0.638, 0.888, 0.654, 0.358, 0.199},
+    {0.736, 0.918, 0.781, 0.349, 0.161},
+    {0.750, 0.930, 0.753, 0.369, 0.243},
+    {0.796, 0.927, 0.747, 0.412, 0.192},
+    {0.851, 0.945, 0.583, 0.426, 0.314},
+    {0.875, 0.945, 0.583, 0.426, 0.314},
+}};
+
+std::size_t share_class(DraftEvidence evidence) noexcept {
+  const std::uint64_t count = evidence.count;
+  const std::uint64_t total = evidence.total;
+  if (total <= 1) return 0;
+  if (count == total) return 1;
+  if (10 * count >= 7 * total) return 2;
+  if (2 * count >= total) return 3;
+  return 4;
+}
+
+// The calibration: the estimates are scaled by how the sequence's first drafts have fared
+// against them, (hits + kPrior) / (expected + kPrior), over a memory of about kMemory tokens.
+constexpr double kPrior = 2;
+constexpr double kMemory = 128;
+constexpr double kDecay = 1 - 1 / kMemory;
+constexpr double kMaxEstimate = 0.995;
+
+// How many of `made` drafts pass the gate: the longest prefix whose running product of
+// scaled estimates stays at or above min_confidence.
+template <class Estimate>
+std::size_t gated(double min_confidence, double scale, std::size_t made, const Estimate& estimate) noexcept {
+  if (min_confidence <= 0) return made;
+  double chance = 1;
+  for (std::size_t j = 0; j < made; ++j) {
+    chance *= std::min(kMaxEstimate, estimate(j) * scale);
+    if (chance < min_confidence) return j;
+  }
+  return made;
+}
+
+// Most count drafts one gated predict() weighs (their evidence sits on the stack).
+constexpr std::size_t kMaxGatedCountDrafts = 64;
+
 }  // namespace
 
-MatchDrafter::MatchDrafter(MatchConfig config)
+MatchDrafter::MatchDrafter(MatchConfig config, const SharedCorpus* corpus)
     : config_(validated(config)),
+      corpus_(corpus),
       tokens_(config_.cap),
       counts_(NGramConfig{.min_order = 2,
                           .max_order = config_.count_max_order,
                           .draft_count = config_.draft_count,
-                          .window = config_.cap}) {
+                          .window = config_.count_window == 0 ? config_.cap
+                                                              : std::min(config_.count_window, config_.cap)}) {
   // Each indexed position ends at most one n-gram of each order: no table holds more than cap entries.
-  for (detail::OpenTable<LastEnd>& table : last_) table = detail::OpenTable<LastEnd>(config_.cap);
+  for (detail::LastEndTable& table : last_) table = detail::LastEndTable(config_.cap);
 }
 
 void MatchDrafter::reset() noexcept {
-  for (detail::OpenTable<LastEnd>& table : last_) table.clear();
+  for (detail::LastEndTable& table : last_) table.clear();
   counts_.reset();
   indexed_ = 0;
   seen_ = 0;
   length_ = 0;
   end_ = 0;
+  hits_ = 0;
+  expected_ = 0;
 }
 
 void MatchDrafter::update(std::span<const Token> tokens) noexcept {
@@ -58,6 +139,7 @@ void MatchDrafter::update(std::span<const Token> tokens) noexcept {
 }
 
 void MatchDrafter::update(Token token) noexcept {
+  if (config_.min_confidence > 0 && seen_ > 0) calibrate(token);
   // The most recent earlier occurrence followed by `token` is the most recent occurrence of
   // the match extended by it, so extending keeps both properties of the match.
   const bool extends = length_ > 0 && end_ < indexed_ && tokens_[end_] == token;
@@ -65,13 +147,17 @@ void MatchDrafter::update(Token token) noexcept {
   if (indexes) tokens_[indexed_++] = token;
   recent_[static_cast<std::size_t>(seen_) & (kMaxVerify - 1)] = token;
   ++seen_;
-  counts_.update(token);
   // hashes[n - 1]: FNV-1a of the last n tokens read newest first, so that one pass of
   // kAnchorOrder steps yields every order (read oldest first, each would need its own pass).
   const std::size_t orders = static_cast<std::size_t>(std::min<std::uint64_t>(kAnchorOrder, seen_));
   std::array<std::uint64_t, kAnchorOrder> hashes{};
   std::uint64_t hash = detail::kFnvOffsetBasis;
   for (std::size_t n = 1; n <= orders; ++n) hashes[n - 1] = hash = detail::fnv1a_step(hash, recent(n - 1));
+  // At long contexts the tables miss the cache; the counts' update runs while the slots load.
+  if (!extends || indexes) {
+    for (std::size_t n = 1; n <= orders; ++n) last_[n - 1].prefetch(hashes[n - 1]);
+  }
+  counts_.update(token);
   if (extends) {
     ++length_;
     ++end_;
@@ -80,7 +166,7 @@ void MatchDrafter::update(Token token) noexcept {
   }
   if (indexes) {
     for (std::size_t n = 1; n <= orders; ++n) {
-      last_[n - 1].find_or_insert(hashes[n - 1]).end = static_cast<std::uint32_t>(indexed_);
+      last_[n - 1].store(hashes[n - 1], static_cast<std::uint32_t>(indexed_));
     }
   }
 }
@@ -89,10 +175,9 @@ void MatchDrafter::re_anchor(std::span<const std::uint64_t> hashes) noexcept {
   length_ = 0;
   end_ = 0;
   for (std::size_t n = hashes.size(); n >= 1; --n) {
-    const LastEnd* found = last_[n - 1].find(hashes[n - 1]);
-    if (found == nullptr) continue;
-    const std::size_t end = found->end;
-    // Compare the tokens, so that a hash collision costs a shorter anchor, never a false one.
+    const std::size_t end = last_[n - 1].find(hashes[n - 1]);
+    if (end == 0) continue;
+    // Compare the tokens, so that a fingerprint collision costs a shorter anchor, never a false one.
     std::size_t length = 0;
     while (length < kMaxVerify && length < end && length < seen_ && tokens_[end - 1 - length] == recent(length)) {
       ++length;
@@ -107,26 +192,88 @@ void MatchDrafter::re_anchor(std::span<const std::uint64_t> hashes) noexcept {
 std::size_t MatchDrafter::predict(std::span<Token> out) const noexcept {
   const std::size_t n = std::min(out.size(), config_.draft_count);
   if (n == 0 || seen_ == 0) return 0;
-  if (length_ == 0 || length_ < config_.copy_min_match) return counts_.predict(out.first(n));
+  if (length_ == 0 && corpus_ != nullptr) return draft_from_corpus(out.first(n));
+  if (length_ == 0 || length_ < config_.copy_min_match) return draft_from_counts(out.first(n));
+  return copy_from_sequence(out.first(n));
+}
+
+std::size_t MatchDrafter::copy_from_sequence(std::span<Token> out) const noexcept {
   // While nothing is beyond the index, position indexed_ + j of the sequence extended by the
   // drafts is draft j; beyond the cap the index is not the sequence's end, so the copy stops.
   const bool whole = seen_ == indexed_;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t from = end_ + i;
+  std::size_t made = 0;
+  for (; made < out.size(); ++made) {
+    const std::size_t from = end_ + made;
     if (from < indexed_) {
-      out[i] = tokens_[from];
+      out[made] = tokens_[from];
     } else if (whole) {
-      out[i] = out[from - indexed_];  // from - indexed_ < i: end_ < indexed_
+      out[made] = out[from - indexed_];  // from - indexed_ < made: end_ < indexed_
     } else {
-      return i;
+      break;
     }
   }
-  return n;
+  return gated(config_.min_confidence, scale(), made,
+               [&](std::size_t j) { return kSequenceCopyAccepted[length_bucket(length_ + j)]; });
+}
+
+CorpusDraft MatchDrafter::ask_corpus(std::span<Token> out) const noexcept {
+  std::array<Token, kCorpusContext> context{};
+  const std::size_t have = static_cast<std::size_t>(std::min<std::uint64_t>(seen_, kCorpusContext));
+  for (std::size_t i = 0; i < have; ++i) context[i] = recent(have - 1 - i);
+  return corpus_->draft(std::span<const Token>(context.data(), have), out);
+}
+
+std::size_t MatchDrafter::draft_from_corpus(std::span<Token> out) const noexcept {
+  const CorpusDraft draft = ask_corpus(out);
+  // Beyond the cap the counts may know a token the frozen index does not.
+  if (draft.count == 0) return draft_from_counts(out);
+  return gated(config_.min_confidence, scale(), draft.count,
+               [&](std::size_t j) { return kCorpusCopyAccepted[length_bucket(draft.match_length + j)]; });
+}
+
+std::size_t MatchDrafter::draft_from_counts(std::span<Token> out) const noexcept {
+  if (config_.min_confidence <= 0) return counts_.predict(out);
+  std::array<DraftEvidence, kMaxGatedCountDrafts> evidence{};
+  const std::size_t made = counts_.predict(out, evidence);
+  return gated(config_.min_confidence, scale(), made, [&](std::size_t j) {
+    return kCountsAccepted[length_bucket(length_ + j)][share_class(evidence[j])];
+  });
+}
+
+double MatchDrafter::scale() const noexcept { return (hits_ + kPrior) / (expected_ + kPrior); }
+
+bool MatchDrafter::first_draft(Token& first, double& estimate) const noexcept {
+  // The choice predict() makes, for one draft and without the gate.
+  if (length_ == 0 && corpus_ != nullptr) {
+    const CorpusDraft draft = ask_corpus(std::span<Token>(&first, 1));
+    if (draft.count > 0) {
+      estimate = kCorpusCopyAccepted[length_bucket(draft.match_length)];
+      return true;
+    }
+  }
+  if (length_ == 0 || length_ < config_.copy_min_match) {
+    DraftEvidence evidence;
+    if (counts_.predict(std::span<Token>(&first, 1), std::span<DraftEvidence>(&evidence, 1)) == 0) return false;
+    estimate = kCountsAccepted[length_bucket(length_)][share_class(evidence)];
+    return true;
+  }
+  if (end_ >= indexed_) return false;  // beyond the cap, a match can run to the end of the index
+  first = tokens_[end_];
+  estimate = kSequenceCopyAccepted[length_bucket(length_)];
+  return true;
+}
+
+void MatchDrafter::calibrate(Token token) noexcept {
+  Token first = 0;
+  double estimate = 0;
+  if (!first_draft(first, estimate)) return;
+  hits_ = hits_ * kDecay + (first == token ? 1 : 0);
+  expected_ = expected_ * kDecay + estimate;
 }
 
 std::size_t MatchDrafter::memory_bytes() const noexcept {
   std::size_t bytes = sizeof(*this) + tokens_.capacity() * sizeof(Token) + counts_.memory_bytes() - sizeof(counts_);
-  for (const detail::OpenTable<LastEnd>& table : last_) bytes += table.memory_bytes();
+  for (const detail::LastEndTable& table : last_) bytes += table.memory_bytes();
   return bytes;
 }
 

@@ -234,6 +234,15 @@ void NGramPredictor::update(std::span<const Token> tokens) noexcept {
 }
 
 std::size_t NGramPredictor::predict(std::span<Token> out) const noexcept {
+  return predict_chain<false>(out, {});
+}
+
+std::size_t NGramPredictor::predict(std::span<Token> out, std::span<DraftEvidence> evidence) const noexcept {
+  return predict_chain<true>(out.first(std::min(out.size(), evidence.size())), evidence);
+}
+
+template <bool kWithEvidence>
+std::size_t NGramPredictor::predict_chain(std::span<Token> out, std::span<DraftEvidence> evidence) const noexcept {
   const std::size_t limit = std::min(out.size(), config_.draft_count);
   const std::size_t min_order = config_.min_order;
   const std::size_t keep = config_.max_order - 1;  // context tokens of the longest order
@@ -256,6 +265,9 @@ std::size_t NGramPredictor::predict(std::span<Token> out) const noexcept {
     }
     if (found == nullptr) break;
     const Token proposal = found->best;
+    if constexpr (kWithEvidence) {
+      evidence[made] = DraftEvidence{found->best_count == 0 ? found->total : found->best_count, found->total};
+    }
     out[made++] = proposal;
     for (std::size_t j = keep; j >= 1; --j) suffix[j] = detail::fnv1a_step(suffix[j - 1], proposal);
     if (have < keep) ++have;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -15,6 +17,7 @@
 
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/speculative_decoder.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/mock_models.hpp"
@@ -40,10 +43,15 @@ MatchConfig make_config(std::size_t cap, std::size_t copy_min_match, std::size_t
   return config;
 }
 
+MatchConfig with_gate(MatchConfig config, double min_confidence) {
+  config.min_confidence = min_confidence;
+  return config;
+}
+
 std::string config_string(const MatchConfig& config) {
   return "{cap " + std::to_string(config.cap) + ", copy_min_match " + std::to_string(config.copy_min_match) +
          ", draft_count " + std::to_string(config.draft_count) + ", count_max_order " +
-         std::to_string(config.count_max_order) + "}";
+         std::to_string(config.count_max_order) + ", min_confidence " + std::to_string(config.min_confidence) + "}";
 }
 
 std::string tokens_string(std::span<const Token> tokens) {
@@ -205,6 +213,26 @@ TEST(MatchDrafterConfig, InvalidFieldsAreNamedWithTheirValue) {
   EXPECT_EQ(message(make_config(4, 1, 1, 2)), "no exception");
   EXPECT_EQ(message(make_config(4, 1, 1, MatchDrafter::kMaxCountOrder)), "no exception");
   EXPECT_EQ(message(MatchConfig{}), "no exception");
+}
+
+TEST(MatchDrafterConfig, InvalidMinConfidenceIsNamedWithItsValue) {
+  const auto message = [](double min_confidence) {
+    try {
+      MatchDrafter drafter(with_gate(MatchConfig{}, min_confidence));
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  for (const double bad : {-0.25, -1e-9, 1.0, 1.5, std::numeric_limits<double>::infinity(),
+                           -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(message(bad), HasSubstr("min_confidence = " + std::to_string(bad)));
+  }
+  for (const double good : {0.0, 1e-9, 0.1, 0.5, 0.999}) EXPECT_EQ(message(good), "no exception") << good;
+  // The default drafts ungated, without a corpus: what the naive reference above describes.
+  EXPECT_EQ(MatchConfig{}.min_confidence, 0.0);
+  EXPECT_EQ(MatchDrafter().corpus(), nullptr);
 }
 
 TEST(MatchDrafterConfig, MemoryIsBoundedPerCapToken) {
@@ -443,6 +471,200 @@ TEST(MatchDrafter, CopyingARepeatTakesFewerPassesThanPlainDecoding) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The gate and the corpus
+
+// The byte cap of a corpus of `tokens` capacity.
+std::size_t corpus_bytes(std::size_t tokens) { return SharedCorpus::bytes_for(tokens); }
+
+// Records for a corpus: random ones over `vocab`, and pieces of `related` (perhaps with a
+// changed token), so that a stream built like `related` finds long matches in it.
+void fill_corpus(SharedCorpus& corpus, std::mt19937_64& rng, Token vocab, std::span<const Token> related,
+                 std::size_t records) {
+  for (std::size_t k = 0; k < records; ++k) {
+    std::vector<Token> record;
+    if (!related.empty() && rng() % 2 == 0) {
+      const std::size_t from = rng() % related.size();
+      const std::size_t n = 1 + rng() % std::min<std::size_t>(related.size() - from, 80);
+      record.assign(related.begin() + static_cast<std::ptrdiff_t>(from),
+                    related.begin() + static_cast<std::ptrdiff_t>(from + n));
+      if (rng() % 3 == 0) record[rng() % n] = static_cast<Token>(rng() % vocab);
+    } else {
+      record.resize(rng() % 40);
+      for (Token& t : record) t = static_cast<Token>(rng() % vocab);
+    }
+    corpus.append(record);
+  }
+}
+
+// What a drafter with a corpus drafts when its match is empty: the corpus's drafts after the
+// sequence's last kCorpusContext tokens, as many as predict() offers.
+std::vector<Token> corpus_drafts(const SharedCorpus& corpus, std::span<const Token> sequence, std::size_t room) {
+  const std::span<const Token> context = sequence.last(std::min(sequence.size(), MatchDrafter::kCorpusContext));
+  std::vector<Token> out(room);
+  out.resize(corpus.draft(context, out).count);
+  return out;
+}
+
+TEST(MatchDrafterProperty, WithACorpusOnlyAnEmptyMatchDraftsFromIt) {
+  static constexpr std::size_t kCaps[] = {4, 17, 60, 1000};
+  std::size_t from_corpus = 0;
+  std::size_t differed = 0;
+  for (std::uint64_t seed = 3000; seed < 3080; ++seed) {
+    std::mt19937_64 rng(seed);
+    const MatchConfig config = make_config(kCaps[rng() % std::size(kCaps)], 1 + rng() % 4, 1 + rng() % 12,
+                                           2 + rng() % 3);
+    const std::vector<Token> stream = random_stream(rng, 1 + rng() % 260);
+    SharedCorpus corpus(corpus_bytes(256 << (rng() % 3)));
+    fill_corpus(corpus, rng, 16, stream, rng() % 40);
+    const bool grows = rng() % 2 == 0;  // append pieces of the stream while it runs
+    SCOPED_TRACE("seed " + std::to_string(seed) + " config " + config_string(config) + " stream " +
+                 tokens_string(stream) + (grows ? " growing" : ""));
+    MatchDrafter with(config, &corpus);
+    MatchDrafter without(config);
+    ASSERT_EQ(with.corpus(), &corpus);
+    for (std::size_t i = 0; i < stream.size(); ++i) {
+      with.update(stream[i]);
+      without.update(stream[i]);
+      if (grows && rng() % 16 == 0) corpus.append(std::span<const Token>(stream).first(i + 1).last(1 + rng() % (i + 1)));
+      SCOPED_TRACE("after " + std::to_string(i + 1) + " tokens");
+      ASSERT_EQ(with.match_length(), without.match_length());
+      const std::size_t room = rng() % 14;
+      const std::vector<Token> got = drafts(with, room);
+      if (with.match_length() == 0) {
+        // From the corpus when it has a draft; else, as without it, from the counts.
+        std::vector<Token> expected =
+            corpus_drafts(corpus, std::span<const Token>(stream).first(i + 1), std::min(room, config.draft_count));
+        if (expected.empty()) expected = drafts(without, room);
+        ASSERT_EQ(got, expected) << "room " << room;
+        from_corpus += got.size();
+        if (got != drafts(without, room)) ++differed;
+      } else {
+        ASSERT_EQ(got, drafts(without, room)) << "room " << room;
+      }
+    }
+  }
+  EXPECT_GT(from_corpus, 100U);  // the corpus drafted, not only missed
+  EXPECT_GT(differed, 20U);
+}
+
+TEST(MatchDrafterProperty, AHigherGateDraftsAPrefixOfALowerOne) {
+  static constexpr std::size_t kCaps[] = {4, 17, 60, 1000};
+  static constexpr double kGates[] = {0, 0.02, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99};
+  std::size_t cut = 0;         // drafts a gate held back that the next lower one made
+  std::size_t gated_made = 0;  // drafts made with a positive gate
+  for (std::uint64_t seed = 4000; seed < 4080; ++seed) {
+    std::mt19937_64 rng(seed);
+    const MatchConfig config = make_config(kCaps[rng() % std::size(kCaps)], 1 + rng() % 4, 1 + rng() % 16,
+                                           2 + rng() % 3);
+    const std::vector<Token> stream = random_stream(rng, 1 + rng() % 300);
+    const bool use_corpus = rng() % 2 == 0;
+    SharedCorpus corpus(corpus_bytes(256));
+    fill_corpus(corpus, rng, 16, stream, 30);
+    SCOPED_TRACE("seed " + std::to_string(seed) + " config " + config_string(config) +
+                 (use_corpus ? " with corpus" : "") + " stream " + tokens_string(stream));
+    std::vector<MatchDrafter> drafters;
+    for (const double gate : kGates) drafters.emplace_back(with_gate(config, gate), use_corpus ? &corpus : nullptr);
+    NaiveMatch naive(config);
+    for (std::size_t i = 0; i < stream.size(); ++i) {
+      for (MatchDrafter& drafter : drafters) drafter.update(stream[i]);
+      naive.update(stream[i]);
+      SCOPED_TRACE("after " + std::to_string(i + 1) + " tokens");
+      const std::size_t room = 1 + rng() % 16;
+      std::vector<Token> lower = drafts(drafters[0], room);
+      // Gate 0 is the ungated drafter: the naive reference, or with a corpus as checked above.
+      if (!use_corpus) {
+        ASSERT_EQ(lower, naive.predict(room));
+      }
+      for (std::size_t g = 1; g < drafters.size(); ++g) {
+        const std::vector<Token> higher = drafts(drafters[g], room);
+        ASSERT_LE(higher.size(), lower.size()) << "gate " << kGates[g];
+        ASSERT_TRUE(std::equal(higher.begin(), higher.end(), lower.begin()))
+            << "gate " << kGates[g] << ": " << tokens_string(higher) << " vs " << tokens_string(lower);
+        cut += lower.size() - higher.size();
+        gated_made += higher.size();
+        lower = higher;
+      }
+    }
+  }
+  // The gates both drafted and held back.
+  EXPECT_GT(cut, 1000U);
+  EXPECT_GT(gated_made, 1000U);
+}
+
+TEST(MatchDrafter, CalibrationClosesTheGateOnRandomTokens) {
+  // A random stream over a large vocabulary: a short match's count draft now and then, and
+  // it is (almost) always wrong. The per-sequence calibration learns that.
+  std::mt19937_64 rng(31);
+  std::vector<Token> stream(3000);
+  for (Token& t : stream) t = static_cast<Token>(rng() % 32000);
+  MatchDrafter gated(with_gate(make_config(4096, 3, 8), 0.1));
+  MatchDrafter ungated(make_config(4096, 3, 8));
+  std::size_t gated_drafts = 0;
+  std::size_t ungated_drafts = 0;
+  std::size_t calls = 0;
+  std::vector<Token> out(8);
+  for (std::size_t i = 0; i < stream.size(); ++i) {
+    gated.update(stream[i]);
+    ungated.update(stream[i]);
+    if (i < 200) continue;
+    ++calls;
+    gated_drafts += gated.predict(out);
+    ungated_drafts += ungated.predict(out);
+  }
+  SCOPED_TRACE("predict calls " + std::to_string(calls) + ", ungated drafts " + std::to_string(ungated_drafts));
+  EXPECT_LE(gated_drafts * 100, calls);
+  EXPECT_GT(ungated_drafts * 100, 5 * calls);  // without the gate there is something to close
+}
+
+// A corpus the greedy-identity cases below share, and their configs.
+MatchConfig random_match_config(std::mt19937_64& rng) {
+  static constexpr double kGates[] = {0, 0, 0.05, 0.2, 0.5, 0.9};
+  return with_gate(make_config(rng() % 2 == 0 ? 4 + rng() % 30 : 4096, 1 + rng() % 4, 1 + rng() % 12, 2 + rng() % 3),
+                   kGates[rng() % std::size(kGates)]);
+}
+
+TEST(MatchDrafterProperty, GreedyIdentityThroughTheDecoderWithACorpusAndAGate) {
+  std::size_t accepted = 0;
+  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+    test::DecodeCase c = test::random_decode_case(seed);
+    c.options.speculate = true;
+    std::mt19937_64 rng(seed + 77);
+    const MatchConfig config = random_match_config(rng);
+    // Related records are the rule's own continuations of other prompts, so the corpus's
+    // drafts are often right; random ones over its vocabulary are mostly wrong.
+    SharedCorpus corpus(corpus_bytes(256 << (rng() % 3)));
+    const bool related = rng() % 3 != 0;
+    for (std::size_t k = 0; k < 30; ++k) {
+      std::vector<Token> prompt(1 + rng() % 6);
+      for (Token& t : prompt) t = static_cast<Token>(rng() % c.rule.vocab);
+      std::vector<Token> record =
+          related ? test::plain_greedy(c.rule.rule, prompt, rng() % 60) : std::vector<Token>(rng() % 60);
+      if (!related) {
+        for (Token& t : record) t = static_cast<Token>(rng() % c.rule.vocab);
+      }
+      prompt.insert(prompt.end(), record.begin(), record.end());
+      corpus.append(prompt);
+    }
+    SCOPED_TRACE(c.describe() + " match " + config_string(config) + (related ? " related" : " random") +
+                 " corpus of " + std::to_string(corpus.size()) + " tokens");
+    test::GreedyModel model(c.rule.rule, c.max_batch);
+    SpeculativeDecoder decoder(model, MatchDrafter(config, &corpus));
+    const test::GreedyReference ref = test::plain_greedy(c.rule.rule, c.prompt, c.options);
+    const DecodeResult result = decoder.generate(c.prompt, c.options);
+    ASSERT_EQ(result.tokens, ref.tokens);
+    EXPECT_EQ(result.stop_reason, ref.stop_reason);
+    EXPECT_THAT(model.violations(), IsEmpty());
+    accepted += result.stats.accepted;
+    // Earlier outputs join the corpus between requests, as an engine would add them.
+    corpus.append(result.tokens);
+    const DecodeResult again = decoder.generate(c.prompt, c.options);
+    ASSERT_EQ(again.tokens, ref.tokens);
+    EXPECT_THAT(model.violations(), IsEmpty());
+  }
+  EXPECT_GT(accepted, 1000U);  // drafts were made and accepted, so verification was exercised
+}
+
+// ---------------------------------------------------------------------------------------------
 // No allocation after construction
 
 TEST(MatchDrafter, UpdatePredictAndResetDoNotAllocate) {
@@ -469,6 +691,35 @@ TEST(MatchDrafter, UpdatePredictAndResetDoNotAllocate) {
     }
     EXPECT_EQ(allocations, 0U);
     EXPECT_GT(drafted, 0U);  // the loop exercised drafting, not only empty predictions
+  }
+}
+
+TEST(MatchDrafter, WithACorpusAndAGateUpdateAndPredictDoNotAllocate) {
+  std::mt19937_64 rng(8);
+  const std::vector<Token> stream = random_stream(rng, 3000);
+  SharedCorpus corpus(corpus_bytes(1024));
+  fill_corpus(corpus, rng, 12, stream, 200);
+  for (const double gate : {0.0, 0.05, 0.4}) {
+    for (const MatchConfig& config : {make_config(4, 3, 4, 4), make_config(4096, 3, 16), make_config(64, 1, 64, 2)}) {
+      SCOPED_TRACE(config_string(with_gate(config, gate)));
+      MatchDrafter drafter(with_gate(config, gate), &corpus);
+      std::vector<Token> out(64);
+      std::size_t drafted = 0;
+      std::size_t allocations = 0;
+      {
+        const test::AllocationCounter counter;
+        for (int round = 0; round < 2; ++round) {
+          for (std::size_t i = 0; i < stream.size(); i += 3) {
+            drafter.update(std::span<const Token>(stream).subspan(i, std::min<std::size_t>(3, stream.size() - i)));
+            drafted += drafter.predict(out);
+          }
+          drafter.reset();
+        }
+        allocations = counter.count();
+      }
+      EXPECT_EQ(allocations, 0U);
+      EXPECT_GT(drafted, 0U);
+    }
   }
 }
 

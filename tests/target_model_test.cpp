@@ -163,13 +163,13 @@ static_assert(Drafter<DrafterIntPredict>);
 TEST(SpeculativeDecoderDeduction, DeducesModelAndDrafterTypes) {
   GreedyModel model(AffineRule{}, 4);
   SpeculativeDecoder decoder(model);
-  static_assert(std::is_same_v<decltype(decoder), SpeculativeDecoder<GreedyModel, NGramPredictor>>);
+  static_assert(std::is_same_v<decltype(decoder), SpeculativeDecoder<GreedyModel, MatchDrafter>>);
   EXPECT_EQ(&decoder.model(), &model);
 
   VirtualGreedyModel concrete(AffineRule{}, 4);
   AbstractTargetModel& base = concrete;
   SpeculativeDecoder dynamic(base);
-  static_assert(std::is_same_v<decltype(dynamic), SpeculativeDecoder<AbstractTargetModel, NGramPredictor>>);
+  static_assert(std::is_same_v<decltype(dynamic), SpeculativeDecoder<AbstractTargetModel, MatchDrafter>>);
   EXPECT_EQ(&dynamic.model(), &base);
 
   SpeculativeDecoder oracle(model, OracleDrafter(AffineRule{}));

@@ -1,9 +1,13 @@
 #include "drafter_registry.hpp"
 
 #include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string_view>
 
@@ -11,6 +15,7 @@
 #include "baselines/prompt_lookup.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/shared_corpus.hpp"
 
 namespace ngramspec::replay {
 namespace {
@@ -51,6 +56,19 @@ class Parameters {
     const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || ptr != text.data() + text.size()) {
       throw std::invalid_argument("drafter '" + spec_ + "': " + key + " = '" + text + "' is not a whole number");
+    }
+    values_.erase(it);
+    return value;
+  }
+  // A finite decimal number.
+  double number(const std::string& key, double fallback) {
+    const auto it = values_.find(key);
+    if (it == values_.end()) return fallback;
+    const std::string& text = it->second;
+    char* end = nullptr;
+    const double value = text.empty() ? NAN : std::strtod(text.c_str(), &end);
+    if (!std::isfinite(value) || end != text.c_str() + text.size()) {
+      throw std::invalid_argument("drafter '" + spec_ + "': " + key + " = '" + text + "' is not a finite number");
     }
     values_.erase(it);
     return value;
@@ -124,16 +142,50 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     config.cap = parameters.count("cap", config.cap);
     config.copy_min_match = parameters.count("copy_min", config.copy_min_match);
     config.count_max_order = parameters.count("count_max", config.count_max_order);
+    config.count_window = parameters.count("count_window", config.count_window);
+    config.min_confidence = parameters.number("gate", config.min_confidence);
+    const std::size_t corpus_mib = parameters.count("corpus", 0);
     parameters.finish();
     MatchDrafter{config};  // validates now
-    const std::string display = "match(cap=" + std::to_string(config.cap) + ",copy_min=" +
-                                std::to_string(config.copy_min_match) + ",2-" +
-                                std::to_string(config.count_max_order) + ")";
-    return entry(display, [config](const TokenStream&, std::size_t k) {
-      MatchConfig c = config;
-      c.draft_count = k;
-      return MatchDrafter(c);
-    });
+    char gate[32];
+    std::snprintf(gate, sizeof gate, "%g", config.min_confidence);
+    std::string display = "match(cap=" + std::to_string(config.cap) + ",copy_min=" +
+                          std::to_string(config.copy_min_match) + ",2-" + std::to_string(config.count_max_order);
+    if (config.count_window != 0) display += ",count_window=" + std::to_string(config.count_window);
+    if (config.min_confidence > 0) display += std::string(",gate=") + gate;
+    if (corpus_mib == 0) {
+      return entry(display + ")", [config](const TokenStream&, std::size_t k) {
+        MatchConfig c = config;
+        c.draft_count = k;
+        return MatchDrafter(c);
+      });
+    }
+    if (corpus_mib > (std::numeric_limits<std::size_t>::max() >> 20)) {
+      throw std::invalid_argument("drafter '" + spec + "': corpus = " + std::to_string(corpus_mib) +
+                                  " MiB does not fit in memory");
+    }
+    // The corpus is causal: each record drafts from the outputs of the records before it in
+    // the file, then adds its own. A pass over the streams starts from an empty corpus.
+    struct Shared {
+      explicit Shared(std::size_t bytes) : corpus(bytes) {}
+      SharedCorpus corpus;
+      const TokenStream* first = nullptr;
+    };
+    auto shared = std::make_shared<Shared>(corpus_mib << 20);
+    display += ",corpus=" + std::to_string(corpus_mib) + "MiB)";
+    return DrafterEntry{display, [config, shared](const TokenStream& stream, std::size_t k, int repeats,
+                                                  const HeapMeter& meter) {
+                          if (shared->first == nullptr) shared->first = &stream;
+                          if (shared->first == &stream) shared->corpus.clear();
+                          const auto make = [&config, &shared](const TokenStream&, std::size_t draft_count) {
+                            MatchConfig c = config;
+                            c.draft_count = draft_count;
+                            return MatchDrafter(c, &shared->corpus);
+                          };
+                          const RecordResult result = replay_record(stream, k, make, repeats, meter);
+                          shared->corpus.append(stream.output);
+                          return result;
+                        }};
   }
   if (name == "prompt-lookup") {
     const std::size_t min_n = parameters.count("min", 1);
@@ -183,11 +235,14 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
 std::string drafter_names_help() {
   return "  ngram[:window=W|full,min=N,max=N]   NGramPredictor: windowed hashed n-gram counts (defaults from\n"
          "                                       --window, --min-order, --max-order)\n"
-         "  match[:cap=N,copy_min=L,count_max=M]\n"
+         "  match[:cap=N,copy_min=L,count_max=M,gate=P,corpus=MIB]\n"
          "                                       MatchDrafter: copies what followed the most recent earlier\n"
          "                                       occurrence of a match of L or more tokens (default 3), else\n"
          "                                       n-gram counts of orders 2-M (default 3); indexes the first N\n"
-         "                                       tokens (default 8192)\n"
+         "                                       tokens (default 8192); stops drafting when the estimated\n"
+         "                                       chance that all drafts are accepted falls below P (default 0:\n"
+         "                                       no gate); with corpus > 0, a SharedCorpus of that many MiB\n"
+         "                                       that holds the outputs of the records before, in file order\n"
          "  prompt-lookup[:min=N,max=N,occurrence=earliest|latest]\n"
          "                                       vLLM's n-gram proposer: longest suffix match over the whole\n"
          "                                       context, earliest occurrence (default min 1, max 4)\n"

@@ -1,7 +1,7 @@
 // ngramspec-replay: mean accepted length and drafter cost of drafters replayed through
 // SpeculativeDecoder on recorded greedy generations and on synthetic streams.
 
-#include <charconv>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -15,6 +15,7 @@
 
 #include "drafter_registry.hpp"
 #include "heap_tracking.hpp"
+#include "replay_options.hpp"
 #include "replay_runner.hpp"
 #include "token_streams.hpp"
 
@@ -54,16 +55,6 @@ checks:
                        is within --tolerance of X (a regression check for one configuration)
   --tolerance T        default 0.005
 )";
-
-std::size_t parse_count(std::string_view option, std::string_view text, std::size_t min_value) {
-  std::size_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size() || value < min_value) {
-    throw std::invalid_argument(std::string(option) + ": '" + std::string(text) + "' is not a whole number >= " +
-                                std::to_string(min_value));
-  }
-  return value;
-}
 
 struct Totals {
   std::size_t samples = 0;
@@ -147,103 +138,28 @@ void print_json(const std::vector<Row>& rows) {
 }
 
 int run(int argc, char** argv) {
-  std::vector<std::string> stream_files;
-  std::vector<std::string> synthetic_specs;
-  std::vector<std::string> drafter_names;
-  std::vector<std::size_t> ks;
-  DrafterDefaults defaults;
-  std::size_t length = 2048;
-  std::size_t samples = 4;
-  std::size_t seed = 1;
-  std::size_t limit = 0;
-  std::size_t repeats = 3;
-  bool json = false;
-  double expect_al = -1;
-  double tolerance = 0.005;
-
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    const auto value = [&]() -> std::string_view {
-      if (i + 1 >= argc) throw std::invalid_argument(std::string(arg) + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::printf(kUsage, drafter_names_help().c_str());
-      return 0;
-    } else if (arg == "--streams") {
-      stream_files.emplace_back(value());
-    } else if (arg == "--synthetic") {
-      synthetic_specs.emplace_back(value());
-    } else if (arg == "--drafter") {
-      drafter_names.emplace_back(value());
-    } else if (arg == "--k") {
-      std::string_view list = value();
-      while (!list.empty()) {
-        const std::size_t comma = list.find(',');
-        ks.push_back(parse_count("--k", list.substr(0, comma), 1));
-        if (ks.back() > kMaxDraftsPerPass) {
-          throw std::invalid_argument("--k: " + std::to_string(ks.back()) + " is more than " +
-                                      std::to_string(kMaxDraftsPerPass));
-        }
-        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-      }
-    } else if (arg == "--window") {
-      defaults.window = parse_count(arg, value(), 1);
-    } else if (arg == "--min-order") {
-      defaults.min_order = parse_count(arg, value(), 1);
-    } else if (arg == "--max-order") {
-      defaults.max_order = parse_count(arg, value(), 1);
-    } else if (arg == "--length") {
-      length = parse_count(arg, value(), 1);
-    } else if (arg == "--samples") {
-      samples = parse_count(arg, value(), 1);
-    } else if (arg == "--seed") {
-      seed = parse_count(arg, value(), 0);
-    } else if (arg == "--limit") {
-      limit = parse_count(arg, value(), 1);
-    } else if (arg == "--timing-repeats") {
-      repeats = parse_count(arg, value(), 1);
-    } else if (arg == "--expect-al" || arg == "--tolerance") {
-      const std::string text(value());
-      std::size_t used = 0;
-      double number = -1;
-      try {
-        number = std::stod(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != text.size() || !(number >= 0)) {
-        throw std::invalid_argument(std::string(arg) + ": '" + text + "' is not a non-negative number");
-      }
-      (arg == "--expect-al" ? expect_al : tolerance) = number;
-    } else if (arg == "--json") {
-      json = true;
-    } else {
-      throw std::invalid_argument("unknown option '" + std::string(arg) + "' (see --help)");
-    }
+  const std::vector<std::string_view> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  const ReplayOptions options = parse_replay_options(args);
+  if (options.help) {
+    std::printf(kUsage, drafter_names_help().c_str());
+    return 0;
   }
-  if (stream_files.empty() && synthetic_specs.empty()) {
-    throw std::invalid_argument("nothing to replay: give --streams FILE or --synthetic SPEC (see --help)");
-  }
-  if (drafter_names.empty()) drafter_names.emplace_back("ngram");
-  if (ks.empty()) ks.push_back(4);
-
   std::vector<TokenStream> streams;
-  for (const std::string& file : stream_files) {
+  for (const std::string& file : options.stream_files) {
     std::vector<TokenStream> read = read_streams(file);
-    if (limit != 0 && read.size() > limit) read.resize(limit);
+    if (options.limit != 0 && read.size() > options.limit) read.resize(options.limit);
     for (TokenStream& s : read) streams.push_back(std::move(s));
   }
-  for (const std::string& text : synthetic_specs) {
+  for (const std::string& text : options.synthetic_specs) {
     SyntheticSpec spec = parse_synthetic(text);
-    spec.output_length = length;
-    spec.samples = samples;
-    spec.seed = seed;
+    spec.output_length = options.length;
+    spec.samples = options.samples;
+    spec.seed = options.seed;
     for (TokenStream& s : make_synthetic(spec)) streams.push_back(std::move(s));
   }
 
   std::vector<DrafterEntry> drafters;
-  for (const std::string& name : drafter_names) drafters.push_back(make_drafter(name, defaults));
+  for (const std::string& name : options.drafter_names) drafters.push_back(make_drafter(name, options.defaults));
 
   std::vector<std::string> categories;
   for (const TokenStream& s : streams) {
@@ -255,11 +171,11 @@ int run(int argc, char** argv) {
   const HeapMeter meter{live_heap_bytes, peak_heap_bytes, reset_peak_heap_bytes};
   std::vector<Row> rows;
   for (const DrafterEntry& drafter : drafters) {
-    for (const std::size_t k : ks) {
+    for (const std::size_t k : options.ks) {
       std::map<std::string, Totals> by_category;
       Totals overall;
       for (const TokenStream& s : streams) {
-        const RecordResult r = drafter.run(s, k, static_cast<int>(repeats), meter);
+        const RecordResult r = drafter.run(s, k, static_cast<int>(options.timing_repeats), meter);
         by_category[s.category].add(r);
         overall.add(r);
       }
@@ -269,15 +185,15 @@ int run(int argc, char** argv) {
       if (categories.size() > 1) rows.push_back(Row{drafter.name, k, "overall", overall});
     }
   }
-  if (json) print_json(rows);
+  if (options.json) print_json(rows);
   else print_table(rows);
-  if (expect_al >= 0) {
+  if (options.expect_al >= 0) {
     for (const Row& row : rows) {
       if (row.category != "overall" && categories.size() > 1) continue;
       const double al = row.totals.mean_accepted_length();
-      if (al < expect_al - tolerance || al > expect_al + tolerance) {
+      if (al < options.expect_al - options.tolerance || al > options.expect_al + options.tolerance) {
         std::fprintf(stderr, "ngramspec-replay: %s at k = %zu: mean accepted length %.4f, expected %.4f +- %.4f\n",
-                     row.drafter.c_str(), row.k, al, expect_al, tolerance);
+                     row.drafter.c_str(), row.k, al, options.expect_al, options.tolerance);
         return 3;
       }
     }

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "generate_options.hpp"
 #include "llama2_generate.hpp"
 #include "llama2_model.hpp"
 #include "llama2_tokenizer.hpp"
@@ -25,89 +26,21 @@ constexpr const char* kUsage =
     "                  --min-p P filter the distribution; --seed S keys the randomness (default 0), so the same\n"
     "                  seed gives the same text with and without speculation\n";
 
-struct Args {
-  std::string model;
-  std::string tokenizer;
-  std::string prompt;
-  bool has_prompt = false;
-  std::size_t steps = 256;
-  std::size_t k = 4;
-  bool speculate = true;
-  bool check = false;
-  ngramspec::SamplingOptions sampling;
-};
-
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "ngramspec-generate: %s\n%s", message.c_str(), kUsage);
-  std::exit(2);
-}
-
-std::size_t parse_count(std::string_view flag, const char* text) {
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text, &end, 10);
-  if (*text == '\0' || *text == '-' || *end != '\0') usage_error(std::string(flag) + " wants a number, got '" + text + "'");
-  return static_cast<std::size_t>(value);
-}
-
-float parse_real(std::string_view flag, const char* text) {
-  char* end = nullptr;
-  const float value = std::strtof(text, &end);
-  if (*text == '\0' || *end != '\0') usage_error(std::string(flag) + " wants a number, got '" + text + "'");
-  return value;
-}
-
-Args parse(int argc, char** argv) {
-  Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    const auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage_error(std::string(flag) + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "--model") {
-      args.model = value();
-    } else if (flag == "--tokenizer") {
-      args.tokenizer = value();
-    } else if (flag == "--prompt") {
-      args.prompt = value();
-      args.has_prompt = true;
-    } else if (flag == "--steps") {
-      args.steps = parse_count(flag, value());
-    } else if (flag == "--k") {
-      args.k = parse_count(flag, value());
-    } else if (flag == "--temperature") {
-      args.sampling.temperature = parse_real(flag, value());
-    } else if (flag == "--top-k") {
-      args.sampling.top_k = parse_count(flag, value());
-    } else if (flag == "--top-p") {
-      args.sampling.top_p = parse_real(flag, value());
-    } else if (flag == "--min-p") {
-      args.sampling.min_p = parse_real(flag, value());
-    } else if (flag == "--seed") {
-      args.sampling.seed = parse_count(flag, value());
-    } else if (flag == "--no-speculate") {
-      args.speculate = false;
-    } else if (flag == "--check") {
-      args.check = true;
-    } else if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else {
-      usage_error("unknown argument '" + std::string(flag) + "'");
-    }
-  }
-  if (args.model.empty() || args.tokenizer.empty() || !args.has_prompt) {
-    usage_error("--model, --tokenizer and --prompt are required");
-  }
-  if (args.k == 0 || args.k > ngramspec::kMaxDraftsPerPass) {
-    usage_error("--k must be between 1 and " + std::to_string(ngramspec::kMaxDraftsPerPass));
-  }
+// Exit code 2 and the usage for any mistake on the command line, 0 after --help.
+ngramspec::llama2::GenerateOptions parse(int argc, char** argv) {
+  const std::vector<std::string_view> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  ngramspec::llama2::GenerateOptions options;
   try {
-    ngramspec::validate(args.sampling);
+    options = ngramspec::llama2::parse_generate_options(args);
   } catch (const std::invalid_argument& e) {
-    usage_error(e.what());
+    std::fprintf(stderr, "ngramspec-generate: %s\n%s", e.what(), kUsage);
+    std::exit(2);
   }
-  return args;
+  if (options.help) {
+    std::fputs(kUsage, stdout);
+    std::exit(0);
+  }
+  return options;
 }
 
 void report(const char* label, const ngramspec::llama2::Generation& run) {
@@ -122,7 +55,7 @@ void report(const char* label, const ngramspec::llama2::Generation& run) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+  const ngramspec::llama2::GenerateOptions args = parse(argc, argv);
   try {
     using namespace ngramspec::llama2;
     Transformer model = Transformer::load(args.model, args.k + 1 > Transformer::kDefaultMaxBatch

@@ -6,8 +6,9 @@
 #include <span>
 #include <vector>
 
-#include "ngramspec/detail/open_table.hpp"
+#include "ngramspec/detail/last_end_table.hpp"
 #include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/token.hpp"
 
 namespace ngramspec {
@@ -15,9 +16,16 @@ namespace ngramspec {
 /// Configuration of a MatchDrafter; validated once, by the constructor.
 struct MatchConfig {
   std::size_t cap = 8192;           ///< most tokens the match index holds (the first `cap` of the sequence)
-  std::size_t copy_min_match = 3;   ///< copy after the match when it is at least this long; counts below
+  std::size_t copy_min_match = 2;   ///< copy after the match when it is at least this long; counts below
   std::size_t draft_count = 4;      ///< most tokens one predict() proposes
   std::size_t count_max_order = 3;  ///< longest n-gram of the counts for short matches: 2..kMaxCountOrder
+  /// The counts slide over the last min(count_window, cap) tokens; 0: the cap. Short
+  /// contexts are local: on the Spec-Bench streams 2048 predicts as well as the whole context.
+  std::size_t count_window = 2048;
+  /// The gate, in [0, 1): drafting stops before the estimated chance that every draft so far
+  /// is accepted falls below it. 0 drafts draft_count whenever there is something to copy;
+  /// raise it when rejected drafts cost (a verify pass that grows with the batch).
+  double min_confidence = 0;
 };
 
 /// Drafts by copying what followed an earlier occurrence of the sequence's end, found over
@@ -28,33 +36,56 @@ struct MatchConfig {
 /// the match extends to (L + 1, e + 1) when the token at e is t; otherwise it re-anchors at
 /// the most recent earlier occurrence of the last 3 tokens, else of the last 2, else of the
 /// last 1 (L = 0 when the token never occurred), and measures L by comparing backwards, up
-/// to kMaxVerify tokens. So L is not always the longest match, but (barring two n-grams
-/// of up to 3 tokens sharing a 64-bit hash):
-/// - the match is genuine: the L tokens before e are the sequence's last L tokens;
-/// - L >= min(3, longest earlier match), so L < 3 exactly when the longest match is
-///   shorter than 3 tokens, and then L is the longest match.
+/// to kMaxVerify tokens. So L is not always the longest match, but:
+/// - the match is genuine: the L tokens before e are the sequence's last L tokens (they are
+///   compared, whatever the hashes say);
+/// - barring two n-grams of up to 3 tokens whose hashes share their low 32 bits and a probe
+///   run of the table (detail::LastEndTable), L >= min(3, longest earlier match), so L < 3
+///   exactly when the longest match is shorter than 3 tokens, and then L is the longest.
 ///
 /// predict(): when L >= copy_min_match (and L > 0) the drafts are the tokens from e on; a
 /// copy that runs into the end of the sequence continues into the drafts it has just
 /// written (so a repeat continues). Otherwise the drafts are those of an NGramPredictor with
-/// orders 2 to count_max_order over the last `cap` tokens: the most frequent continuation
-/// of the longest seen context, chained. Frequency only pays for short matches; after a
-/// longer one, what followed its most recent occurrence is the better guess.
+/// orders 2 to count_max_order over the last count_window tokens: the most frequent
+/// continuation of the longest seen context, chained. Frequency only pays for short matches
+/// (a match of one token); after a longer one, what followed its most recent occurrence is
+/// the better guess (docs/BENCHMARKS.md measures each choice).
 ///
 /// Beyond the cap the index keeps the first `cap` tokens (where a prompt's copyable text
 /// is) and stops growing: later tokens still move the match (compared against a ring of
 /// the last kMaxVerify tokens) but are never copied from, and a copy stops at the end of
-/// the index. The counts slide over the last `cap` tokens.
+/// the index. The counts slide over their own window.
 ///
-/// Cost: update() is O(1): one comparison when the match extends; else three FNV steps,
-/// up to three table probes and up to 3 · kMaxVerify comparisons; then three table
-/// stores while indexing, plus NGramPredictor's update. predict() is O(draft_count).
-/// Memory is fixed at construction: at most kMaxBytesPerToken bytes per cap token (plus
-/// kMaxBytesPerTokenPerOrder with count_max_order 4) and a constant; memory_bytes() reports
-/// it. update() and predict() never allocate, nor does reset() (O(cap)).
+/// Cost: update() is O(1): three FNV steps and one comparison when the match extends; else
+/// up to three table probes and up to 3 · kMaxVerify comparisons; then three table stores
+/// while indexing, plus NGramPredictor's update over the count window (and with a gate, one
+/// first draft to score). The table slots are prefetched before the counts' update, so at long
+/// contexts their cache misses overlap it. predict() is O(draft_count). The tables are sized by
+/// the cap, not by the context seen: a cap far above the contexts an engine serves costs
+/// memory and cache misses, so set it to the longest context it serves.
+/// Memory is fixed at construction: at most kIndexBytesPerToken per cap token, plus
+/// kCountBytesPerToken per count-window token (and kMaxBytesPerTokenPerOrder more with
+/// count_max_order 4), plus under 4 KiB; memory_bytes() reports it. update() and predict()
+/// never allocate, nor does reset() (O(cap)).
+///
+/// With a SharedCorpus, a sequence whose last token it has never seen before (L = 0) drafts
+/// from the corpus instead: what followed the most recent occurrence there of its last 3, 2
+/// or 1 tokens. Text new to a request is where earlier requests help most; once the
+/// sequence has its own match, its own context predicts it better.
+///
+/// The gate: each draft gets an estimated acceptance probability from where it came from
+/// (a copy of the sequence, of the corpus, or the counts), the match length it continues and,
+/// for counts, the share of the context's occurrences behind it; drafting stops before the
+/// running product falls below min_confidence. The estimates are acceptance rates measured
+/// per class on recorded streams (docs/ALGORITHM.md), scaled per sequence by how its own
+/// first drafts have fared against them over about the last 128 tokens (update() checks
+/// what predict() would have drafted first against the token that came): a long copied
+/// match drafts up to draft_count (16 or more pays), a contested short one little or
+/// nothing, and text that nothing predicts (random tokens) soon drafts nothing at all.
 ///
 /// Thread safety: none inside; one drafter per sequence. Concurrent const calls are safe
-/// while no thread updates or resets.
+/// while no thread updates or resets. The corpus may be appended to meanwhile (see
+/// SharedCorpus).
 class MatchDrafter {
  public:
   /// Longest match measured when re-anchoring (and the ring of recent tokens kept for it).
@@ -66,15 +97,24 @@ class MatchDrafter {
   static constexpr std::size_t kMaxCap = NGramPredictor::kMaxWindow;
   /// Longest count_max_order accepted.
   static constexpr std::size_t kMaxCountOrder = 4;
-  /// Bound on memory_bytes() per cap token with count_max_order 3 (the rest is under 4 KiB):
-  /// the index (4 B) and three tables of at most 4 slots of 16 B (192 B), plus the counts
-  /// (two orders of at most 4 slots of 48 B and 8 B of links each, and 29 B of ring, flags and hashes).
-  static constexpr std::size_t kMaxBytesPerToken = 640;
-  /// What each further order of the counts adds to that bound.
+  /// Bytes per cap token of the index: the token (4 B) and three tables of at most 4 slots
+  /// of 8 B (96 B).
+  static constexpr std::size_t kIndexBytesPerToken = 100;
+  /// Bytes per count-window token of the counts with count_max_order 3: two orders of at most
+  /// 4 slots of 48 B and 8 B of links each, and 29 B of ring, flags and hashes.
+  static constexpr std::size_t kCountBytesPerToken = 444;
+  /// Bound on memory_bytes() per cap token with count_max_order 3 whatever the count window
+  /// (the rest is under 4 KiB).
+  static constexpr std::size_t kMaxBytesPerToken = kIndexBytesPerToken + kCountBytesPerToken;
+  /// What each further order of the counts adds per count-window token.
   static constexpr std::size_t kMaxBytesPerTokenPerOrder = 208;
 
+  /// Tokens of the sequence's end handed to the corpus to match.
+  static constexpr std::size_t kCorpusContext = 16;
+
   /// Throws std::invalid_argument naming the field and its value when `config` is invalid.
-  explicit MatchDrafter(MatchConfig config = {});
+  /// `corpus`, when given, is consulted by predict() and must outlive the drafter.
+  explicit MatchDrafter(MatchConfig config = {}, const SharedCorpus* corpus = nullptr);
 
   /// Observes one token, appended to the sequence.
   void update(Token token) noexcept;
@@ -88,6 +128,8 @@ class MatchDrafter {
   void reset() noexcept;
 
   [[nodiscard]] const MatchConfig& config() const noexcept { return config_; }
+  /// The corpus consulted, or nullptr.
+  [[nodiscard]] const SharedCorpus* corpus() const noexcept { return corpus_; }
   /// Tokens observed since construction or the last reset().
   [[nodiscard]] std::uint64_t tokens_seen() const noexcept { return seen_; }
   /// Tokens in the match index: min(tokens_seen(), cap).
@@ -100,29 +142,35 @@ class MatchDrafter {
   [[nodiscard]] std::size_t memory_bytes() const noexcept;
 
  private:
-  // Most recent end (position after it) of an indexed n-gram, keyed by the FNV-1a hash of its
-  // tokens read newest first.
-  struct LastEnd {
-    std::uint64_t key = 0;
-    std::uint32_t end = 0;  // >= 1 for a stored n-gram
-    [[nodiscard]] bool empty() const noexcept { return end == 0; }
-  };
-
   // The token `back` places before the newest one (0 = newest); back < min(seen_, kMaxVerify).
   [[nodiscard]] Token recent(std::size_t back) const noexcept {
     return recent_[(static_cast<std::size_t>(seen_) - 1 - back) & (kMaxVerify - 1)];
   }
   void re_anchor(std::span<const std::uint64_t> hashes) noexcept;
+  [[nodiscard]] std::size_t copy_from_sequence(std::span<Token> out) const noexcept;
+  [[nodiscard]] std::size_t draft_from_corpus(std::span<Token> out) const noexcept;
+  [[nodiscard]] std::size_t draft_from_counts(std::span<Token> out) const noexcept;
+  [[nodiscard]] CorpusDraft ask_corpus(std::span<Token> out) const noexcept;
+  [[nodiscard]] bool first_draft(Token& first, double& estimate) const noexcept;
+  // Scores predict()'s first draft before `token` against it, for the gate's scale.
+  void calibrate(Token token) noexcept;
+  [[nodiscard]] double scale() const noexcept;
 
   MatchConfig config_;
+  const SharedCorpus* corpus_ = nullptr;
   std::vector<Token> tokens_;                                  // the index: the first `cap` tokens
   std::array<Token, kMaxVerify> recent_{};                     // ring of the last kMaxVerify tokens
-  std::array<detail::OpenTable<LastEnd>, kAnchorOrder> last_;  // [n - 1]: n-gram hash -> latest end
+  // [n - 1]: the most recent end (position after it) of each indexed n-gram of n tokens, keyed
+  // by the FNV-1a hash of its tokens read newest first.
+  std::array<detail::LastEndTable, kAnchorOrder> last_;
   NGramPredictor counts_;
   std::size_t indexed_ = 0;
   std::uint64_t seen_ = 0;
   std::size_t length_ = 0;  // L
   std::size_t end_ = 0;     // e
+  // The gate's calibration: decayed sums of first-draft hits and of their estimates.
+  double hits_ = 0;
+  double expected_ = 0;
 };
 
 }  // namespace ngramspec

@@ -19,6 +19,13 @@ struct NGramConfig {
   std::size_t window = 512;     ///< sliding window of recent tokens whose n-grams are counted
 };
 
+/// How strongly the counts backed one draft: its context's recorded occurrences in the window
+/// and how many of them the drafted token followed.
+struct DraftEvidence {
+  std::uint32_t count = 0;  ///< occurrences followed by the drafted token
+  std::uint32_t total = 0;  ///< occurrences of the context followed by any token
+};
+
 /// Drafts the next tokens of a stream from n-gram counts over its most recent tokens.
 ///
 /// For every order n in [min_order, max_order] it counts, over the n-grams that lie wholly
@@ -63,6 +70,9 @@ class NGramPredictor {
 
   /// Writes up to min(out.size(), draft_count) drafted tokens to `out`; returns how many.
   [[nodiscard]] std::size_t predict(std::span<Token> out) const noexcept;
+  /// The same drafts, and for each the counts behind it in `evidence` (which must have at
+  /// least as many elements as out; the drafts are limited by the shorter of the two).
+  [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<DraftEvidence> evidence) const noexcept;
 
   /// Forgets every observed token; the tables keep their memory.
   void reset() noexcept;
@@ -105,6 +115,8 @@ class NGramPredictor {
   // suffix[j] = FNV-1a of the last j tokens; suffix[0] is the offset basis.
   using SuffixHashes = std::array<std::uint64_t, kMaxSupportedOrder + 1>;
 
+  template <bool kWithEvidence>
+  [[nodiscard]] std::size_t predict_chain(std::span<Token> out, std::span<DraftEvidence> evidence) const noexcept;
   void record(std::size_t order, std::size_t end_slot, std::uint32_t end_position) noexcept;
   void record_all(std::size_t order, std::uint32_t newest_end, std::uint32_t count) noexcept;
   [[nodiscard]] bool in_window(std::size_t order, std::uint32_t end_position) const noexcept;

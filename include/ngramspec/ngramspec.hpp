@@ -12,6 +12,7 @@
 #include "ngramspec/position_random.hpp"
 #include "ngramspec/sampling.hpp"
 #include "ngramspec/sampling_options.hpp"
+#include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/speculative_decoder.hpp"
 #include "ngramspec/target_model.hpp"
 #include "ngramspec/token.hpp"

@@ -13,7 +13,7 @@
 #include "ngramspec/decode_stats.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/drafter.hpp"
-#include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/match_drafter.hpp"
 #include "ngramspec/target_model.hpp"
 #include "ngramspec/token.hpp"
 
@@ -34,8 +34,12 @@ namespace ngramspec {
 /// generate() starts fresh. Scratch buffers are kept between calls, so after the first call
 /// a pass allocates only when the output vector grows.
 ///
+/// The default drafter is MatchDrafter with its defaults: whole-context copies and local
+/// n-gram counts, the best acceptance of the drafters here on recorded LLM output
+/// (docs/BENCHMARKS.md); any Drafter can take its place.
+///
 /// Thread safety: one decoder drives one model from one thread at a time.
-template <TargetModel M, Drafter D = NGramPredictor>
+template <TargetModel M, Drafter D = MatchDrafter>
 class SpeculativeDecoder {
  public:
   explicit SpeculativeDecoder(M& model, D drafter = D{}) : model_(&model), drafter_(std::move(drafter)) {}

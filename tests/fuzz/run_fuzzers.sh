@@ -18,7 +18,7 @@ if ! [[ "$budget" =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 build_dir="${NGRAMSPEC_FUZZ_BUILD_DIR:-build/fuzz}"
-read -r -a targets <<<"${NGRAMSPEC_FUZZ_TARGETS:-ngram_predictor_fuzz decode_fuzz streams_fuzz llama2_loader_fuzz}"
+read -r -a targets <<<"${NGRAMSPEC_FUZZ_TARGETS:-ngram_predictor_fuzz decode_fuzz streams_fuzz llama2_loader_fuzz cli_options_fuzz}"
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:print_stacktrace=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
@@ -41,7 +41,10 @@ for target in "${targets[@]}"; do
   log="$artifacts/$target.log"
   echo "== $target: ${budget} s from $corpus"
   rc=0
-  "$build_dir/tests/fuzz/${target}_fuzzer" -max_total_time="$budget" -print_final_stats=1 \
+  # A target's dictionary (tests/fuzz/<target>.dict, libFuzzer's format) seeds its mutations.
+  dict=()
+  if [[ -f "tests/fuzz/$target.dict" ]]; then dict=(-dict="tests/fuzz/$target.dict"); fi
+  "$build_dir/tests/fuzz/${target}_fuzzer" -max_total_time="$budget" -print_final_stats=1 "${dict[@]}" \
     -artifact_prefix="$artifacts/$target-" "$scratch/$target" "$corpus" >"$log" 2>&1 || rc=$?
   executions="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
   coverage="$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -n 1 || true)"

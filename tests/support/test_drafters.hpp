@@ -26,7 +26,9 @@
 
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/drafter.hpp"
+#include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/token.hpp"
 #include "support/mock_models.hpp"
 
@@ -106,7 +108,12 @@ class OracleDrafter : public ObservedSequence {
 class RandomDrafter : public ObservedSequence {
  public:
   RandomDrafter(std::uint64_t seed, Token vocab, std::size_t max_length)
-      : rng_(seed), vocab_(vocab), max_length_(max_length) {}
+      : seed_(seed), rng_(seed), vocab_(vocab), max_length_(max_length) {}
+  // Restarts the draws too, so that repeating a generation repeats its drafts.
+  void reset() {
+    ObservedSequence::reset();
+    rng_.seed(seed_);
+  }
   [[nodiscard]] std::size_t predict(std::span<Token> out) const {
     const std::size_t cap = std::min(out.size(), max_length_);
     const std::size_t n = std::uniform_int_distribution<std::size_t>(0, cap)(rng_);
@@ -115,6 +122,7 @@ class RandomDrafter : public ObservedSequence {
   }
 
  private:
+  std::uint64_t seed_;
   mutable std::mt19937_64 rng_;
   Token vocab_;
   std::size_t max_length_;
@@ -285,6 +293,32 @@ class AnyDrafter {
   };
 }
 
+/// A corpus of earlier outputs shared by every test's MatchDrafter with a corpus: built once,
+/// never appended to afterwards, so every case sees the same corpus whatever ran before.
+/// Records are the continuations of random rules (as random_rule draws them) after short
+/// prompts, so some cases' models continue them and the drafts are accepted, and random tokens.
+[[nodiscard]] inline const SharedCorpus& test_corpus() {
+  static SharedCorpus corpus(SharedCorpus::bytes_for(4096));
+  // SharedCorpus cannot be moved: filled in place, once, by the first call.
+  [[maybe_unused]] static const bool filled = [] {
+    std::mt19937_64 rng(20261122);
+    for (int k = 0; k < 300; ++k) {
+      const NamedRule rule = random_rule(rng);
+      std::vector<Token> record(1 + rng() % 5);
+      for (Token& t : record) t = static_cast<Token>(rng() % rule.vocab);
+      if (rng() % 4 == 0) {
+        for (std::size_t n = rng() % 30; n > 0; --n) record.push_back(static_cast<Token>(rng() % rule.vocab));
+      } else {
+        const std::vector<Token> continued = plain_greedy(rule.rule, record, rng() % 40);
+        record.insert(record.end(), continued.begin(), continued.end());
+      }
+      corpus.append(record);
+    }
+    return true;
+  }();
+  return corpus;
+}
+
 /// The drafter a DecodeCase runs with.
 enum class DrafterKind {
   ngram,         ///< NGramPredictor with DecodeCase::ngram
@@ -295,6 +329,8 @@ enum class DrafterKind {
   random,        ///< RandomDrafter
   liar_oracle,   ///< LiarDrafter over a noisy OracleDrafter claiming SIZE_MAX drafts
   liar_ngram,    ///< LiarDrafter over NGramPredictor claiming 7 drafts
+  match_corpus,  ///< MatchDrafter with DecodeCase::match, drafting from test_corpus() on an empty match
+  match_gate,    ///< MatchDrafter with DecodeCase::match and a gate (min_confidence > 0), every other seed with test_corpus()
 };
 
 /// Name of a drafter kind, for traces.
@@ -308,6 +344,8 @@ enum class DrafterKind {
     case DrafterKind::random: return "random";
     case DrafterKind::liar_oracle: return "liar_oracle";
     case DrafterKind::liar_ngram: return "liar_ngram";
+    case DrafterKind::match_corpus: return "match_corpus";
+    case DrafterKind::match_gate: return "match_gate";
   }
   return "unknown";
 }
@@ -322,6 +360,7 @@ struct DecodeCase {
   DecodeOptions options;
   DrafterKind drafter = DrafterKind::ngram;
   NGramConfig ngram;  ///< for DrafterKind::ngram and liar_ngram
+  MatchConfig match;  ///< for DrafterKind::match_corpus and match_gate
 
   /// Everything about the case on one line, for SCOPED_TRACE.
   [[nodiscard]] std::string describe() const {
@@ -343,6 +382,12 @@ struct DecodeCase {
       s += "(orders " + std::to_string(ngram.min_order) + ".." + std::to_string(ngram.max_order) + ", draft_count " +
            std::to_string(ngram.draft_count) + ", window " + std::to_string(ngram.window) + ")";
     }
+    if (drafter == DrafterKind::match_corpus || drafter == DrafterKind::match_gate) {
+      s += "(cap " + std::to_string(match.cap) + ", copy_min_match " + std::to_string(match.copy_min_match) +
+           ", draft_count " + std::to_string(match.draft_count) + ", count_max_order " +
+           std::to_string(match.count_max_order) + ", min_confidence " + std::to_string(match.min_confidence) +
+           (drafter == DrafterKind::match_corpus || seed % 2 == 1 ? ", corpus)" : ")");
+    }
     return s;
   }
 };
@@ -350,7 +395,8 @@ struct DecodeCase {
 /// The case of `seed`: prompts of 1..40 tokens (random, or a repeated motif with noise so
 /// n-grams hit), max_batch in {1, 2, 3, 5, 8, 17, 4096, unlimited}, max_new_tokens 0..100,
 /// up to 3 stop tokens, max_context 0 or prompt length + 0..110, speculation mostly on,
-/// max_drafts from 0 to above kMaxDraftsPerPass, and any drafter kind.
+/// max_drafts from 0 to above kMaxDraftsPerPass, and any drafter kind (MatchDrafter configs
+/// from a generator of their own).
 [[nodiscard]] inline DecodeCase random_decode_case(std::uint64_t seed) {
   std::mt19937_64 rng(scramble(seed));
   const auto pick = [&rng](std::uint64_t lo, std::uint64_t hi) {
@@ -391,6 +437,19 @@ struct DecodeCase {
   c.drafter = static_cast<DrafterKind>(pick(0, 7));
   const std::vector<NGramConfig> configs = ngram_configs();
   c.ngram = configs[pick(0, configs.size() - 1)];
+  // The MatchDrafter kinds replace one case in five, drawn from a generator of their own so
+  // that every other case stays what it was before they existed.
+  std::mt19937_64 match_rng(scramble(seed ^ 0x6d61746368ULL));
+  const auto match_pick = [&match_rng](std::uint64_t lo, std::uint64_t hi) {
+    return static_cast<std::size_t>(std::uniform_int_distribution<std::uint64_t>(lo, hi)(match_rng));
+  };
+  if (match_pick(0, 4) == 0) c.drafter = match_pick(0, 1) == 0 ? DrafterKind::match_corpus : DrafterKind::match_gate;
+  static constexpr double kGates[] = {0.02, 0.1, 0.3, 0.6, 0.9};
+  c.match.cap = match_pick(0, 1) == 0 ? match_pick(4, 40) : 4096;
+  c.match.copy_min_match = match_pick(1, 4);
+  c.match.draft_count = match_pick(1, 16);
+  c.match.count_max_order = match_pick(2, MatchDrafter::kMaxCountOrder);
+  c.match.min_confidence = c.drafter == DrafterKind::match_gate ? kGates[match_pick(0, std::size(kGates) - 1)] : 0;
   return c;
 }
 
@@ -410,6 +469,8 @@ decltype(auto) with_drafter(const DecodeCase& c, F&& f) {
       return f(
           LiarDrafter<OracleDrafter>(OracleDrafter(rule, 3, 100, c.seed), std::numeric_limits<std::size_t>::max()));
     case DrafterKind::liar_ngram: return f(LiarDrafter<NGramPredictor>(NGramPredictor(c.ngram), 7));
+    case DrafterKind::match_corpus: return f(MatchDrafter(c.match, &test_corpus()));
+    case DrafterKind::match_gate: return f(MatchDrafter(c.match, c.seed % 2 == 1 ? &test_corpus() : nullptr));
   }
   throw std::logic_error("with_drafter: unknown DrafterKind");
 }
@@ -428,5 +489,6 @@ static_assert(Drafter<LiarDrafter<OracleDrafter>>);
 static_assert(Drafter<RecordingDrafter<NGramPredictor>>);
 static_assert(Drafter<ThrowingDrafter<NGramPredictor>>);
 static_assert(Drafter<AnyDrafter>);
+static_assert(Drafter<MatchDrafter>);
 
 }  // namespace ngramspec::test

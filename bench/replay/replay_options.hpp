@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "drafter_registry.hpp"
+
+namespace ngramspec::replay {
+
+/// The command line of ngramspec-replay, parsed and checked (see its --help).
+struct ReplayOptions {
+  bool help = false;                         ///< --help / -h: print the usage and do nothing else
+  std::vector<std::string> stream_files;     ///< --streams, in order
+  std::vector<std::string> synthetic_specs;  ///< --synthetic, unparsed (parse_synthetic checks them)
+  std::vector<std::string> drafter_names;    ///< --drafter, unparsed (make_drafter checks them); default {"ngram"}
+  std::vector<std::size_t> ks;               ///< --k: each in 1 .. kMaxDraftsPerPass; default {4}
+  DrafterDefaults defaults;                  ///< --window, --min-order, --max-order: each >= 1
+  std::size_t length = 2048;                 ///< --length: >= 1
+  std::size_t samples = 4;                   ///< --samples: >= 1
+  std::size_t seed = 1;                      ///< --seed
+  std::size_t limit = 0;                     ///< --limit: >= 1 when given; 0 = every record
+  std::size_t timing_repeats = 3;            ///< --timing-repeats: 1 .. kMaxTimingRepeats
+  bool json = false;                         ///< --json
+  double expect_al = -1;                     ///< --expect-al: finite and >= 0 when given; -1 = no check
+  double tolerance = 0.005;                  ///< --tolerance: finite and >= 0
+};
+
+/// Most --timing-repeats: the runner counts repeats in an int.
+inline constexpr std::size_t kMaxTimingRepeats = static_cast<std::size_t>(std::numeric_limits<int>::max());
+
+/// Parses the arguments after the program name. Throws std::invalid_argument naming the option
+/// and the value for an unknown option, a missing or malformed value, a value out of range, or
+/// nothing to replay. Stops at --help, returning what it parsed with `help` set.
+[[nodiscard]] ReplayOptions parse_replay_options(std::span<const std::string_view> args);
+
+}  // namespace ngramspec::replay

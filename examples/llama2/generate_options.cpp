@@ -1,0 +1,97 @@
+#include "generate_options.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include "ngramspec/decode_step.hpp"
+
+namespace ngramspec::llama2 {
+namespace {
+
+[[noreturn]] void bad_number(std::string_view flag, std::string_view text) {
+  throw std::invalid_argument(std::string(flag) + " wants a number, got '" + std::string(text) + "'");
+}
+
+// Digits only: no sign, spaces or suffix, and nothing a std::size_t cannot hold.
+std::size_t parse_count(std::string_view flag, std::string_view text) {
+  std::size_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range) {
+    throw std::invalid_argument(std::string(flag) + " wants a number, got '" + std::string(text) +
+                                "', which is too large");
+  }
+  if (ec != std::errc() || ptr != text.data() + text.size()) bad_number(flag, text);
+  return value;
+}
+
+// A finite float in decimal or exponent notation, optionally negative (validate() judges the
+// range); no spaces, hex, inf or nan, and nothing beyond a float's range.
+float parse_real(std::string_view flag, std::string_view text) {
+  float value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::general);
+  if (ec == std::errc::result_out_of_range && ptr == text.data() + text.size()) {
+    throw std::invalid_argument(std::string(flag) + " wants a number, got '" + std::string(text) +
+                                "', which is out of a float's range");
+  }
+  if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(value)) bad_number(flag, text);
+  return value;
+}
+
+}  // namespace
+
+GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
+  GenerateOptions options;
+  bool has_prompt = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view flag = args[i];
+    const auto value = [&]() -> std::string_view {
+      if (i + 1 >= args.size()) throw std::invalid_argument(std::string(flag) + " needs a value");
+      return args[++i];
+    };
+    if (flag == "--model") {
+      options.model = value();
+    } else if (flag == "--tokenizer") {
+      options.tokenizer = value();
+    } else if (flag == "--prompt") {
+      options.prompt = value();
+      has_prompt = true;
+    } else if (flag == "--steps") {
+      options.steps = parse_count(flag, value());
+    } else if (flag == "--k") {
+      options.k = parse_count(flag, value());
+    } else if (flag == "--temperature") {
+      options.sampling.temperature = parse_real(flag, value());
+    } else if (flag == "--top-k") {
+      options.sampling.top_k = parse_count(flag, value());
+    } else if (flag == "--top-p") {
+      options.sampling.top_p = parse_real(flag, value());
+    } else if (flag == "--min-p") {
+      options.sampling.min_p = parse_real(flag, value());
+    } else if (flag == "--seed") {
+      options.sampling.seed = parse_count(flag, value());
+    } else if (flag == "--no-speculate") {
+      options.speculate = false;
+    } else if (flag == "--check") {
+      options.check = true;
+    } else if (flag == "--help" || flag == "-h") {
+      options.help = true;
+      return options;
+    } else {
+      throw std::invalid_argument("unknown argument '" + std::string(flag) + "'");
+    }
+  }
+  if (options.model.empty() || options.tokenizer.empty() || !has_prompt) {
+    throw std::invalid_argument("--model, --tokenizer and --prompt are required");
+  }
+  if (options.k == 0 || options.k > kMaxDraftsPerPass) {
+    throw std::invalid_argument("--k must be between 1 and " + std::to_string(kMaxDraftsPerPass) + ", got " +
+                                std::to_string(options.k));
+  }
+  validate(options.sampling);
+  return options;
+}
+
+}  // namespace ngramspec::llama2
