@@ -1,5 +1,5 @@
 // An engine loop: several sequences share one batched forward per step, each with its own
-// NGramPredictor, SequenceState and slot in the model's KV cache, driven through the step API
+// MatchDrafter, SequenceState and slot in the model's KV cache, driven through the step API
 // (start_sequence / propose_drafts / accept_drafts / advance). At the end every sequence's
 // output and pass count are checked against SpeculativeDecoder::generate on the same model;
 // the program exits nonzero if any differs.
@@ -105,7 +105,7 @@ static_assert(ngramspec::TargetModel<SlotModel>);
 struct Sequence {
   std::vector<Token> prompt;
   ngramspec::DecodeOptions options;
-  ngramspec::NGramPredictor drafter;
+  ngramspec::MatchDrafter drafter;
   ngramspec::SequenceState state;
   std::vector<Token> output;
   // [last emitted token, drafts...] and the model's tokens for them.

@@ -36,6 +36,7 @@ static_assert(Drafter<MatchDrafter>);
 MatchConfig make_config(std::size_t cap, std::size_t copy_min_match, std::size_t draft_count,
                         std::size_t count_max_order = 3) {
   MatchConfig config;
+  config.min_confidence = 0;  // ungated: what the naive reference below describes
   config.cap = cap;
   config.copy_min_match = copy_min_match;
   config.draft_count = draft_count;
@@ -230,8 +231,8 @@ TEST(MatchDrafterConfig, InvalidMinConfidenceIsNamedWithItsValue) {
     EXPECT_THAT(message(bad), HasSubstr("min_confidence = " + std::to_string(bad)));
   }
   for (const double good : {0.0, 1e-9, 0.1, 0.5, 0.999}) EXPECT_EQ(message(good), "no exception") << good;
-  // The default drafts ungated, without a corpus: what the naive reference above describes.
-  EXPECT_EQ(MatchConfig{}.min_confidence, 0.0);
+  // The default is gated, without a corpus; the naive reference describes the ungated drafter.
+  EXPECT_GT(MatchConfig{}.min_confidence, 0.0);
   EXPECT_EQ(MatchDrafter().corpus(), nullptr);
 }
 

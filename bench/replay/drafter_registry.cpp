@@ -152,7 +152,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     std::string display = "match(cap=" + std::to_string(config.cap) + ",copy_min=" +
                           std::to_string(config.copy_min_match) + ",2-" + std::to_string(config.count_max_order);
     if (config.count_window != 0) display += ",count_window=" + std::to_string(config.count_window);
-    if (config.min_confidence > 0) display += std::string(",gate=") + gate;
+    display += std::string(",gate=") + gate;
     if (corpus_mib == 0) {
       return entry(display + ")", [config](const TokenStream&, std::size_t k) {
         MatchConfig c = config;
@@ -235,14 +235,15 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
 std::string drafter_names_help() {
   return "  ngram[:window=W|full,min=N,max=N]   NGramPredictor: windowed hashed n-gram counts (defaults from\n"
          "                                       --window, --min-order, --max-order)\n"
-         "  match[:cap=N,copy_min=L,count_max=M,gate=P,corpus=MIB]\n"
+         "  match[:cap=N,copy_min=L,count_max=M,count_window=W,gate=P,corpus=MIB]\n"
          "                                       MatchDrafter: copies what followed the most recent earlier\n"
-         "                                       occurrence of a match of L or more tokens (default 3), else\n"
-         "                                       n-gram counts of orders 2-M (default 3); indexes the first N\n"
-         "                                       tokens (default 8192); stops drafting when the estimated\n"
-         "                                       chance that all drafts are accepted falls below P (default 0:\n"
-         "                                       no gate); with corpus > 0, a SharedCorpus of that many MiB\n"
-         "                                       that holds the outputs of the records before, in file order\n"
+         "                                       occurrence of a match of L or more tokens (default 2), else\n"
+         "                                       n-gram counts of orders 2-M (default 3) over the last W tokens\n"
+         "                                       (default 2048; 0: the cap); indexes the first N tokens\n"
+         "                                       (default 8192); stops drafting when the estimated chance that\n"
+         "                                       all drafts are accepted falls below P (default 0.03; 0: no\n"
+         "                                       gate); with corpus > 0, a SharedCorpus of that many MiB that\n"
+         "                                       holds the outputs of the records before, in file order\n"
          "  prompt-lookup[:min=N,max=N,occurrence=earliest|latest]\n"
          "                                       vLLM's n-gram proposer: longest suffix match over the whole\n"
          "                                       context, earliest occurrence (default min 1, max 4)\n"
