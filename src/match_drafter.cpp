@@ -105,9 +105,6 @@ std::size_t gated(double min_confidence, double scale, std::size_t made, const E
   return made;
 }
 
-// Most count drafts one gated predict() weighs (their evidence sits on the stack).
-constexpr std::size_t kMaxGatedCountDrafts = 64;
-
 }  // namespace
 
 MatchDrafter::MatchDrafter(MatchConfig config, const SharedCorpus* corpus)
@@ -199,18 +196,20 @@ std::size_t MatchDrafter::predict(std::span<Token> out) const noexcept {
 
 std::size_t MatchDrafter::copy_from_sequence(std::span<Token> out) const noexcept {
   // While nothing is beyond the index, position indexed_ + j of the sequence extended by the
-  // drafts is draft j; beyond the cap the index is not the sequence's end, so the copy stops.
+  // drafts is draft j; beyond the cap the index is not the sequence's end, so the copy stops
+  // at the index's end.
   const bool whole = seen_ == indexed_;
-  std::size_t made = 0;
-  for (; made < out.size(); ++made) {
-    const std::size_t from = end_ + made;
-    if (from < indexed_) {
-      out[made] = tokens_[from];
-    } else if (whole) {
-      out[made] = out[from - indexed_];  // from - indexed_ < made: end_ < indexed_
-    } else {
-      break;
-    }
+  const std::size_t made = whole ? out.size() : std::min(out.size(), indexed_ - end_);
+  if (made < out.size()) {
+    // Cut short by the frozen index: the counts slide with the sequence and may see further
+    // (a short repeat in recent text, say). Which drafts more is decided before either's gate.
+    CountEvidence evidence{};
+    const std::size_t counted = count_chain(out, evidence);
+    if (counted > made) return gate_counts(counted, evidence);
+  }
+  for (std::size_t j = 0; j < made; ++j) {
+    const std::size_t from = end_ + j;
+    out[j] = from < indexed_ ? tokens_[from] : out[from - indexed_];  // from - indexed_ < j: end_ < indexed_
   }
   return gated(config_.min_confidence, scale(), made,
                [&](std::size_t j) { return kSequenceCopyAccepted[length_bucket(length_ + j)]; });
@@ -231,13 +230,20 @@ std::size_t MatchDrafter::draft_from_corpus(std::span<Token> out) const noexcept
                [&](std::size_t j) { return kCorpusCopyAccepted[length_bucket(draft.match_length + j)]; });
 }
 
-std::size_t MatchDrafter::draft_from_counts(std::span<Token> out) const noexcept {
+std::size_t MatchDrafter::count_chain(std::span<Token> out, CountEvidence& evidence) const noexcept {
   if (config_.min_confidence <= 0) return counts_.predict(out);
-  std::array<DraftEvidence, kMaxGatedCountDrafts> evidence{};
-  const std::size_t made = counts_.predict(out, evidence);
+  return counts_.predict(out, evidence);  // at most kMaxGatedCountDrafts
+}
+
+std::size_t MatchDrafter::gate_counts(std::size_t made, const CountEvidence& evidence) const noexcept {
   return gated(config_.min_confidence, scale(), made, [&](std::size_t j) {
     return kCountsAccepted[length_bucket(length_ + j)][share_class(evidence[j])];
   });
+}
+
+std::size_t MatchDrafter::draft_from_counts(std::span<Token> out) const noexcept {
+  CountEvidence evidence{};
+  return gate_counts(count_chain(out, evidence), evidence);
 }
 
 double MatchDrafter::scale() const noexcept { return (hits_ + kPrior) / (expected_ + kPrior); }
@@ -251,13 +257,13 @@ bool MatchDrafter::first_draft(Token& first, double& estimate) const noexcept {
       return true;
     }
   }
-  if (length_ == 0 || length_ < config_.copy_min_match) {
+  // Beyond the cap a match can run to the end of the index, and then the counts draft.
+  if (length_ == 0 || length_ < config_.copy_min_match || end_ >= indexed_) {
     DraftEvidence evidence;
     if (counts_.predict(std::span<Token>(&first, 1), std::span<DraftEvidence>(&evidence, 1)) == 0) return false;
     estimate = kCountsAccepted[length_bucket(length_)][share_class(evidence)];
     return true;
   }
-  if (end_ >= indexed_) return false;  // beyond the cap, a match can run to the end of the index
   first = tokens_[end_];
   estimate = kSequenceCopyAccepted[length_bucket(length_)];
   return true;

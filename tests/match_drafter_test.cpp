@@ -84,7 +84,8 @@ class NaiveMatch {
         counts_(NGramConfig{.min_order = 2,
                             .max_order = config.count_max_order,
                             .draft_count = config.draft_count,
-                            .window = config.cap}) {}
+                            .window = config.count_window == 0 ? config.cap
+                                                               : std::min(config.count_window, config.cap)}) {}
 
   void update(Token token) {
     const std::size_t indexed_before = std::min(sequence_.size(), config_.cap);
@@ -128,6 +129,12 @@ class NaiveMatch {
       if (from >= indexed && indexed < sequence_.size()) break;  // beyond the cap: no copy past the index
       out.push_back(extended[from]);
       extended.push_back(extended[from]);
+    }
+    if (out.size() < n) {
+      // Cut short by the frozen index: the counts draft instead when they draft more.
+      std::vector<Token> counted(n);
+      counted.resize(counts_.predict(counted));
+      if (counted.size() > out.size()) return counted;
     }
     return out;
   }
@@ -364,6 +371,22 @@ TEST(MatchDrafter, BeyondTheCapTheIndexFreezesAndCopiesStopAtItsEnd) {
   EXPECT_EQ(drafter.match_length(), 1U);
   EXPECT_EQ(drafter.match_end(), 1U);
   EXPECT_EQ(drafter.indexed(), 4U);
+}
+
+TEST(MatchDrafter, BeyondTheCapARepeatTheIndexCannotCopyIsDraftedByTheCounts) {
+  // The index ends with "162 163", which then repeats: the match anchors at the end of the
+  // frozen index, where the copy has nothing left, and the sliding counts draft the whole room.
+  MatchConfig config = make_config(64, 2, 8);
+  std::vector<Token> stream;
+  for (Token t = 0; t < 64; ++t) stream.push_back(100 + t);
+  for (int i = 0; i < 200; ++i) stream.push_back(i % 2 == 0 ? 162 : 163);
+  for (const double gate : {0.0, 0.03}) {
+    config.min_confidence = gate;
+    const MatchDrafter drafter = observed(config, stream);
+    ASSERT_EQ(drafter.indexed(), 64U);
+    ASSERT_EQ(drafter.match_end(), 64U);  // the copy would start past the index
+    EXPECT_THAT(drafts(drafter, 8), ElementsAre(162, 163, 162, 163, 162, 163, 162, 163)) << "gate " << gate;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -57,7 +57,8 @@ struct MatchConfig {
 /// Beyond the cap the index keeps the first `cap` tokens (where a prompt's copyable text
 /// is) and stops growing: later tokens still move the match (compared against a ring of
 /// the last kMaxVerify tokens) but are never copied from, and a copy stops at the end of
-/// the index. The counts slide over their own window.
+/// the index; when that leaves it shorter than the room, the counts (which slide with the
+/// sequence over their own window) draft instead if they draft more.
 ///
 /// Cost: update() is O(1): three FNV steps and one comparison when the match extends; else
 /// up to three table probes and up to 3 · kMaxVerify comparisons; then three table stores
@@ -153,6 +154,12 @@ class MatchDrafter {
   [[nodiscard]] std::size_t copy_from_sequence(std::span<Token> out) const noexcept;
   [[nodiscard]] std::size_t draft_from_corpus(std::span<Token> out) const noexcept;
   [[nodiscard]] std::size_t draft_from_counts(std::span<Token> out) const noexcept;
+  // Most count drafts one gated predict() weighs: their evidence sits on the stack.
+  static constexpr std::size_t kMaxGatedCountDrafts = 64;
+  using CountEvidence = std::array<DraftEvidence, kMaxGatedCountDrafts>;
+  // The counts' drafts, ungated, with their evidence when there is a gate.
+  [[nodiscard]] std::size_t count_chain(std::span<Token> out, CountEvidence& evidence) const noexcept;
+  [[nodiscard]] std::size_t gate_counts(std::size_t made, const CountEvidence& evidence) const noexcept;
   [[nodiscard]] CorpusDraft ask_corpus(std::span<Token> out) const noexcept;
   [[nodiscard]] bool first_draft(Token& first, double& estimate) const noexcept;
   // Scores predict()'s first draft before `token` against it, for the gate's scale.
