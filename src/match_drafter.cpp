@@ -49,11 +49,19 @@ MatchConfig validated(MatchConfig config) {
 constexpr std::array<std::size_t, 7> kLengthBucketEnds = {1, 2, 3, 4, 6, 9, 15};  // the last bucket is > 15
 constexpr std::size_t kLengthBuckets = kLengthBucketEnds.size() + 1;
 
-std::size_t length_bucket(std::size_t length) noexcept {
-  for (std::size_t b = 0; b < kLengthBucketEnds.size(); ++b) {
-    if (length <= kLengthBucketEnds[b]) return b;
+// bucket_of_length[L] for L <= 15, the last bucket's lower bound: a lookup instead of a search.
+constexpr std::array<std::uint8_t, kLengthBucketEnds.back() + 1> kBucketOfLength = [] {
+  std::array<std::uint8_t, kLengthBucketEnds.back() + 1> buckets{};
+  std::size_t b = 0;
+  for (std::size_t length = 0; length < buckets.size(); ++length) {
+    while (length > kLengthBucketEnds[b]) ++b;
+    buckets[length] = static_cast<std::uint8_t>(b);
   }
-  return kLengthBuckets - 1;
+  return buckets;
+}();
+
+std::size_t length_bucket(std::size_t length) noexcept {
+  return length < kBucketOfLength.size() ? kBucketOfLength[length] : kLengthBuckets - 1;
 }
 
 // [length bucket]: a copy of the sequence's own earlier text, and of the corpus.
@@ -203,7 +211,7 @@ std::size_t MatchDrafter::copy_from_sequence(std::span<Token> out) const noexcep
   if (made < out.size()) {
     // Cut short by the frozen index: the counts slide with the sequence and may see further
     // (a short repeat in recent text, say). Which drafts more is decided before either's gate.
-    CountEvidence evidence{};
+    CountEvidence evidence;
     const std::size_t counted = count_chain(out, evidence);
     if (counted > made) return gate_counts(counted, evidence);
   }
@@ -242,7 +250,7 @@ std::size_t MatchDrafter::gate_counts(std::size_t made, const CountEvidence& evi
 }
 
 std::size_t MatchDrafter::draft_from_counts(std::span<Token> out) const noexcept {
-  CountEvidence evidence{};
+  CountEvidence evidence;  // written by count_chain for every draft it makes; only those are read
   return gate_counts(count_chain(out, evidence), evidence);
 }
 
@@ -259,7 +267,7 @@ bool MatchDrafter::first_draft(Token& first, double& estimate) const noexcept {
   }
   // Beyond the cap a match can run to the end of the index, and then the counts draft.
   if (length_ == 0 || length_ < config_.copy_min_match || end_ >= indexed_) {
-    DraftEvidence evidence;
+    DraftEvidence evidence{};
     if (counts_.predict(std::span<Token>(&first, 1), std::span<DraftEvidence>(&evidence, 1)) == 0) return false;
     estimate = kCountsAccepted[length_bucket(length_)][share_class(evidence)];
     return true;

@@ -21,9 +21,11 @@ struct NGramConfig {
 
 /// How strongly the counts backed one draft: its context's recorded occurrences in the window
 /// and how many of them the drafted token followed.
+/// An aggregate without initializers, so that arrays of them cost nothing to declare on a hot
+/// path; value-initialize (`DraftEvidence{}`) for zeros.
 struct DraftEvidence {
-  std::uint32_t count = 0;  ///< occurrences followed by the drafted token
-  std::uint32_t total = 0;  ///< occurrences of the context followed by any token
+  std::uint32_t count;  ///< occurrences followed by the drafted token
+  std::uint32_t total;  ///< occurrences of the context followed by any token
 };
 
 /// Drafts the next tokens of a stream from n-gram counts over its most recent tokens.
