@@ -1,7 +1,9 @@
-// Soak: 10^7 tokens through an NGramPredictor and through SpeculativeDecoder::generate over a model
-// that costs nothing, printing resident memory (VmRSS, and its peak VmHWM, from /proc/self/status)
-// and the live heap (this program replaces operator new / delete to count it) every 10^6 tokens, to
-// show memory flat once the first generation has sized everything.
+// Soak: 10^7 tokens through an NGramPredictor and a MatchDrafter (update + predict per token), and
+// through SpeculativeDecoder::generate over a model that costs nothing (drafting with each, and with
+// a MatchDrafter that consults a SharedCorpus fed every generation's output), printing resident
+// memory (VmRSS, and its peak VmHWM, from /proc/self/status) and the live heap (this program replaces
+// operator new / delete to count it) every 10^6 tokens, to show memory flat once the first
+// generation has sized everything. A summary table closes, one row per run.
 //
 // Usage: soak_bench [--tokens N]   (default 10000000)
 
@@ -12,13 +14,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <new>
+#include <optional>
 #include <random>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/speculative_decoder.hpp"
 #include "support/mixed_stream.hpp"
 
@@ -85,6 +93,15 @@ std::size_t status_kib(std::string_view field) {
   return kib;
 }
 
+// Sets VmHWM back to the current VmRSS (Linux 4.0 on), so that each run's peak is its own; false
+// where that is not possible, and the peak is then the process's so far.
+bool reset_peak_rss() {
+  std::FILE* file = std::fopen("/proc/self/clear_refs", "w");
+  if (file == nullptr) return false;
+  const bool written = std::fputs("5", file) >= 0;
+  return std::fclose(file) == 0 && written;
+}
+
 struct Sample {
   std::uint64_t tokens = 0;
   std::size_t rss_kib = 0;
@@ -105,7 +122,48 @@ Sample sample(std::uint64_t tokens) {
   return s;
 }
 
-void print_table(const char* title, const std::vector<Sample>& samples, double seconds) {
+// One row of the closing summary: static storage, so that keeping it does not move the heap figures.
+struct Summary {
+  const char* run = nullptr;
+  Sample warm;  // the first sample after the start
+  Sample last;
+};
+constexpr std::size_t kMaxRuns = 8;
+Summary g_summaries[kMaxRuns];
+std::size_t g_runs = 0;
+bool g_peak_rss_per_run = true;
+
+// Starts a run: what earlier runs freed goes back to the system (where the allocator can), and the
+// peaks restart, so that each run's figures are its own plus the program's few KiB.
+void start_run() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+  g_peak_bytes = g_live_bytes;
+  if (!reset_peak_rss()) g_peak_rss_per_run = false;
+}
+
+// `value` with thousands separators, into `out` (no heap).
+const char* grouped(long long value, char (&out)[32], bool sign = false) {
+  char digits[24];
+  const unsigned long long magnitude =
+      value < 0 ? 0ULL - static_cast<unsigned long long>(value) : static_cast<unsigned long long>(value);
+  const int n = std::snprintf(digits, sizeof digits, "%llu", magnitude);
+  std::size_t at = 0;
+  if (value < 0) {
+    out[at++] = '-';
+  } else if (sign) {
+    out[at++] = '+';
+  }
+  for (int i = 0; i < n; ++i) {
+    if (i > 0 && (n - i) % 3 == 0) out[at++] = ',';
+    out[at++] = digits[i];
+  }
+  out[at] = '\0';
+  return out;
+}
+
+void print_table(const char* run, const char* title, const std::vector<Sample>& samples, double seconds) {
   std::printf("\n%s (%.1f s)\n", title, seconds);
   std::printf("%12s %10s %10s %14s %14s %12s\n", "tokens", "RSS KiB", "peak KiB", "live heap B", "peak heap B",
               "allocations");
@@ -126,9 +184,40 @@ void print_table(const char* title, const std::vector<Sample>& samples, double s
         static_cast<long long>(last.peak_heap) - static_cast<long long>(warm.peak_heap),
         static_cast<long long>(last.rss_kib) - static_cast<long long>(warm.rss_kib),
         static_cast<long long>(last.allocations) - static_cast<long long>(warm.allocations));
+    if (g_runs < kMaxRuns) g_summaries[g_runs++] = Summary{run, warm, last};
   }
 }
 
+// The runs side by side, as docs/BENCHMARKS.md tables them (Markdown).
+void print_summary(std::uint64_t every) {
+  char a[32];
+  char b[32];
+  char c[32];
+  char d[32];
+  char e[32];
+  char f[32];
+  char g[32];
+  std::printf("\nSummary (peak RSS and peak heap %s; the last column from the first sample, %s tokens, or the\n"
+              "generation that crosses it, to the end)\n\n",
+              g_peak_rss_per_run ? "per run" : "per run for the heap, since the start for RSS",
+              grouped(static_cast<long long>(every), a));
+  std::printf("| run | RSS at the end | peak RSS | live heap at the end | peak heap | from %s tokens to the end |\n",
+              grouped(static_cast<long long>(every), a));
+  std::printf("|---|---:|---:|---:|---:|---|\n");
+  for (std::size_t i = 0; i < g_runs; ++i) {
+    const Summary& s = g_summaries[i];
+    const auto delta = [](std::size_t to, std::size_t from) {
+      return static_cast<long long>(to) - static_cast<long long>(from);
+    };
+    std::printf("| %s | %s KiB | %s KiB | %s B | %s B | heap %s B, RSS %s KiB, %s allocations |\n", s.run,
+                grouped(static_cast<long long>(s.last.rss_kib), a), grouped(static_cast<long long>(s.last.hwm_kib), b),
+                grouped(static_cast<long long>(s.last.live_heap), c),
+                grouped(static_cast<long long>(s.last.peak_heap), d),
+                grouped(delta(s.last.live_heap, s.warm.live_heap), e, true),
+                grouped(delta(s.last.rss_kib, s.warm.rss_kib), f, true),
+                grouped(delta(s.last.allocations, s.warm.allocations), g));
+  }
+}
 
 // A greedy model that costs nothing and holds nothing but its length: next = an affine map of the
 // token modulo 251 (a cycle of at most 250 tokens, which the default 512-token window learns after
@@ -156,62 +245,83 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 std::vector<Sample> make_samples(std::uint64_t total, std::uint64_t every) {
   std::vector<Sample> samples;
   samples.reserve(total / every + 2);
+  start_run();
   samples.push_back(sample(0));
   return samples;
 }
 
-void soak_predictor(std::uint64_t total, std::uint64_t every) {
+// update + predict per token of the mixed stream, through a drafter `make()` builds after the
+// first sample (so the run's heap includes it).
+template <class Make>
+void soak_drafter(const char* run, const char* title, std::uint64_t total, std::uint64_t every, Make make) {
   std::vector<Sample> samples = make_samples(total, every);
   const auto start = std::chrono::steady_clock::now();
-  NGramPredictor predictor;  // the defaults
+  auto drafter = make();
   test::MixedStream stream(42);
   Token drafts[16];
-  std::size_t drafted = 0;
+  std::uint64_t drafted = 0;
   for (std::uint64_t i = 1; i <= total; ++i) {
-    predictor.update(stream.next());
-    drafted += predictor.predict(drafts);
+    drafter.update(stream.next());
+    drafted += drafter.predict(drafts);
     if (i % every == 0) samples.push_back(sample(i));
   }
   const double seconds = seconds_since(start);
-  std::printf("\nNGramPredictor defaults: memory_bytes() = %zu B, %zu drafts proposed", predictor.memory_bytes(),
-              drafted);
-  print_table("NGramPredictor: update + predict per token", samples, seconds);
+  std::printf("\n%s: memory_bytes() = %zu B, %llu drafts proposed", run, drafter.memory_bytes(),
+              static_cast<unsigned long long>(drafted));
+  print_table(run, title, samples, seconds);
 }
 
-void soak_decoder(std::uint64_t total, std::uint64_t every) {
+// Repeated generations of max_new_tokens over the free model, drafting with what `make(corpus)`
+// builds; with corpus_bytes > 0, a SharedCorpus of that cap receives each generation's output.
+template <class Make>
+void soak_decoder(const char* run, std::uint64_t total, std::uint64_t every, std::size_t corpus_bytes, Make make) {
   std::vector<Sample> samples = make_samples(total, every);
   const auto start = std::chrono::steady_clock::now();
   FreeModel model;
-  SpeculativeDecoder decoder(model);
+  std::optional<SharedCorpus> corpus;
+  if (corpus_bytes != 0) corpus.emplace(corpus_bytes);
+  SpeculativeDecoder decoder(model, make(corpus ? &*corpus : nullptr));
   DecodeOptions options;
   options.max_new_tokens = 4096;
   std::vector<Token> prompt(16);
   std::uint64_t generated = 0;
   std::uint64_t passes = 0;
   std::uint64_t next_sample = every;
-  for (std::uint64_t g = 0; generated < total; ++g) {
-    for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<Token>((g * 7919 + i * 104729) % 32000);
+  std::uint64_t generations = 0;
+  std::uint64_t first_eviction = 0;  // the generation whose output first evicted, 1-based (0: none)
+  for (; generated < total; ++generations) {
+    for (std::size_t i = 0; i < prompt.size(); ++i) {
+      prompt[i] = static_cast<Token>((generations * 7919 + i * 104729) % 32000);
+    }
     {
       const DecodeResult result = decoder.generate(prompt, options);
       generated += result.stats.generated;
       passes += result.stats.decode_passes + result.stats.prefill_passes;
+      if (corpus) {
+        corpus->append(result.tokens);
+        if (first_eviction == 0 && corpus->appended() > corpus->capacity_tokens()) first_eviction = generations + 1;
+      }
     }
-    // Sampled once the result is gone: what stays is the decoder's and the drafter's own.
+    // Sampled once the result is gone: what stays is the decoder's, the drafter's and the corpus's own.
     if (generated >= next_sample) {
       samples.push_back(sample(generated));
       next_sample += every;
     }
   }
   const double seconds = seconds_since(start);
-  std::printf(
-      "\nSpeculativeDecoder over a free model: %llu generations of %zu tokens, "
-      "%.2f tokens per pass",
-      static_cast<unsigned long long>(generated / options.max_new_tokens), options.max_new_tokens,
-      static_cast<double>(generated) / static_cast<double>(passes));
-  print_table(
-      "SpeculativeDecoder::generate, repeated (the sample follows the "
-      "generation that crosses each mark)",
-      samples, seconds);
+  std::printf("\n%s over a free model: %llu generations of up to %zu tokens, %.2f tokens per pass; drafter "
+              "memory_bytes() = %zu B",
+              run, static_cast<unsigned long long>(generations), options.max_new_tokens,
+              static_cast<double>(generated) / static_cast<double>(passes), decoder.drafter().memory_bytes());
+  if (corpus) {
+    std::printf("; corpus memory_bytes() = %zu B (cap %zu B), %zu of %zu tokens held, evicting from generation %llu on",
+                corpus->memory_bytes(), corpus_bytes, corpus->size(), corpus->capacity_tokens(),
+                static_cast<unsigned long long>(first_eviction));
+  }
+  char title[256];
+  std::snprintf(title, sizeof title,
+                "%s: generate, repeated (the sample follows the generation that crosses each mark)", run);
+  print_table(run, title, samples, seconds);
 }
 
 }  // namespace
@@ -231,7 +341,25 @@ int main(int argc, char** argv) {
   const std::uint64_t every = total >= 10 ? total / 10 : 1;
   std::printf("soak: %llu tokens; samples every %llu tokens\n", static_cast<unsigned long long>(total),
               static_cast<unsigned long long>(every));
-  ngramspec::soak_predictor(total, every);
-  ngramspec::soak_decoder(total, every);
+  using ngramspec::MatchConfig;
+  using ngramspec::MatchDrafter;
+  using ngramspec::NGramPredictor;
+  using ngramspec::SharedCorpus;
+  ngramspec::soak_drafter("`NGramPredictor`", "NGramPredictor defaults: update + predict per token", total, every,
+                          [] { return NGramPredictor(); });
+  // The defaults' cap (8192) is already far below the stream; a larger one freezes an index that
+  // no longer fits the cache.
+  ngramspec::soak_drafter("`MatchDrafter`", "MatchDrafter defaults: update + predict per token", total, every,
+                          [] { return MatchDrafter(); });
+  ngramspec::soak_drafter("`MatchDrafter` cap 65,536", "MatchDrafter cap 65536: update + predict per token", total,
+                          every, [] { return MatchDrafter(MatchConfig{.cap = 65536}); });
+  ngramspec::soak_decoder("`SpeculativeDecoder` + `NGramPredictor`", total, every, 0,
+                          [](const SharedCorpus*) { return NGramPredictor(); });
+  ngramspec::soak_decoder("`SpeculativeDecoder` + `MatchDrafter` (the default)", total, every, 0,
+                          [](const SharedCorpus*) { return MatchDrafter(); });
+  ngramspec::soak_decoder("`SpeculativeDecoder` + `MatchDrafter` + 16 MiB `SharedCorpus`", total, every,
+                          std::size_t{16} << 20,
+                          [](const SharedCorpus* corpus) { return MatchDrafter(MatchConfig{}, corpus); });
+  ngramspec::print_summary(every);
   return 0;
 }

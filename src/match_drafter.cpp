@@ -144,24 +144,26 @@ void MatchDrafter::update(std::span<const Token> tokens) noexcept {
 }
 
 void MatchDrafter::update(Token token) noexcept {
-  if (config_.min_confidence > 0 && seen_ > 0) calibrate(token);
+  // hashes[n - 1]: FNV-1a of the last n tokens (this one included) read newest first, so that
+  // one pass of kAnchorOrder steps yields every order (read oldest first, each would need its
+  // own pass).
+  const std::size_t orders = static_cast<std::size_t>(std::min<std::uint64_t>(kAnchorOrder, seen_ + 1));
+  std::array<std::uint64_t, kAnchorOrder> hashes{};
+  std::uint64_t hash = hashes[0] = detail::fnv1a_step(detail::kFnvOffsetBasis, token);
+  for (std::size_t n = 2; n <= orders; ++n) hashes[n - 1] = hash = detail::fnv1a_step(hash, recent(n - 2));
   // The most recent earlier occurrence followed by `token` is the most recent occurrence of
   // the match extended by it, so extending keeps both properties of the match.
   const bool extends = length_ > 0 && end_ < indexed_ && tokens_[end_] == token;
   const bool indexes = indexed_ < config_.cap;
-  if (indexes) tokens_[indexed_++] = token;
-  recent_[static_cast<std::size_t>(seen_) & (kMaxVerify - 1)] = token;
-  ++seen_;
-  // hashes[n - 1]: FNV-1a of the last n tokens read newest first, so that one pass of
-  // kAnchorOrder steps yields every order (read oldest first, each would need its own pass).
-  const std::size_t orders = static_cast<std::size_t>(std::min<std::uint64_t>(kAnchorOrder, seen_));
-  std::array<std::uint64_t, kAnchorOrder> hashes{};
-  std::uint64_t hash = detail::kFnvOffsetBasis;
-  for (std::size_t n = 1; n <= orders; ++n) hashes[n - 1] = hash = detail::fnv1a_step(hash, recent(n - 1));
-  // At long contexts the tables miss the cache; the counts' update runs while the slots load.
+  // At long contexts the tables miss the cache: their slots load while the gate's scoring and
+  // the counts' update run.
   if (!extends || indexes) {
     for (std::size_t n = 1; n <= orders; ++n) last_[n - 1].prefetch(hashes[n - 1]);
   }
+  if (config_.min_confidence > 0 && seen_ > 0) calibrate(token);
+  if (indexes) tokens_[indexed_++] = token;
+  recent_[static_cast<std::size_t>(seen_) & (kMaxVerify - 1)] = token;
+  ++seen_;
   counts_.update(token);
   if (extends) {
     ++length_;

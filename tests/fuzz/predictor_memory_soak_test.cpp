@@ -1,6 +1,7 @@
-// Bounded memory over a long stream: an NGramPredictor's heap is what memory_bytes() reports, fixed
-// at construction, and a million tokens of fresh, repetitive and mixed text neither allocate nor
-// grow it.
+// Bounded memory over a long stream: an NGramPredictor's and a MatchDrafter's heap is what
+// memory_bytes() reports, fixed at construction, and a million tokens of fresh, repetitive and mixed
+// text neither allocate nor grow it; a SharedCorpus fed a million tokens of records keeps the heap
+// it took at construction, within its byte cap, evicting the oldest tokens.
 
 #include <gtest/gtest.h>
 
@@ -9,10 +10,13 @@
 #include <cstdint>
 #include <ostream>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/shared_corpus.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/mixed_stream.hpp"
 
@@ -110,6 +114,178 @@ INSTANTIATE_TEST_SUITE_P(
                       SoakCase{NGramConfig{.min_order = 2, .max_order = 6, .draft_count = 8, .window = 8192}, 300'000},
                       SoakCase{NGramConfig{.min_order = 3, .max_order = 8, .draft_count = 10, .window = 16}, 200'000}),
     [](const ::testing::TestParamInfo<SoakCase>& info) { return case_name(info.param); });
+
+
+struct MatchSoakCase {
+  const char* name = "";
+  MatchConfig config;
+  std::size_t tokens = 0;
+};
+
+void PrintTo(const MatchSoakCase& c, std::ostream* os) { *os << c.name; }
+
+class MatchDrafterMemorySoak : public ::testing::TestWithParam<MatchSoakCase> {};
+
+TEST_P(MatchDrafterMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
+  const MatchSoakCase& c = GetParam();
+  SCOPED_TRACE(std::string(c.name) + ": cap " + std::to_string(c.config.cap) + ", count window " +
+               std::to_string(c.config.count_window) + ", " + std::to_string(c.tokens) + " tokens");
+  std::vector<Token> drafts(c.config.draft_count);  // allocated first: `before` excludes it
+  const std::size_t before = heap_in_use();
+  MatchDrafter drafter(c.config);
+  const std::size_t constructed = heap_in_use() - before;
+  const std::size_t reported = drafter.memory_bytes();
+  // As for the predictor: the object itself is on the stack, and the heap adds headers and rounding.
+  EXPECT_LE(constructed, reported + 64 * 1024);
+  EXPECT_GE(constructed, reported / 2) << "the heap measurement does not see the drafter's tables";
+
+  // The index keeps the first `cap` tokens, so they open with laps of an ascending cycle, which the
+  // stream's cycles (0, 1, ..., p - 1) match later: copies from the frozen index keep happening.
+  const std::size_t opening = c.config.cap / 2;
+  MixedStream stream(c.config.cap * 17 + c.config.draft_count);
+  std::size_t drafted = 0;
+  std::size_t longest_match_past_cap = 0;
+  std::size_t allocations = 0;
+  {
+    const AllocationCounter counter;
+    for (std::size_t i = 1; i <= c.tokens; ++i) {
+      drafter.update(i <= opening ? static_cast<Token>(i % 64) : stream.next());
+      if (i % 3 == 0) drafted += drafter.predict(drafts);
+      if (i > c.config.cap) longest_match_past_cap = std::max(longest_match_past_cap, drafter.match_length());
+      if (i % 100'000 == 0) {
+        // From construction on, not only after a warm-up: the index and the counts are sized up front.
+        ASSERT_EQ(heap_in_use(), before + constructed) << "after " << i << " tokens";
+        ASSERT_EQ(drafter.indexed(), std::min(i, c.config.cap)) << "after " << i << " tokens";
+      }
+    }
+    allocations = counter.count();
+  }
+  EXPECT_EQ(allocations, 0U);
+  EXPECT_EQ(heap_in_use(), before + constructed);
+  EXPECT_EQ(drafter.memory_bytes(), reported);
+  EXPECT_EQ(drafter.tokens_seen(), c.tokens);
+  // The stream must run far past the cap (the frozen index) and make the drafter copy and draft.
+  EXPECT_GE(c.tokens, 8 * c.config.cap);
+  EXPECT_GE(longest_match_past_cap, 16U);
+  EXPECT_GE(drafted, c.tokens / 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, MatchDrafterMemorySoak,
+    ::testing::Values(MatchSoakCase{"defaults", MatchConfig{}, 1'000'000},
+                      MatchSoakCase{"cap1024", MatchConfig{.cap = 1024}, 1'000'000},
+                      MatchSoakCase{"cap4096_order4_window0_ungated",
+                                    MatchConfig{.cap = 4096,
+                                                .draft_count = 12,
+                                                .count_max_order = 4,
+                                                .count_window = 0,
+                                                .min_confidence = 0},
+                                    200'000}),
+    [](const ::testing::TestParamInfo<MatchSoakCase>& info) { return std::string(info.param.name); });
+
+struct CorpusSoakCase {
+  const char* name = "";
+  std::size_t max_bytes = 0;
+  std::size_t longest_record = 0;
+  std::size_t tokens = 0;
+};
+
+void PrintTo(const CorpusSoakCase& c, std::ostream* os) { *os << c.name; }
+
+class SharedCorpusMemorySoak : public ::testing::TestWithParam<CorpusSoakCase> {};
+
+// Fills `record` with a mix of runs: fresh tokens from a large vocabulary, slices of a few phrases
+// that recur across records, and a tiny vocabulary drawn at random.
+void fill_record(std::span<Token> record, const std::vector<std::vector<Token>>& phrases, std::mt19937_64& rng) {
+  for (std::size_t at = 0; at < record.size();) {
+    const std::size_t run = std::min(record.size() - at, std::uniform_int_distribution<std::size_t>(1, 300)(rng));
+    const int kind = std::uniform_int_distribution<int>(0, 2)(rng);
+    if (kind == 1) {
+      const std::size_t pick = std::uniform_int_distribution<std::size_t>(0, phrases.size() - 1)(rng);
+      const std::vector<Token>& phrase = phrases[pick];
+      const std::size_t from = std::uniform_int_distribution<std::size_t>(0, phrase.size() - 1)(rng);
+      for (std::size_t i = 0; i < run; ++i) record[at + i] = phrase[(from + i) % phrase.size()];
+    } else {
+      const Token top = kind == 0 ? 31999 : 5;
+      for (std::size_t i = 0; i < run; ++i) record[at + i] = std::uniform_int_distribution<Token>(0, top)(rng);
+    }
+    at += run;
+  }
+}
+
+TEST_P(SharedCorpusMemorySoak, HeapIsFixedAndWithinTheCap) {
+  const CorpusSoakCase& c = GetParam();
+  SCOPED_TRACE(std::string(c.name) + ": cap " + std::to_string(c.max_bytes) + " B, records up to " +
+               std::to_string(c.longest_record) + " tokens, " + std::to_string(c.tokens) + " tokens");
+  std::mt19937_64 rng(c.max_bytes * 31 + c.longest_record);
+  std::vector<std::vector<Token>> phrases(8);
+  for (std::vector<Token>& phrase : phrases) {
+    phrase.resize(std::uniform_int_distribution<std::size_t>(20, 400)(rng));
+    for (Token& token : phrase) token = std::uniform_int_distribution<Token>(0, 31999)(rng);
+  }
+  // Allocated first: `before` excludes them.
+  std::vector<Token> record(c.longest_record);
+  std::vector<Token> drafts(16);
+  const std::size_t before = heap_in_use();
+  SharedCorpus corpus(c.max_bytes);
+  const std::size_t constructed = heap_in_use() - before;
+  const std::size_t reported = corpus.memory_bytes();
+  EXPECT_LE(reported, c.max_bytes);
+  EXPECT_LE(constructed, reported + 64 * 1024);
+  EXPECT_GE(constructed, reported / 2) << "the heap measurement does not see the corpus's tables";
+
+  std::uint64_t appended = 0;
+  std::uint64_t records = 0;
+  std::uint64_t next_check = 100'000;
+  std::size_t matched = 0;
+  std::size_t allocations = 0;
+  {
+    const AllocationCounter counter;
+    while (appended < c.tokens) {
+      // Now and then an empty record, which must change nothing.
+      const std::size_t length = std::uniform_int_distribution<std::size_t>(0, c.longest_record)(rng);
+      const std::span<Token> written = std::span<Token>(record).first(length);
+      fill_record(written, phrases, rng);
+      corpus.append(written);
+      appended += length;
+      if (length != 0) ++records;
+      ASSERT_LE(corpus.size(), corpus.capacity_tokens()) << "after " << appended << " tokens";
+      ASSERT_EQ(corpus.size(), std::min<std::uint64_t>(appended, corpus.capacity_tokens()))
+          << "after " << appended << " tokens";
+      // Look something up in what is held: a recent record's end, whose phrases recur.
+      if (length >= 8) {
+        const CorpusDraft found = corpus.draft(written.last(8), drafts);
+        if (found.match_length != 0) ++matched;
+      }
+      if (appended >= next_check) {
+        ASSERT_EQ(heap_in_use(), before + constructed) << "after " << appended << " tokens";
+        next_check += 100'000;
+      }
+    }
+    allocations = counter.count();
+  }
+  EXPECT_EQ(allocations, 0U);
+  EXPECT_EQ(heap_in_use(), before + constructed);
+  EXPECT_EQ(corpus.memory_bytes(), reported);
+  EXPECT_LE(corpus.memory_bytes(), c.max_bytes);
+  EXPECT_EQ(corpus.appended(), appended);
+  EXPECT_EQ(corpus.records(), records);
+  // The corpus must have filled and then evicted for most of the run, and found matches.
+  EXPECT_GE(appended, 10 * corpus.capacity_tokens());
+  EXPECT_EQ(corpus.size(), corpus.capacity_tokens());
+  EXPECT_GE(matched, records / 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Caps, SharedCorpusMemorySoak,
+    ::testing::Values(
+        // Not a power of two's worth of bytes: the capacity rounds down, memory stays below the cap.
+        CorpusSoakCase{"cap1MB", 1'000'000, 3000, 1'000'000},
+        // Exactly the bytes of 4096 tokens: memory reaches the cap and stays there.
+        CorpusSoakCase{"cap_exact4096", SharedCorpus::bytes_for(4096), 2000, 1'000'000},
+        // The smallest corpus, with records longer than all of it: one append evicts its own start.
+        CorpusSoakCase{"cap_min_long_records", SharedCorpus::min_bytes(), 1000, 300'000}),
+    [](const ::testing::TestParamInfo<CorpusSoakCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace ngramspec::test
