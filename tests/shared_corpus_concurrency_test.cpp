@@ -20,7 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "ngramspec/match_drafter.hpp"
 #include "ngramspec/shared_corpus.hpp"
+#include "ngramspec/speculative_decoder.hpp"
 
 namespace ngramspec {
 namespace {
@@ -250,6 +252,56 @@ TEST(SharedCorpusConcurrency, ObserversRunBesideAppends) {
   for (std::thread& reader : readers) reader.join();
   for (const std::string& error : errors) EXPECT_EQ(error, "");
   EXPECT_EQ(corpus.records(), kAppends);
+}
+
+// A greedy model whose output is the last token plus one, within a small alphabet: the text
+// it writes repeats across requests, so the drafters find it in the corpus.
+struct CountingModel {
+  std::size_t length = 0;
+  void forward(std::size_t pos, std::span<const Token> tokens, std::span<Token> next) {
+    for (std::size_t i = 0; i < tokens.size(); ++i) next[i] = (tokens[i] * 7 + 3) % 61;
+    length = pos + tokens.size();
+  }
+  void rollback(std::size_t pos) { length = pos; }
+  [[nodiscard]] std::size_t max_batch() const { return 17; }
+};
+
+TEST(SharedCorpusConcurrency, DecodersShareOneCorpusAndEachAppendsItsOutputs) {
+  // As an engine runs it: each thread decodes its own requests with its own MatchDrafter over
+  // one corpus and appends each finished output. Outputs must equal plain decoding, whatever
+  // the corpus held at each step (under ThreadSanitizer: and no race).
+  SharedCorpus corpus(SharedCorpus::bytes_for(1024));
+  constexpr std::size_t kThreads = 3;
+  constexpr int kRequests = 40;
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::size_t> accepted(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(700 + t);
+      CountingModel model;
+      MatchConfig config;
+      config.draft_count = 8;
+      SpeculativeDecoder decoder(model, MatchDrafter(config, &corpus));
+      for (int r = 0; r < kRequests && errors[t].empty(); ++r) {
+        const std::vector<Token> prompt = {static_cast<Token>(rng() % 61), static_cast<Token>(rng() % 61)};
+        DecodeOptions options;
+        options.max_new_tokens = 64;
+        const DecodeResult speculative = decoder.generate(prompt, options);
+        options.speculate = false;
+        const DecodeResult plain = decoder.generate(prompt, options);
+        if (speculative.tokens != plain.tokens) errors[t] = "request " + std::to_string(r) + " departs from plain";
+        accepted[t] += speculative.stats.accepted;
+        corpus.append(speculative.tokens);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const std::string& error : errors) EXPECT_EQ(error, "");
+  std::size_t total = 0;
+  for (const std::size_t a : accepted) total += a;
+  EXPECT_GT(total, kThreads * kRequests * 8U);  // the drafts were used, not only checked
+  EXPECT_EQ(corpus.records(), kThreads * kRequests);
 }
 
 }  // namespace

@@ -24,7 +24,8 @@
 //          emit model_tokens[0 .. outcome.emitted); drafter.update(them);  // when speculating
 //          advance(state, outcome);  until state.finished
 //
-// Every step is pure apart from the state it is handed, and none allocates.
+// Every step is pure apart from the state it is handed, and none allocates. Thread safety:
+// the steps share nothing, so any thread may run them, one at a time per SequenceState.
 
 namespace ngramspec {
 

@@ -30,6 +30,9 @@ concept LogitsModel = requires(M& m, const M& cm, std::size_t pos, std::span<con
 
 /// The LogitsModel contract as an abstract class, for backends chosen at run time:
 /// SamplingModel<AbstractLogitsModel> over a reference to any subclass.
+///
+/// Thread safety: SamplingModel calls its model from one thread at a time; a model shared
+/// across threads must serialize its own calls.
 class AbstractLogitsModel {
  public:
   virtual ~AbstractLogitsModel() = default;

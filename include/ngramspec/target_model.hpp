@@ -30,6 +30,9 @@ concept TargetModel = requires(M& m, const M& cm, std::size_t pos, std::span<con
 
 /// The TargetModel contract as an abstract class, for backends chosen at run time:
 /// SpeculativeDecoder<AbstractTargetModel> over a reference to any subclass.
+///
+/// Thread safety: a decoder calls its model from one thread at a time; a model that several
+/// decoders share across threads must serialize its own calls.
 class AbstractTargetModel {
  public:
   virtual ~AbstractTargetModel() = default;

@@ -30,7 +30,9 @@ namespace ngramspec {
 ///
 /// Scratch for a vocabulary of `vocab_size` tokens is allocated at construction; choose() and
 /// sample() allocate nothing unless they throw. Cost per row: O(V) plus O(V log V) with top-p,
-/// O(V + k log k) with top-k alone. One sampler per thread.
+/// O(V + k log k) with top-k alone.
+///
+/// Thread safety: none inside (the scratch is per sampler); one sampler per thread.
 class TokenSampler {
  public:
   /// Validates `options` (std::invalid_argument, see validate()) and sizes the scratch;
