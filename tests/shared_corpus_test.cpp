@@ -7,7 +7,6 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <ostream>
 #include <random>
 #include <span>
 #include <sstream>
@@ -16,11 +15,14 @@
 #include <vector>
 
 #include "support/allocation_counter.hpp"
+#include "support/reference_corpus.hpp"
 
 namespace ngramspec {
 namespace {
 
 using ::testing::HasSubstr;
+using test::Drafted;
+using test::NaiveCorpus;
 
 constexpr std::size_t kMaxVerify = SharedCorpus::kMaxVerify;
 // A token no draft may write: marks the part of `out` past the drafts.
@@ -37,18 +39,6 @@ std::string tokens_string(std::span<const Token> tokens) {
 // The byte cap that yields exactly `tokens` of capacity (a power of two).
 std::size_t bytes_for(std::size_t tokens) { return SharedCorpus::bytes_for(tokens); }
 
-struct Drafted {
-  std::size_t count = 0;
-  std::size_t match_length = 0;
-  std::vector<Token> tokens;  // the first `count` of out
-  bool operator==(const Drafted&) const = default;
-};
-
-std::ostream& operator<<(std::ostream& os, const Drafted& d) {
-  return os << "{count " << d.count << ", match_length " << d.match_length << ", tokens " << tokens_string(d.tokens)
-            << "}";
-}
-
 // Calls draft() with `room` slots and checks it wrote nothing past its count.
 Drafted draft(const SharedCorpus& corpus, std::span<const Token> context, std::size_t room) {
   std::vector<Token> out(room, kUntouched);
@@ -60,71 +50,6 @@ Drafted draft(const SharedCorpus& corpus, std::span<const Token> context, std::s
   out.resize(std::min(found.count, room));
   return Drafted{found.count, found.match_length, out};
 }
-
-// The documented semantics, computed naively: every token appended since the last clear with
-// the number of its record; the corpus holds the last `capacity` of them. draft() scans
-// backwards for the most recent end of the context's last 3, then 2, then 1 tokens lying in
-// one record and in what is held.
-class NaiveCorpus {
- public:
-  explicit NaiveCorpus(std::size_t capacity) : capacity_(capacity) {}
-
-  void append(std::span<const Token> record) {
-    if (record.empty()) return;
-    for (const Token t : record) {
-      tokens_.push_back(t);
-      record_of_.push_back(records_);
-    }
-    ++records_;
-  }
-
-  void clear() {
-    tokens_.clear();
-    record_of_.clear();
-    records_ = 0;
-  }
-
-  [[nodiscard]] std::size_t oldest() const { return tokens_.size() - std::min(tokens_.size(), capacity_); }
-  [[nodiscard]] std::size_t size() const { return tokens_.size() - oldest(); }
-  [[nodiscard]] std::size_t appended() const { return tokens_.size(); }
-  [[nodiscard]] std::size_t records() const { return records_; }
-
-  [[nodiscard]] Drafted draft(std::span<const Token> context, std::size_t room) const {
-    // draft() does no lookup when there is no room for a draft, so it reports no match either.
-    if (context.empty() || room == 0) return {};
-    if (context.size() > kMaxVerify) context = context.last(kMaxVerify);
-    const std::size_t total = tokens_.size();
-    const std::size_t first = oldest();
-    for (std::size_t n = std::min<std::size_t>(3, context.size()); n >= 1; --n) {
-      for (std::size_t end = total; end >= first + n; --end) {
-        if (record_of_[end - n] != record_of_[end - 1]) continue;
-        if (!std::equal(tokens_.begin() + static_cast<std::ptrdiff_t>(end - n),
-                        tokens_.begin() + static_cast<std::ptrdiff_t>(end), context.end() - static_cast<std::ptrdiff_t>(n))) {
-          continue;
-        }
-        const std::size_t record = record_of_[end - 1];
-        Drafted found;
-        while (found.match_length < context.size() && found.match_length < end - first &&
-               record_of_[end - 1 - found.match_length] == record &&
-               tokens_[end - 1 - found.match_length] == context[context.size() - 1 - found.match_length]) {
-          ++found.match_length;
-        }
-        for (std::size_t from = end; found.tokens.size() < room && from < total && record_of_[from] == record; ++from) {
-          found.tokens.push_back(tokens_[from]);
-        }
-        found.count = found.tokens.size();
-        return found;
-      }
-    }
-    return {};
-  }
-
- private:
-  std::size_t capacity_;
-  std::vector<Token> tokens_;
-  std::vector<std::size_t> record_of_;
-  std::size_t records_ = 0;
-};
 
 std::vector<Token> random_tokens(std::mt19937_64& rng, std::size_t length, Token vocab) {
   std::vector<Token> tokens(length);

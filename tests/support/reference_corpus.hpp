@@ -1,0 +1,95 @@
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <ostream>
+#include <span>
+#include <vector>
+
+#include "ngramspec/shared_corpus.hpp"
+#include "ngramspec/token.hpp"
+
+namespace ngramspec::test {
+
+/// What SharedCorpus::draft returned: its count and match length, and the drafts themselves.
+struct Drafted {
+  std::size_t count = 0;
+  std::size_t match_length = 0;
+  std::vector<Token> tokens;  // the first `count` of out
+  bool operator==(const Drafted&) const = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Drafted& d) {
+  os << "{count " << d.count << ", match_length " << d.match_length << ", tokens [";
+  for (std::size_t i = 0; i < d.tokens.size(); ++i) os << (i == 0 ? "" : " ") << d.tokens[i];
+  return os << "]}";
+}
+
+/// SharedCorpus's documented semantics, computed naively: every token appended since the last
+/// clear with the number of its record; the corpus holds the last `capacity` of them. draft()
+/// scans backwards for the most recent end of the context's last 3, then 2, then 1 tokens lying
+/// in one record and in what is held.
+class NaiveCorpus {
+ public:
+  explicit NaiveCorpus(std::size_t capacity) : capacity_(capacity) {}
+
+  void append(std::span<const Token> record) {
+    if (record.empty()) return;
+    for (const Token t : record) {
+      tokens_.push_back(t);
+      record_of_.push_back(records_);
+    }
+    ++records_;
+  }
+
+  void clear() {
+    tokens_.clear();
+    record_of_.clear();
+    records_ = 0;
+  }
+
+  [[nodiscard]] std::size_t oldest() const { return tokens_.size() - std::min(tokens_.size(), capacity_); }
+  [[nodiscard]] std::size_t size() const { return tokens_.size() - oldest(); }
+  [[nodiscard]] std::size_t appended() const { return tokens_.size(); }
+  [[nodiscard]] std::size_t records() const { return records_; }
+
+  /// What SharedCorpus::draft finds for `context` with `room` slots (never busy).
+  [[nodiscard]] Drafted draft(std::span<const Token> context, std::size_t room) const {
+    // draft() does no lookup when there is no room for a draft, so it reports no match either.
+    if (context.empty() || room == 0) return {};
+    if (context.size() > SharedCorpus::kMaxVerify) context = context.last(SharedCorpus::kMaxVerify);
+    const std::size_t total = tokens_.size();
+    const std::size_t first = oldest();
+    for (std::size_t n = std::min<std::size_t>(3, context.size()); n >= 1; --n) {
+      for (std::size_t end = total; end >= first + n; --end) {
+        if (record_of_[end - n] != record_of_[end - 1]) continue;
+        if (!std::equal(tokens_.begin() + static_cast<std::ptrdiff_t>(end - n),
+                        tokens_.begin() + static_cast<std::ptrdiff_t>(end),
+                        context.end() - static_cast<std::ptrdiff_t>(n))) {
+          continue;
+        }
+        const std::size_t record = record_of_[end - 1];
+        Drafted found;
+        while (found.match_length < context.size() && found.match_length < end - first &&
+               record_of_[end - 1 - found.match_length] == record &&
+               tokens_[end - 1 - found.match_length] == context[context.size() - 1 - found.match_length]) {
+          ++found.match_length;
+        }
+        for (std::size_t from = end; found.tokens.size() < room && from < total && record_of_[from] == record; ++from) {
+          found.tokens.push_back(tokens_[from]);
+        }
+        found.count = found.tokens.size();
+        return found;
+      }
+    }
+    return {};
+  }
+
+ private:
+  std::size_t capacity_;
+  std::vector<Token> tokens_;
+  std::vector<std::size_t> record_of_;
+  std::size_t records_ = 0;
+};
+
+}  // namespace ngramspec::test
