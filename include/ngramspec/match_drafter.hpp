@@ -32,7 +32,8 @@ struct MatchConfig {
 };
 
 /// Drafts by copying what followed an earlier occurrence of the sequence's end, found over
-/// the whole context, and by n-gram counts when that match is short.
+/// the whole context, and by n-gram counts when that match is short; SpeculativeDecoder's
+/// default drafter.
 ///
 /// It keeps a match (L, e): the L tokens at the end of the sequence equal the L tokens
 /// before position e, an earlier occurrence (e < sequence length). On each observed token t
@@ -74,8 +75,9 @@ struct MatchConfig {
 ///
 /// With a SharedCorpus, a sequence whose last token it has never seen before (L = 0) drafts
 /// from the corpus instead: what followed the most recent occurrence there of its last 3, 2
-/// or 1 tokens. Text new to a request is where earlier requests help most; once the
-/// sequence has its own match, its own context predicts it better.
+/// or 1 tokens (and from the counts when the corpus has nothing, or is busy with an
+/// append). Text new to a request is where earlier requests help most; once the sequence
+/// has its own match, its own context predicts it better.
 ///
 /// The gate: each draft gets an estimated acceptance probability from where it came from
 /// (a copy of the sequence, of the corpus, or the counts), the match length it continues and,
@@ -85,7 +87,8 @@ struct MatchConfig {
 /// first drafts have fared against them over about the last 128 tokens (update() checks
 /// what predict() would have drafted first against the token that came): a long copied
 /// match drafts up to draft_count (16 or more pays), a contested short one little or
-/// nothing, and text that nothing predicts (random tokens) soon drafts nothing at all.
+/// nothing, and text that nothing predicts (random tokens) soon drafts nothing at all. A
+/// gated chain of counts stops at 64 drafts.
 ///
 /// Thread safety: none inside; one drafter per sequence. Concurrent const calls are safe
 /// while no thread updates or resets. The corpus may be appended to meanwhile (see
