@@ -23,6 +23,7 @@
 #include "support/mock_models.hpp"
 #include "support/reference_match.hpp"
 #include "support/test_drafters.hpp"
+#include "support/token_text.hpp"
 
 namespace ngramspec {
 namespace {
@@ -32,6 +33,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 using test::NaiveMatch;
+using test::tokens_string;
 
 static_assert(Drafter<MatchDrafter>);
 
@@ -55,14 +57,6 @@ std::string config_string(const MatchConfig& config) {
   return "{cap " + std::to_string(config.cap) + ", copy_min_match " + std::to_string(config.copy_min_match) +
          ", draft_count " + std::to_string(config.draft_count) + ", count_max_order " +
          std::to_string(config.count_max_order) + ", min_confidence " + std::to_string(config.min_confidence) + "}";
-}
-
-std::string tokens_string(std::span<const Token> tokens) {
-  std::ostringstream text;
-  text << "[";
-  for (std::size_t i = 0; i < tokens.size(); ++i) text << (i == 0 ? "" : " ") << tokens[i];
-  text << "]";
-  return text.str();
 }
 
 std::vector<Token> drafts(const MatchDrafter& drafter, std::size_t room) {

@@ -16,6 +16,7 @@
 
 #include "support/allocation_counter.hpp"
 #include "support/reference_corpus.hpp"
+#include "support/token_text.hpp"
 
 namespace ngramspec {
 namespace {
@@ -23,18 +24,11 @@ namespace {
 using ::testing::HasSubstr;
 using test::Drafted;
 using test::NaiveCorpus;
+using test::tokens_string;
 
 constexpr std::size_t kMaxVerify = SharedCorpus::kMaxVerify;
 // A token no draft may write: marks the part of `out` past the drafts.
 constexpr Token kUntouched = 0xDEADBEEFU;
-
-std::string tokens_string(std::span<const Token> tokens) {
-  std::ostringstream text;
-  text << "[";
-  for (std::size_t i = 0; i < tokens.size(); ++i) text << (i == 0 ? "" : " ") << tokens[i];
-  text << "]";
-  return text.str();
-}
 
 // The byte cap that yields exactly `tokens` of capacity (a power of two).
 std::size_t bytes_for(std::size_t tokens) { return SharedCorpus::bytes_for(tokens); }

@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <span>
+#include <vector>
+
+#include "ngramspec/token.hpp"
 
 namespace ngramspec::test {
 
@@ -41,6 +44,22 @@ class FuzzInput {
   std::span<const std::uint8_t> data_;
   std::size_t pos_ = 0;
 };
+
+/// A few token ids for a script to draw from, as the input chooses: ids counting up from 0,
+/// ids counting down from 0xFFFFFFFF (at most `max_small` of either), or up to 32 scattered
+/// 32-bit ids, 0xFFFFFFFF first. Few distinct ids make n-grams recur, so matches grow long.
+[[nodiscard]] inline std::vector<Token> fuzz_alphabet(FuzzInput& in, std::size_t max_small) {
+  const std::size_t mode = in.in_range(0, 2);
+  std::vector<Token> alphabet(in.in_range(1, mode == 2 ? 32 : max_small));
+  for (std::size_t i = 0; i < alphabet.size(); ++i) {
+    switch (mode) {
+      case 0: alphabet[i] = static_cast<Token>(i); break;
+      case 1: alphabet[i] = Token{0xFFFFFFFFU} - static_cast<Token>(i); break;
+      default: alphabet[i] = i == 0 ? Token{0xFFFFFFFFU} : static_cast<Token>(in.in_range(0, 0xFFFFFFFFU));
+    }
+  }
+  return alphabet;
+}
 
 /// Ends the run on a broken invariant: prints why, then traps so that libFuzzer (or the corpus
 /// replay's ctest) reports a crash with the input that caused it.

@@ -73,16 +73,7 @@ class Run {
       gated.min_confidence = gate;
       gated_.push_back(std::make_unique<MatchDrafter>(gated, corpus_.get()));
     }
-    // The alphabet: few distinct ids, so that n-grams recur and matches grow long.
-    const std::size_t mode = in_.in_range(0, 2);
-    alphabet_.resize(in_.in_range(1, mode == 2 ? 32 : 12));
-    for (std::size_t i = 0; i < alphabet_.size(); ++i) {
-      switch (mode) {
-        case 0: alphabet_[i] = static_cast<Token>(i); break;
-        case 1: alphabet_[i] = Token{0xFFFFFFFFU} - static_cast<Token>(i); break;
-        default: alphabet_[i] = i == 0 ? Token{0xFFFFFFFFU} : static_cast<Token>(in_.in_range(0, 0xFFFFFFFFU));
-      }
-    }
+    alphabet_ = fuzz_alphabet(in_, 12);
   }
 
   void run() {

@@ -40,15 +40,7 @@ class Run {
         corpus_(SharedCorpus::bytes_for(capacity_)),
         naive_(capacity_),
         memory_(corpus_.memory_bytes()) {
-    const std::size_t mode = in_.in_range(0, 2);
-    alphabet_.resize(in_.in_range(1, mode == 2 ? 32 : 8));
-    for (std::size_t i = 0; i < alphabet_.size(); ++i) {
-      switch (mode) {
-        case 0: alphabet_[i] = static_cast<Token>(i); break;
-        case 1: alphabet_[i] = Token{0xFFFFFFFFU} - static_cast<Token>(i); break;
-        default: alphabet_[i] = i == 0 ? Token{0xFFFFFFFFU} : static_cast<Token>(in_.in_range(0, 0xFFFFFFFFU));
-      }
-    }
+    alphabet_ = fuzz_alphabet(in_, 8);
   }
 
   void run() {
