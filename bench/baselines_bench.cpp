@@ -158,6 +158,34 @@ void set_length(benchmark::internal::Benchmark* benchmark, Length length, std::s
   }
 }
 
+// Observes the stream from token `context` on and goes back to the prepared state after every
+// `span` tokens (outside the timing), so every timed update observes one of context .. context + span.
+template <class D>
+class StreamWalk {
+ public:
+  StreamWalk(const D& start, std::size_t context, std::size_t span)
+      : start_(start), drafter_(start), tokens_(stream().tokens), context_(context), span_(span), pos_(context) {}
+
+  [[nodiscard]] D& drafter() noexcept { return drafter_; }
+  void observe_next(benchmark::State& state) {
+    if (pos_ == context_ + span_) {
+      state.PauseTiming();
+      drafter_ = start_;
+      pos_ = context_;
+      state.ResumeTiming();
+    }
+    drafter_.update(tokens_[pos_++]);
+  }
+
+ private:
+  const D& start_;
+  D drafter_;
+  const std::vector<Token>& tokens_;
+  std::size_t context_;
+  std::size_t span_;
+  std::size_t pos_;
+};
+
 template <class D, class Make>
 void register_drafter(const std::string& name, Make make, Length length = Length::kMinTime) {
   for (const std::size_t context : kContexts) {
@@ -165,20 +193,9 @@ void register_drafter(const std::string& name, Make make, Length length = Length
     const std::size_t span = context / 8;  // tokens observed before going back to the state at `context`
 
     auto* update = benchmark::RegisterBenchmark(("update/" + name + ctx).c_str(), [=](benchmark::State& state) {
-      const D& start = prepared<D>(name + ctx + "/4", make, 4, context);
-      const std::vector<Token>& tokens = stream().tokens;
-      D drafter = start;
-      std::size_t pos = context;
-      for (auto _ : state) {
-        if (pos == context + span) {
-          state.PauseTiming();
-          drafter = start;
-          pos = context;
-          state.ResumeTiming();
-        }
-        drafter.update(tokens[pos++]);
-      }
-      benchmark::DoNotOptimize(drafter);
+      StreamWalk<D> walk(prepared<D>(name + ctx + "/4", make, 4, context), context, span);
+      for (auto _ : state) walk.observe_next(state);
+      benchmark::DoNotOptimize(walk.drafter());
       state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
       state.SetLabel(label(context) + " ns/token");
     });
@@ -202,21 +219,12 @@ void register_drafter(const std::string& name, Make make, Length length = Length
     for (const std::size_t k : kDrafts) {
       const std::string suffix = ctx + "/k:" + std::to_string(k);
       auto* step = benchmark::RegisterBenchmark(("step/" + name + suffix).c_str(), [=](benchmark::State& state) {
-        const D& start = prepared<D>(name + ctx + "/" + std::to_string(k), make, k, context);
-        const std::vector<Token>& tokens = stream().tokens;
-        D drafter = start;
-        std::size_t pos = context;
+        StreamWalk<D> walk(prepared<D>(name + ctx + "/" + std::to_string(k), make, k, context), context, span);
         std::array<Token, 16> out{};
         std::size_t drafted = 0;
         for (auto _ : state) {
-          if (pos == context + span) {
-            state.PauseTiming();
-            drafter = start;
-            pos = context;
-            state.ResumeTiming();
-          }
-          drafter.update(tokens[pos++]);
-          drafted += drafter.predict(std::span<Token>(out).first(k));
+          walk.observe_next(state);
+          drafted += walk.drafter().predict(std::span<Token>(out).first(k));
           benchmark::DoNotOptimize(out.data());
           benchmark::ClobberMemory();
         }
