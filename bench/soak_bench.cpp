@@ -2,7 +2,7 @@
 // through SpeculativeDecoder::generate over a model that costs nothing (drafting with each, and with
 // a MatchDrafter that consults a SharedCorpus fed every generation's output), printing resident
 // memory (VmRSS, and its peak VmHWM, from /proc/self/status) and the live heap (this program replaces
-// operator new / delete to count it) every 10^6 tokens, to show memory flat once the first
+// operator new / delete to count it: replay/heap_tracking.cpp) every 10^6 tokens, to show memory flat once the first
 // generation has sized everything. A summary table closes, one row per run.
 //
 // Usage: soak_bench [--tokens N]   (default 10000000)
@@ -13,11 +13,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
-#include <new>
 #include <optional>
 #include <random>
 #include <span>
@@ -28,49 +26,8 @@
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/speculative_decoder.hpp"
+#include "replay/heap_tracking.hpp"
 #include "support/mixed_stream.hpp"
-
-// Heap accounting: each block carries its size in a 16-byte header (16 keeps the alignment operator
-// new promises), so delete can subtract it. Single-threaded, like the program.
-namespace {
-constexpr std::size_t kHeader = 16;
-std::size_t g_live_bytes = 0;
-std::size_t g_peak_bytes = 0;
-std::size_t g_allocations = 0;
-
-void* counted_alloc(std::size_t size) noexcept {
-  auto* block = static_cast<unsigned char*>(std::malloc(size + kHeader));
-  if (block == nullptr) return nullptr;
-  std::memcpy(block, &size, sizeof size);
-  g_live_bytes += size;
-  ++g_allocations;
-  if (g_live_bytes > g_peak_bytes) g_peak_bytes = g_live_bytes;
-  return block + kHeader;
-}
-
-void counted_free(void* p) noexcept {
-  if (p == nullptr) return;
-  auto* block = static_cast<unsigned char*>(p) - kHeader;
-  std::size_t size = 0;
-  std::memcpy(&size, block, sizeof size);
-  g_live_bytes -= size;
-  std::free(block);
-}
-
-void* counted_alloc_or_throw(std::size_t size) {
-  if (void* p = counted_alloc(size)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return counted_alloc_or_throw(size); }
-void* operator new[](std::size_t size) { return counted_alloc_or_throw(size); }
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return counted_alloc(size); }
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return counted_alloc(size); }
-void operator delete(void* p) noexcept { counted_free(p); }
-void operator delete[](void* p) noexcept { counted_free(p); }
-void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
-void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
 
 namespace ngramspec {
 namespace {
@@ -114,9 +71,9 @@ struct Sample {
 Sample sample(std::uint64_t tokens) {
   Sample s;
   s.tokens = tokens;
-  s.live_heap = g_live_bytes;
-  s.peak_heap = g_peak_bytes;
-  s.allocations = g_allocations;
+  s.live_heap = replay::live_heap_bytes();
+  s.peak_heap = replay::peak_heap_bytes();
+  s.allocations = replay::heap_allocations();
   s.rss_kib = status_kib("VmRSS");  // read after the heap figures: reading allocates
   s.hwm_kib = status_kib("VmHWM");
   return s;
@@ -139,7 +96,7 @@ void start_run() {
 #if defined(__GLIBC__)
   malloc_trim(0);
 #endif
-  g_peak_bytes = g_live_bytes;
+  replay::reset_peak_heap_bytes();
   if (!reset_peak_rss()) g_peak_rss_per_run = false;
 }
 

@@ -9,12 +9,14 @@ namespace {
 constexpr std::size_t kHeader = 16;
 std::size_t g_live = 0;
 std::size_t g_peak = 0;
+std::size_t g_allocations = 0;
 
 void* tracked_alloc(std::size_t size) noexcept {
   auto* block = static_cast<unsigned char*>(std::malloc(size + kHeader));
   if (block == nullptr) return nullptr;
   *reinterpret_cast<std::size_t*>(block) = size;
   g_live += size;
+  ++g_allocations;
   if (g_live > g_peak) g_peak = g_live;
   return block + kHeader;
 }
@@ -46,5 +48,6 @@ namespace ngramspec::replay {
 std::size_t live_heap_bytes() noexcept { return g_live; }
 std::size_t peak_heap_bytes() noexcept { return g_peak; }
 void reset_peak_heap_bytes() noexcept { g_peak = g_live; }
+std::size_t heap_allocations() noexcept { return g_allocations; }
 
 }  // namespace ngramspec::replay
