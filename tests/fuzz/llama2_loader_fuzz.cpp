@@ -69,6 +69,23 @@ void require_message(const std::exception& e) {
   if (e.what() == nullptr || e.what()[0] == '\0') fuzz_fail("a loader threw an exception without a message");
 }
 
+// Runs `load` on a temporary file of `bytes`: true when it loaded, false when it rejected the
+// file the way a loader may (std::invalid_argument or std::runtime_error, with a message).
+template <class Load>
+bool loads(std::span<const std::uint8_t> bytes, const Load& load) {
+  const TempFile file(bytes);
+  try {
+    load(file.path());
+  } catch (const std::invalid_argument& e) {
+    require_message(e);
+    return false;
+  } catch (const std::runtime_error& e) {
+    require_message(e);
+    return false;
+  }
+  return true;
+}
+
 // Bitwise equal, or both NaN: corrupt weights may well make NaNs, whose payloads are not the point.
 bool same_float(float a, float b) noexcept {
   return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b) || (std::isnan(a) && std::isnan(b));
@@ -77,17 +94,8 @@ bool same_float(float a, float b) noexcept {
 void check_checkpoint(std::uint8_t mode, std::span<const std::uint8_t> bytes) {
   const std::size_t max_batch = 1 + (mode >> 1) % 3;
   std::optional<llama2::Transformer> model;
-  {
-    const TempFile file(bytes);
-    try {
-      model.emplace(llama2::Transformer::load(file.path(), max_batch));
-    } catch (const std::invalid_argument& e) {
-      require_message(e);
-      return;
-    } catch (const std::runtime_error& e) {
-      require_message(e);
-      return;
-    }
+  if (!loads(bytes, [&](const std::string& path) { model.emplace(llama2::Transformer::load(path, max_batch)); })) {
+    return;
   }
 
   // It loaded, so the header is all there and the model must have its shape.
@@ -148,18 +156,7 @@ void check_tokenizer(FuzzInput& in) {
   while (text.size() < text_length && !in.empty()) text += static_cast<char>(in.byte());
 
   std::optional<llama2::Tokenizer> tokenizer;
-  {
-    const TempFile file(in.rest());
-    try {
-      tokenizer.emplace(file.path(), vocab);
-    } catch (const std::invalid_argument& e) {
-      require_message(e);
-      return;
-    } catch (const std::runtime_error& e) {
-      require_message(e);
-      return;
-    }
-  }
+  if (!loads(in.rest(), [&](const std::string& path) { tokenizer.emplace(path, vocab); })) return;
   if (tokenizer->vocab_size() != vocab) fuzz_fail("the tokenizer's vocabulary is not the size it was asked for");
 
   const std::vector<Token> ids = tokenizer->encode(text);

@@ -49,6 +49,14 @@ std::size_t heap_in_use() {
 #endif
 }
 
+// The heap an object took at construction against what its memory_bytes() reports. That counts
+// the object itself (here on the stack) and capacities; the heap adds allocator headers and page
+// rounding, a few KiB at most for a handful of blocks.
+void expect_heap_matches_memory_bytes(std::size_t constructed, std::size_t reported, const char* what) {
+  EXPECT_LE(constructed, reported + 64 * 1024);
+  EXPECT_GE(constructed, reported / 2) << "the heap measurement does not see the " << what << "'s tables";
+}
+
 
 struct SoakCase {
   NGramConfig config;
@@ -74,10 +82,7 @@ TEST_P(PredictorMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
   NGramPredictor predictor(c.config);
   const std::size_t constructed = heap_in_use() - before;
   const std::size_t reported = predictor.memory_bytes();
-  // memory_bytes() counts the object itself (here on the stack) and capacities; the heap adds
-  // allocator headers and page rounding, a few KiB at most for a handful of blocks.
-  EXPECT_LE(constructed, reported + 64 * 1024);
-  EXPECT_GE(constructed, reported / 2) << "the heap measurement does not see the predictor's tables";
+  expect_heap_matches_memory_bytes(constructed, reported, "predictor");
 
   MixedStream stream(c.config.window * 31 + c.config.max_order);
   const std::size_t warm_up = 4 * c.config.window;
@@ -135,9 +140,7 @@ TEST_P(MatchDrafterMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
   MatchDrafter drafter(c.config);
   const std::size_t constructed = heap_in_use() - before;
   const std::size_t reported = drafter.memory_bytes();
-  // As for the predictor: the object itself is on the stack, and the heap adds headers and rounding.
-  EXPECT_LE(constructed, reported + 64 * 1024);
-  EXPECT_GE(constructed, reported / 2) << "the heap measurement does not see the drafter's tables";
+  expect_heap_matches_memory_bytes(constructed, reported, "drafter");
 
   // The index keeps the first `cap` tokens, so they open with laps of an ascending cycle, which the
   // stream's cycles (0, 1, ..., p - 1) match later: copies from the frozen index keep happening.
@@ -231,8 +234,7 @@ TEST_P(SharedCorpusMemorySoak, HeapIsFixedAndWithinTheCap) {
   const std::size_t constructed = heap_in_use() - before;
   const std::size_t reported = corpus.memory_bytes();
   EXPECT_LE(reported, c.max_bytes);
-  EXPECT_LE(constructed, reported + 64 * 1024);
-  EXPECT_GE(constructed, reported / 2) << "the heap measurement does not see the corpus's tables";
+  expect_heap_matches_memory_bytes(constructed, reported, "corpus");
 
   std::uint64_t appended = 0;
   std::uint64_t records = 0;
