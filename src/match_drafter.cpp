@@ -101,14 +101,18 @@ constexpr double kDecay = 1 - 1 / kMemory;
 constexpr double kMaxEstimate = 0.995;
 
 // How many of `made` drafts pass the gate: the longest prefix whose running product of
-// scaled estimates stays at or above min_confidence.
+// scaled estimates stays at or above min_confidence. With `probabilities`, each kept draft's
+// running product is written there.
 template <class Estimate>
-std::size_t gated(double min_confidence, double scale, std::size_t made, const Estimate& estimate) noexcept {
-  if (min_confidence <= 0) return made;
+std::size_t gated(double min_confidence, double scale, std::size_t made, const Estimate& estimate,
+                  std::span<float> probabilities) noexcept {
+  const bool report = !probabilities.empty();
+  if (min_confidence <= 0 && !report) return made;
   double chance = 1;
   for (std::size_t j = 0; j < made; ++j) {
     chance *= std::min(kMaxEstimate, estimate(j) * scale);
     if (chance < min_confidence) return j;
+    if (report) probabilities[j] = static_cast<float>(chance);
   }
   return made;
 }
@@ -160,7 +164,8 @@ void MatchDrafter::update(Token token) noexcept {
   if (!extends || indexes) {
     for (std::size_t n = 1; n <= orders; ++n) last_[n - 1].prefetch(hashes[n - 1]);
   }
-  if (config_.min_confidence > 0 && seen_ > 0) calibrate(token);
+  // Calibrated whether or not it gates: the estimates predict() reports need the scale too.
+  if (seen_ > 0) calibrate(token);
   if (indexes) tokens_[indexed_++] = token;
   recent_[static_cast<std::size_t>(seen_) & (kMaxVerify - 1)] = token;
   ++seen_;
@@ -196,15 +201,23 @@ void MatchDrafter::re_anchor(std::span<const std::uint64_t> hashes) noexcept {
   }
 }
 
-std::size_t MatchDrafter::predict(std::span<Token> out) const noexcept {
-  const std::size_t n = std::min(out.size(), config_.draft_count);
-  if (n == 0 || seen_ == 0) return 0;
-  if (length_ == 0 && corpus_ != nullptr) return draft_from_corpus(out.first(n));
-  if (length_ == 0 || length_ < config_.copy_min_match) return draft_from_counts(out.first(n));
-  return copy_from_sequence(out.first(n));
+std::size_t MatchDrafter::predict(std::span<Token> out) const noexcept { return draft(out, {}); }
+
+std::size_t MatchDrafter::predict(std::span<Token> out, std::span<float> probabilities) const noexcept {
+  if (probabilities.size() < out.size()) out = out.first(probabilities.size());
+  return draft(out, probabilities.first(out.size()));
 }
 
-std::size_t MatchDrafter::copy_from_sequence(std::span<Token> out) const noexcept {
+std::size_t MatchDrafter::draft(std::span<Token> out, std::span<float> probabilities) const noexcept {
+  const std::size_t n = std::min(out.size(), config_.draft_count);
+  if (n == 0 || seen_ == 0) return 0;
+  if (!probabilities.empty()) probabilities = probabilities.first(n);
+  if (length_ == 0 && corpus_ != nullptr) return draft_from_corpus(out.first(n), probabilities);
+  if (length_ == 0 || length_ < config_.copy_min_match) return draft_from_counts(out.first(n), probabilities);
+  return copy_from_sequence(out.first(n), probabilities);
+}
+
+std::size_t MatchDrafter::copy_from_sequence(std::span<Token> out, std::span<float> probabilities) const noexcept {
   // While nothing is beyond the index, position indexed_ + j of the sequence extended by the
   // drafts is draft j; beyond the cap the index is not the sequence's end, so the copy stops
   // at the index's end.
@@ -214,15 +227,16 @@ std::size_t MatchDrafter::copy_from_sequence(std::span<Token> out) const noexcep
     // Cut short by the frozen index: the counts slide with the sequence and may see further
     // (a short repeat in recent text, say). Which drafts more is decided before either's gate.
     CountEvidence evidence;
-    const std::size_t counted = count_chain(out, evidence);
-    if (counted > made) return gate_counts(counted, evidence);
+    const std::size_t counted = count_chain(out, evidence, !probabilities.empty());
+    if (counted > made) return gate_counts(counted, evidence, probabilities);
   }
   for (std::size_t j = 0; j < made; ++j) {
     const std::size_t from = end_ + j;
     out[j] = from < indexed_ ? tokens_[from] : out[from - indexed_];  // from - indexed_ < j: end_ < indexed_
   }
-  return gated(config_.min_confidence, scale(), made,
-               [&](std::size_t j) { return kSequenceCopyAccepted[length_bucket(length_ + j)]; });
+  return gated(
+      config_.min_confidence, scale(), made,
+      [&](std::size_t j) { return kSequenceCopyAccepted[length_bucket(length_ + j)]; }, probabilities);
 }
 
 CorpusDraft MatchDrafter::ask_corpus(std::span<Token> out) const noexcept {
@@ -232,28 +246,31 @@ CorpusDraft MatchDrafter::ask_corpus(std::span<Token> out) const noexcept {
   return corpus_->draft(std::span<const Token>(context.data(), have), out);
 }
 
-std::size_t MatchDrafter::draft_from_corpus(std::span<Token> out) const noexcept {
+std::size_t MatchDrafter::draft_from_corpus(std::span<Token> out, std::span<float> probabilities) const noexcept {
   const CorpusDraft draft = ask_corpus(out);
   // Beyond the cap the counts may know a token the frozen index does not.
-  if (draft.count == 0) return draft_from_counts(out);
-  return gated(config_.min_confidence, scale(), draft.count,
-               [&](std::size_t j) { return kCorpusCopyAccepted[length_bucket(draft.match_length + j)]; });
+  if (draft.count == 0) return draft_from_counts(out, probabilities);
+  return gated(
+      config_.min_confidence, scale(), draft.count,
+      [&](std::size_t j) { return kCorpusCopyAccepted[length_bucket(draft.match_length + j)]; }, probabilities);
 }
 
-std::size_t MatchDrafter::count_chain(std::span<Token> out, CountEvidence& evidence) const noexcept {
-  if (config_.min_confidence <= 0) return counts_.predict(out);
+std::size_t MatchDrafter::count_chain(std::span<Token> out, CountEvidence& evidence, bool estimate) const noexcept {
+  if (config_.min_confidence <= 0 && !estimate) return counts_.predict(out);
   return counts_.predict(out, evidence);  // at most kMaxGatedCountDrafts
 }
 
-std::size_t MatchDrafter::gate_counts(std::size_t made, const CountEvidence& evidence) const noexcept {
-  return gated(config_.min_confidence, scale(), made, [&](std::size_t j) {
-    return kCountsAccepted[length_bucket(length_ + j)][share_class(evidence[j])];
-  });
+std::size_t MatchDrafter::gate_counts(std::size_t made, const CountEvidence& evidence,
+                                      std::span<float> probabilities) const noexcept {
+  return gated(
+      config_.min_confidence, scale(), made,
+      [&](std::size_t j) { return kCountsAccepted[length_bucket(length_ + j)][share_class(evidence[j])]; },
+      probabilities);
 }
 
-std::size_t MatchDrafter::draft_from_counts(std::span<Token> out) const noexcept {
+std::size_t MatchDrafter::draft_from_counts(std::span<Token> out, std::span<float> probabilities) const noexcept {
   CountEvidence evidence;  // written by count_chain for every draft it makes; only those are read
-  return gate_counts(count_chain(out, evidence), evidence);
+  return gate_counts(count_chain(out, evidence, !probabilities.empty()), evidence, probabilities);
 }
 
 double MatchDrafter::scale() const noexcept { return (hits_ + kPrior) / (expected_ + kPrior); }

@@ -234,15 +234,30 @@ void NGramPredictor::update(std::span<const Token> tokens) noexcept {
 }
 
 std::size_t NGramPredictor::predict(std::span<Token> out) const noexcept {
-  return predict_chain<false>(out, {});
+  return predict_chain(out, [](std::size_t, std::uint32_t, std::uint32_t) {});
 }
 
 std::size_t NGramPredictor::predict(std::span<Token> out, std::span<DraftEvidence> evidence) const noexcept {
-  return predict_chain<true>(out.first(std::min(out.size(), evidence.size())), evidence);
+  return predict_chain(out.first(std::min(out.size(), evidence.size())),
+                       [evidence](std::size_t j, std::uint32_t count, std::uint32_t total) {
+                         evidence[j] = DraftEvidence{count, total};
+                       });
 }
 
-template <bool kWithEvidence>
-std::size_t NGramPredictor::predict_chain(std::span<Token> out, std::span<DraftEvidence> evidence) const noexcept {
+std::size_t NGramPredictor::predict(std::span<Token> out, std::span<float> probabilities) const noexcept {
+  // The rule of succession's estimate of each draft given its context, count / (total + 1):
+  // a context seen once says 1/2, one whose 9 occurrences agreed says 9/10; chained, as a
+  // draft is accepted only when every draft before it is.
+  double chance = 1;
+  return predict_chain(out.first(std::min(out.size(), probabilities.size())),
+                       [probabilities, &chance](std::size_t j, std::uint32_t count, std::uint32_t total) {
+                         chance *= static_cast<double>(count) / (static_cast<double>(total) + 1);
+                         probabilities[j] = static_cast<float>(chance);
+                       });
+}
+
+template <class OnDraft>
+std::size_t NGramPredictor::predict_chain(std::span<Token> out, const OnDraft& on_draft) const noexcept {
   const std::size_t limit = std::min(out.size(), config_.draft_count);
   const std::size_t min_order = config_.min_order;
   const std::size_t keep = config_.max_order - 1;  // context tokens of the longest order
@@ -265,9 +280,7 @@ std::size_t NGramPredictor::predict_chain(std::span<Token> out, std::span<DraftE
     }
     if (found == nullptr) break;
     const Token proposal = found->best;
-    if constexpr (kWithEvidence) {
-      evidence[made] = DraftEvidence{found->best_count == 0 ? found->total : found->best_count, found->total};
-    }
+    on_draft(made, found->best_count == 0 ? found->total : found->best_count, found->total);
     out[made++] = proposal;
     for (std::size_t j = keep; j >= 1; --j) suffix[j] = detail::fnv1a_step(suffix[j - 1], proposal);
     if (have < keep) ++have;

@@ -131,6 +131,7 @@ TEST(DraftLimit, LeavesRoomForTheModelsOwnToken) {
 TEST(ProposeDrafts, ClampsLiarsToTheLimitAndTheBuffer) {
   const AffineRule counter{100, 1, 1};
   DecodeOptions options = options_with(50);
+  options.max_drafts = 64;
   std::array<Token, 16> out{};
   const SequenceState state = state_with(2, 1);  // draft_limit: 48 (uncapped)
   for (const std::size_t claim : {std::size_t{17}, std::size_t{1000}, kNoLimit}) {

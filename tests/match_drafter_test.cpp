@@ -630,5 +630,56 @@ TEST(MatchDrafter, UpdatePredictAndResetDoNotAllocate) {
   }
 }
 
+
+// predict(out, probabilities) drafts exactly what predict(out) drafts, and each estimate is a
+// chance: in (0, 1], never rising along the drafts, and at least the gate's bar.
+TEST(MatchDrafterProperty, EstimatesComeWithTheSameDraftsAndAreChances) {
+  std::mt19937_64 rng(99);
+  SharedCorpus corpus(SharedCorpus::bytes_for(1024));
+  for (int trial = 0; trial < 60; ++trial) {
+    const std::vector<Token> stream = random_stream(rng, 600);
+    corpus.append(std::span<const Token>(stream).first(50));
+    MatchConfig config{.cap = 64 + rng() % 512, .copy_min_match = 1 + rng() % 3};
+    config.min_confidence = trial % 3 == 0 ? 0.0 : 0.01 * static_cast<double>(rng() % 40);
+    MatchDrafter drafter(config, trial % 2 == 0 ? &corpus : nullptr);
+    for (std::size_t i = 0; i < stream.size(); ++i) {
+      drafter.update(stream[i]);
+      const std::size_t room = rng() % 20;
+      std::vector<Token> plain(room), with(room);
+      std::vector<float> probabilities(room, -1.0f);
+      const std::size_t n = drafter.predict(plain);
+      ASSERT_EQ(drafter.predict(with, probabilities), n);
+      ASSERT_EQ(plain, with);
+      for (std::size_t j = 0; j < n; ++j) {
+        ASSERT_GT(probabilities[j], 0.0f);
+        ASSERT_LE(probabilities[j], 1.0f);
+        ASSERT_GE(probabilities[j], static_cast<float>(config.min_confidence) * (1 - 1e-6f));
+        if (j > 0) {
+          ASSERT_LE(probabilities[j], probabilities[j - 1]);
+        }
+      }
+    }
+  }
+}
+
+// The estimates follow the evidence: a long repeat is nearly certain, text nothing predicts
+// soon estimates low (the calibration runs with or without a gate).
+TEST(MatchDrafter, EstimatesAreHighOnRepeatsAndLowOnNoise) {
+  MatchDrafter drafter(MatchConfig{.cap = 4096, .min_confidence = 0});
+  std::vector<Token> out(4);
+  std::vector<float> probabilities(4);
+  for (int lap = 0; lap < 20; ++lap) {
+    for (Token t = 0; t < 50; ++t) drafter.update(1000 + t);
+  }
+  ASSERT_EQ(drafter.predict(out, probabilities), 4U);
+  EXPECT_GT(probabilities[3], 0.8f);
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 2000; ++i) drafter.update(static_cast<Token>(rng() % 64));
+  const std::size_t n = drafter.predict(out, probabilities);
+  if (n > 0) {
+    EXPECT_LT(probabilities[0], 0.2f);
+  }
+}
+
 }  // namespace
 }  // namespace ngramspec

@@ -72,7 +72,9 @@ TEST(NGramPredictor, WorkedExampleDraftsTheRestOfTheSentence) {
   const std::vector<Token> stream{1, 2, 3, 4, 1, 5, 6, 1, 2, 3};
   NGramPredictor predictor;
   predictor.update(stream);
-  EXPECT_EQ(drafts(predictor, 8), (std::vector<Token>{4, 1, 5, 6}));  // on the mat .
+  EXPECT_EQ(drafts(predictor, 4), (std::vector<Token>{4, 1, 5, 6}));  // on the mat .
+  // By default the room given is the only limit.
+  EXPECT_EQ(drafts(predictor, 8), (std::vector<Token>{4, 1, 5, 6, 1, 2, 3, 4}));
 
   // A longer draft keeps walking the repeated sentence.
   NGramPredictor longer(make_config(2, 4, 10, 512));
@@ -751,6 +753,35 @@ TEST(NGramPredictorProperty, AgreesWithReferenceOnPeriodicStreams) {
 }
 
 TEST(NGramPredictorProperty, AgreesWithReferenceOnQuotingStreams) { expect_agreement(StreamKind::kQuoting, 3000, 150); }
+
+
+// predict(out, probabilities) drafts exactly what predict(out) drafts, with chances that
+// never rise along the drafts: the product of count / (total + 1).
+TEST(NGramPredictorProperty, EstimatesComeWithTheSameDraftsAndAreChances) {
+  std::mt19937_64 rng(17);
+  for (int trial = 0; trial < 30; ++trial) {
+    NGramPredictor predictor(NGramConfig{.min_order = 2, .max_order = 2 + rng() % 4, .window = 16 + rng() % 300});
+    const Token vocab = static_cast<Token>(2 + rng() % 20);
+    for (int i = 0; i < 800; ++i) {
+      predictor.update(static_cast<Token>(i % 7 == 0 ? rng() % vocab : i % vocab));
+      const std::size_t room = rng() % 12;
+      std::vector<Token> plain(room), with(room);
+      std::vector<float> probabilities(room);
+      std::vector<DraftEvidence> evidence(room);
+      const std::size_t n = predictor.predict(plain);
+      ASSERT_EQ(predictor.predict(with, probabilities), n);
+      ASSERT_EQ(plain, with);
+      ASSERT_EQ(predictor.predict(with, evidence), n);
+      double chance = 1;
+      for (std::size_t j = 0; j < n; ++j) {
+        chance *= static_cast<double>(evidence[j].count) / (evidence[j].total + 1.0);
+        ASSERT_NEAR(probabilities[j], chance, 1e-6);
+        ASSERT_GT(probabilities[j], 0.0f);
+        ASSERT_LT(probabilities[j], 1.0f);
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace ngramspec

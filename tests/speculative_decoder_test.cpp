@@ -7,9 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -233,6 +235,7 @@ TEST(SpeculativeDecoder, StopTokenInsideAcceptedRunEndsOutputThere) {
   const std::vector<Token> prompt = {10, 11};
   DecodeOptions options;
   options.max_new_tokens = 40;
+  options.max_drafts = 64;
   options.stop_tokens = {50, 16};  // 16 lies inside the oracle's first verify pass
   std::vector<std::vector<Token>> chunks;
   const DecodeResult result = decoder.generate(prompt, options, [&](std::span<const Token> chunk) {
@@ -302,6 +305,7 @@ TEST(SpeculativeDecoder, MaxContextCutsOutputAndBoundsTheModel) {
   DecodeOptions options;
   options.max_new_tokens = 100;
   options.max_context = 10;
+  options.max_drafts = 64;
   const DecodeResult result = decoder.generate(prompt, options);
   EXPECT_EQ(result.tokens, (std::vector<Token>{3, 4, 5, 6, 7, 8, 9}));
   EXPECT_EQ(result.stop_reason, StopReason::max_context);
@@ -684,6 +688,89 @@ TEST_F(PinnedCalls, RejectedFirstDraftRollsBackEveryDraft) {
   EXPECT_EQ(result.stats.drafted, 2U);
   EXPECT_EQ(result.stats.accepted, 0U);
   EXPECT_EQ(result.stats.accepted_at, (std::vector<std::size_t>{0, 0}));
+}
+
+}  // namespace
+}  // namespace ngramspec::test
+
+namespace ngramspec::test {
+namespace {
+
+// A named drafter is borrowed: what it learns shows in the caller's object, and nothing is copied.
+TEST(SpeculativeDecoderOwnership, ANamedDrafterIsBorrowedATemporaryIsOwned) {
+  GreedyModel model(kCounter, 8);
+  MatchDrafter drafter(MatchConfig{.cap = 64});
+  SpeculativeDecoder borrowing(model, drafter);
+  EXPECT_TRUE(borrowing.borrows_drafter());
+  EXPECT_EQ(&borrowing.drafter(), &drafter);
+  const DecodeResult result = borrowing.generate({0, 1, 2});  // a braced prompt compiles
+  EXPECT_EQ(result.tokens.size(), DecodeOptions{}.max_new_tokens);
+  EXPECT_EQ(drafter.tokens_seen(), 3 + result.tokens.size());
+
+  SpeculativeDecoder owning(model, MatchDrafter(MatchConfig{.cap = 64}));
+  EXPECT_FALSE(owning.borrows_drafter());
+  static_assert(std::is_same_v<decltype(owning), SpeculativeDecoder<GreedyModel, MatchDrafter>>);
+  SpeculativeDecoder defaulted(model);
+  EXPECT_FALSE(defaulted.borrows_drafter());
+  EXPECT_EQ(defaulted.generate({0, 1, 2}).tokens, result.tokens);
+}
+
+// DecodeOptions::max_drafts is the one setting of draft length: raising it drafts more.
+TEST(SpeculativeDecoderDraftLength, MaxDraftsIsTheOneSetting) {
+  GreedyModel model(kCounter, 64);
+  SpeculativeDecoder decoder(model, OracleDrafter(kCounter));
+  DecodeOptions options;
+  options.max_new_tokens = 34;
+  EXPECT_EQ(decoder.generate({0, 1}, options).stats.decode_passes, 33U / 5 + (33 % 5 != 0));
+  options.max_drafts = 16;
+  EXPECT_EQ(decoder.generate({0, 1}, options).stats.decode_passes, 2U);
+}
+
+// With a verify cost, every output is still plain greedy decoding, whatever the drafter and
+// the curve; a pass that pays in full for every token drafts nothing; a flat one drafts what
+// the drafter offers.
+TEST(SpeculativeDecoderCost, GreedyIdentityUnderEveryCost) {
+  const std::vector<std::string> costs = {"knee:1", "knee:4", "knee:1000", "table:1=1,2=1.25,3=1.71,5=2.77,9=5.06",
+                                          "table:1=1,3=1,4=10"};
+  for (std::uint64_t seed = 1; seed <= 150; ++seed) {
+    const DecodeCase c = random_decode_case(seed);
+    const std::string& spec = costs[seed % costs.size()];
+    SCOPED_TRACE(c.describe() + " cost " + spec);
+    const GreedyReference reference = plain_greedy(c.rule.rule, c.prompt, c.options);
+    with_drafter(c, [&](auto drafter) {
+      GreedyModel model(c.rule.rule, c.max_batch);
+      SpeculativeDecoder decoder(model, std::move(drafter));
+      decoder.set_verify_cost(VerifyCost::parse(spec));
+      const DecodeResult result = decoder.generate(c.prompt, c.options);
+      EXPECT_EQ(result.tokens, reference.tokens);
+      EXPECT_EQ(result.stop_reason, reference.stop_reason);
+      EXPECT_THAT(model.violations(), IsEmpty());
+      if (spec == "knee:1") {
+        EXPECT_EQ(result.stats.drafted, 0U);
+      }
+    });
+  }
+}
+
+TEST(SpeculativeDecoderCost, AFlatCostSendsEverythingAndASteepOneOnlyLikelyDrafts) {
+  // A copying model after a prompt of random tokens: some drafts right, some wrong.
+  GreedyModel model(InductionRule{16}, 64);
+  std::mt19937_64 rng(3);
+  std::vector<Token> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<Token>(rng() % 16));
+  DecodeOptions options;
+  options.max_new_tokens = 200;
+  options.max_drafts = 8;
+  SpeculativeDecoder decoder(model, MatchDrafter(MatchConfig{.cap = 256, .min_confidence = 0}));
+  const DecodeResult plain = decoder.generate(prompt, options);
+  decoder.set_verify_cost(VerifyCost::knee(64));
+  const DecodeResult flat = decoder.generate(prompt, options);
+  EXPECT_EQ(flat.stats.drafted, plain.stats.drafted);
+  decoder.set_verify_cost(VerifyCost::parse("table:1=1,2=1.25,3=1.71,5=2.77,9=5.06"));
+  const DecodeResult cpu = decoder.generate(prompt, options);
+  EXPECT_EQ(cpu.tokens, plain.tokens);
+  EXPECT_LT(cpu.stats.rejected(), plain.stats.rejected());
+  EXPECT_GT(cpu.stats.accepted, 0U);
 }
 
 }  // namespace

@@ -32,7 +32,11 @@ struct DecodeOptions {
   std::vector<Token> stop_tokens;    ///< generation ends with the stop token emitted
   std::size_t max_context = 0;       ///< most tokens (prompt + output) the model holds; 0 = no limit
   bool speculate = true;             ///< false = plain one-token-per-pass decode through the same loop
-  std::size_t max_drafts = 64;       ///< most drafts verified in one pass (the drafter's own limit applies too)
+  /// Most drafts verified in one pass: the one setting of draft length (the drafters ngramspec
+  /// ships draft as many as this allows). With a verify cost the decoders choose up to it;
+  /// without, the drafter's own gate does (MatchDrafter's). 4 is a safe default when nothing
+  /// says what a longer pass costs; with a cost, 16 lets long copies run.
+  std::size_t max_drafts = 4;
 };
 
 }  // namespace ngramspec

@@ -24,4 +24,13 @@ concept Drafter = requires(D& d, const D& cd, Token token, std::span<const Token
   d.reset();
 };
 
+/// A drafter that also estimates, for each draft j, the chance that drafts 0..j are all
+/// accepted (`predict(out, probabilities)`, non-increasing): what a cost-aware choice of draft
+/// length needs. MatchDrafter and NGramPredictor are; for other drafters the decoders estimate
+/// from each sequence's own record of accepted drafts.
+template <class D>
+concept EstimatingDrafter = Drafter<D> && requires(const D& cd, std::span<Token> out, std::span<float> probabilities) {
+  { cd.predict(out, probabilities) } -> std::convertible_to<std::size_t>;
+};
+
 }  // namespace ngramspec

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -17,7 +18,9 @@ namespace ngramspec {
 struct MatchConfig {
   std::size_t cap = 8192;           ///< most tokens the match index holds (the first `cap` of the sequence)
   std::size_t copy_min_match = 2;   ///< copy after the match when it is at least this long; counts below
-  std::size_t draft_count = 4;      ///< most tokens one predict() proposes
+  /// Most tokens one predict() proposes, beyond the room its caller gives. Unlimited by default,
+  /// so that the caller's limit (DecodeOptions::max_drafts for the decoders) is the one setting.
+  std::size_t draft_count = std::numeric_limits<std::size_t>::max();
   std::size_t count_max_order = 3;  ///< longest n-gram of the counts for short matches: 2..kMaxCountOrder
   /// The counts slide over the last min(count_window, cap) tokens; 0: the cap. Short
   /// contexts are local: on the Spec-Bench streams 2048 predicts as well as the whole context.
@@ -130,6 +133,12 @@ class MatchDrafter {
 
   /// Writes up to min(out.size(), draft_count) drafts to `out`; returns how many.
   [[nodiscard]] std::size_t predict(std::span<Token> out) const noexcept;
+  /// The same drafts (limited also by probabilities.size()), and for each, in
+  /// `probabilities[j]`, the estimated chance that drafts 0..j are all accepted: the running
+  /// product of the gate's calibrated estimates, non-increasing, each at least min_confidence.
+  /// What a cost-aware choice of draft length weighs (DraftPlanner, BatchSpeculator). A chain
+  /// of counts stops at 64 drafts here, as it does under a gate.
+  [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<float> probabilities) const noexcept;
 
   /// Forgets the sequence; keeps the memory.
   void reset() noexcept;
@@ -154,15 +163,17 @@ class MatchDrafter {
     return recent_[(static_cast<std::size_t>(seen_) - 1 - back) & (kMaxVerify - 1)];
   }
   void re_anchor(std::span<const std::uint64_t> hashes) noexcept;
-  [[nodiscard]] std::size_t copy_from_sequence(std::span<Token> out) const noexcept;
-  [[nodiscard]] std::size_t draft_from_corpus(std::span<Token> out) const noexcept;
-  [[nodiscard]] std::size_t draft_from_counts(std::span<Token> out) const noexcept;
+  [[nodiscard]] std::size_t draft(std::span<Token> out, std::span<float> probabilities) const noexcept;
+  [[nodiscard]] std::size_t copy_from_sequence(std::span<Token> out, std::span<float> probabilities) const noexcept;
+  [[nodiscard]] std::size_t draft_from_corpus(std::span<Token> out, std::span<float> probabilities) const noexcept;
+  [[nodiscard]] std::size_t draft_from_counts(std::span<Token> out, std::span<float> probabilities) const noexcept;
   // Most count drafts one gated predict() weighs: their evidence sits on the stack.
   static constexpr std::size_t kMaxGatedCountDrafts = 64;
   using CountEvidence = std::array<DraftEvidence, kMaxGatedCountDrafts>;
-  // The counts' drafts, ungated, with their evidence when there is a gate.
-  [[nodiscard]] std::size_t count_chain(std::span<Token> out, CountEvidence& evidence) const noexcept;
-  [[nodiscard]] std::size_t gate_counts(std::size_t made, const CountEvidence& evidence) const noexcept;
+  // The counts' drafts, ungated, with their evidence when there is a gate or `estimate`.
+  [[nodiscard]] std::size_t count_chain(std::span<Token> out, CountEvidence& evidence, bool estimate) const noexcept;
+  [[nodiscard]] std::size_t gate_counts(std::size_t made, const CountEvidence& evidence,
+                                        std::span<float> probabilities) const noexcept;
   [[nodiscard]] CorpusDraft ask_corpus(std::span<Token> out) const noexcept;
   [[nodiscard]] bool first_draft(Token& first, double& estimate) const noexcept;
   // Scores predict()'s first draft before `token` against it, for the gate's scale.

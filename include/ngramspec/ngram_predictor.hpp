@@ -3,6 +3,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -15,7 +16,9 @@ namespace ngramspec {
 struct NGramConfig {
   std::size_t min_order = 2;    ///< shortest n-gram, counting the predicted token (2 = bigram)
   std::size_t max_order = 4;    ///< longest n-gram (4 = three tokens of context)
-  std::size_t draft_count = 4;  ///< most tokens one predict() proposes
+  /// Most tokens one predict() proposes, beyond the room its caller gives. Unlimited by default,
+  /// so that the caller's limit (DecodeOptions::max_drafts for the decoders) is the one setting.
+  std::size_t draft_count = std::numeric_limits<std::size_t>::max();
   std::size_t window = 512;     ///< sliding window of recent tokens whose n-grams are counted
 };
 
@@ -75,6 +78,10 @@ class NGramPredictor {
   /// The same drafts, and for each the counts behind it in `evidence` (which must have at
   /// least as many elements as out; the drafts are limited by the shorter of the two).
   [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<DraftEvidence> evidence) const noexcept;
+  /// The same drafts (limited by probabilities.size()), and for each, in `probabilities[j]`,
+  /// the estimated chance that drafts 0..j are all accepted: the product over drafts 0..j of
+  /// count / (total + 1) from their evidence. Non-increasing.
+  [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<float> probabilities) const noexcept;
 
   /// Forgets every observed token; the tables keep their memory.
   void reset() noexcept;
@@ -117,8 +124,9 @@ class NGramPredictor {
   // suffix[j] = FNV-1a of the last j tokens; suffix[0] is the offset basis.
   using SuffixHashes = std::array<std::uint64_t, kMaxSupportedOrder + 1>;
 
-  template <bool kWithEvidence>
-  [[nodiscard]] std::size_t predict_chain(std::span<Token> out, std::span<DraftEvidence> evidence) const noexcept;
+  // The chain of drafts; on_draft(j, count, total) hears the evidence behind draft j.
+  template <class OnDraft>
+  [[nodiscard]] std::size_t predict_chain(std::span<Token> out, const OnDraft& on_draft) const noexcept;
   void record(std::size_t order, std::size_t end_slot, std::uint32_t end_position) noexcept;
   void record_all(std::size_t order, std::uint32_t newest_end, std::uint32_t count) noexcept;
   [[nodiscard]] bool in_window(std::size_t order, std::uint32_t end_position) const noexcept;

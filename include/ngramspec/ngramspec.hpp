@@ -2,9 +2,11 @@
 
 /// Umbrella header: everything an engine needs to speculate with n-gram drafts.
 
+#include "ngramspec/batch_speculator.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_stats.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/draft_planner.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/logits_model.hpp"
 #include "ngramspec/match_drafter.hpp"
@@ -17,4 +19,5 @@
 #include "ngramspec/target_model.hpp"
 #include "ngramspec/token.hpp"
 #include "ngramspec/token_sampler.hpp"
+#include "ngramspec/verify_cost.hpp"
 #include "ngramspec/version.hpp"

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <initializer_list>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <type_traits>
@@ -12,10 +14,13 @@
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_stats.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/detail/draft_estimates.hpp"
+#include "ngramspec/draft_planner.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/target_model.hpp"
 #include "ngramspec/token.hpp"
+#include "ngramspec/verify_cost.hpp"
 
 namespace ngramspec {
 
@@ -29,8 +34,20 @@ namespace ngramspec {
 /// that decodes greedily the output equals plain greedy decoding token for token, whatever
 /// the drafter proposes; each pass emits at least one token, so it never takes more passes.
 ///
-/// The decoder holds a reference to the model, which must outlive it. Exceptions from the
-/// model, the drafter or the callback propagate; the decoder stays usable, and the next
+/// With a verify cost (set_verify_cost()), each pass sends the number of drafts, up to
+/// DecodeOptions::max_drafts, that makes its expected emitted tokens per unit of cost highest,
+/// weighing the drafter's acceptance estimates (EstimatingDrafter; for other drafters the
+/// sequence's own acceptance record) against what the longer pass costs (DraftPlanner). On a
+/// pass whose cost grows with every token (a small model on a CPU) that drafts only what is
+/// likely to be accepted; on a flat one, everything the drafter offers. Without one, every
+/// pass sends what the drafter proposes within max_drafts.
+///
+/// The decoder holds a reference to the model, which must outlive it. The drafter is the
+/// decoder's own when it is constructed with a temporary or none (SpeculativeDecoder
+/// decoder(model, MatchDrafter(config))), and the caller's when constructed with a named one
+/// (SpeculativeDecoder decoder(model, drafter)): then it is borrowed, never copied, what it
+/// learns is visible in the caller's object, and it must outlive the decoder. Exceptions from
+/// the model, the drafter or the callback propagate; the decoder stays usable, and the next
 /// generate() starts fresh. Scratch buffers are kept between calls, so after the first call
 /// a pass allocates only when the output vector grows.
 ///
@@ -42,7 +59,17 @@ namespace ngramspec {
 template <TargetModel M, Drafter D = MatchDrafter>
 class SpeculativeDecoder {
  public:
-  explicit SpeculativeDecoder(M& model, D drafter = D{}) : model_(&model), drafter_(std::move(drafter)) {}
+  /// Drafts with a default-constructed drafter of its own.
+  explicit SpeculativeDecoder(M& model) : model_(&model), owned_(std::in_place) {}
+  /// Drafts with `drafter`, borrowed: it must outlive the decoder.
+  SpeculativeDecoder(M& model, D& drafter) : model_(&model), borrowed_(&drafter) {}
+  /// Drafts with `drafter`, moved into the decoder.
+  SpeculativeDecoder(M& model, D&& drafter) : model_(&model), owned_(std::move(drafter)) {}
+
+  /// As generate(span, options); `decoder.generate({1, 2, 3})`.
+  DecodeResult generate(std::initializer_list<Token> prompt, const DecodeOptions& options = {}) {
+    return generate(std::span<const Token>(prompt.begin(), prompt.size()), options);
+  }
 
   /// Generates after `prompt`; see the class comment. Throws std::invalid_argument for an
   /// empty prompt, a prompt longer than options.max_context, or a model whose max_batch() is 0.
@@ -61,20 +88,23 @@ class SpeculativeDecoder {
     const std::size_t max_batch = static_cast<std::size_t>(std::as_const(*model_).max_batch());
     if (max_batch == 0) throw std::invalid_argument("ngramspec: the model's max_batch() is 0; it must take at least 1 token");
     SequenceState state = start_sequence(prompt.size(), options);
+    D& active = drafter();
 
     DecodeResult result;
     model_->rollback(0);
-    drafter_.reset();
+    active.reset();
+    rate_.reset();
     if (state.finished) {
       result.stop_reason = state.stop_reason;
       return result;
     }
     // Plain decoding drafts nothing, so it skips the drafter's work too.
     const bool speculate = options.speculate;
-    if (speculate) drafter_.update(prompt);
+    if (speculate) active.update(prompt);
 
     const std::size_t draft_room = draft_limit(state, options, max_batch - 1);
     fed_.resize(draft_room + 1);
+    probabilities_.resize(draft_room);
     next_.resize(std::max(draft_room + 1, std::min(max_batch, prompt.size())));
     result.stats.drafted_at.assign(draft_room, 0);
     result.stats.accepted_at.assign(draft_room, 0);
@@ -94,7 +124,7 @@ class SpeculativeDecoder {
       const std::span<const Token> emitted = std::span<const Token>(next_).first(outcome.emitted);
       record(result.stats, drafted, outcome);
       advance(state, outcome);
-      if (speculate) drafter_.update(emitted);
+      if (speculate) active.update(emitted);
       result.tokens.insert(result.tokens.end(), emitted.begin(), emitted.end());
       if (!on_tokens(emitted) && !state.finished) {
         state.finished = true;
@@ -104,13 +134,15 @@ class SpeculativeDecoder {
 
       // The drafts go straight behind the last emitted token, which the pass feeds first.
       fed_[0] = result.tokens.back();
-      drafted = propose_drafts(drafter_, state, options, max_batch - 1, std::span<Token>(fed_).subspan(1));
+      drafted = cost_ ? plan_drafts(active, state, options, max_batch - 1)
+                      : propose_drafts(active, state, options, max_batch - 1, std::span<Token>(fed_).subspan(1));
       model_->forward(state.cache_length(), std::span<const Token>(fed_).first(drafted + 1),
                       std::span<Token>(next_).first(drafted + 1));
       ++result.stats.decode_passes;
       outcome = accept_drafts(state, std::span<const Token>(fed_).subspan(1, drafted),
                               std::span<const Token>(next_).first(drafted + 1), options);
       if (outcome.discarded != 0) model_->rollback(outcome.rollback_to);
+      rate_.record(drafted, outcome.accepted);
     }
 
     trim_histograms(result.stats);
@@ -119,10 +151,17 @@ class SpeculativeDecoder {
   }
 
   /// The drafter, for configuring or inspecting it between generations.
-  [[nodiscard]] D& drafter() noexcept { return drafter_; }
-  [[nodiscard]] const D& drafter() const noexcept { return drafter_; }
+  [[nodiscard]] D& drafter() noexcept { return borrowed_ ? *borrowed_ : *owned_; }
+  [[nodiscard]] const D& drafter() const noexcept { return borrowed_ ? *borrowed_ : *owned_; }
+  /// Whether the drafter is the caller's (constructed with a named drafter) rather than the decoder's own.
+  [[nodiscard]] bool borrows_drafter() const noexcept { return borrowed_ != nullptr; }
   /// The model this decoder drives.
   [[nodiscard]] M& model() noexcept { return *model_; }
+
+  /// Sizes drafts by what a pass costs from the next generate() on; std::nullopt: drafts
+  /// what the drafter proposes (the default).
+  void set_verify_cost(std::optional<VerifyCost> cost) { cost_ = std::move(cost); }
+  [[nodiscard]] const std::optional<VerifyCost>& verify_cost() const noexcept { return cost_; }
 
  private:
   static void record(DecodeStats& stats, std::size_t drafted, const StepOutcome& outcome) noexcept {
@@ -140,8 +179,22 @@ class SpeculativeDecoder {
     stats.accepted_at.resize(used);
   }
 
+  // The drafts of the next pass, into fed_[1..], as many as the cost makes worth sending.
+  std::size_t plan_drafts(const D& drafter, const SequenceState& state, const DecodeOptions& options,
+                          std::size_t cap) {
+    const std::size_t limit = std::min(fed_.size() - 1, draft_limit(state, options, cap));
+    const std::span<float> probabilities = std::span<float>(probabilities_).first(limit);
+    const std::size_t made =
+        detail::draft_with_estimates(drafter, std::span<Token>(fed_).subspan(1, limit), probabilities, rate_);
+    return DraftPlanner::plan_one(&*cost_, 1, 1.0, 0, probabilities.first(made));
+  }
+
   M* model_;
-  D drafter_;
+  std::optional<D> owned_;
+  D* borrowed_ = nullptr;
+  std::optional<VerifyCost> cost_;
+  detail::AcceptanceRate rate_;  // for a drafter without estimates
+  std::vector<float> probabilities_;
   std::vector<Token> fed_;   // last emitted token followed by the drafts
   std::vector<Token> next_;  // the model's tokens for what was fed
 };

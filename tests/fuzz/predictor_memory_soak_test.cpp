@@ -77,7 +77,8 @@ TEST_P(PredictorMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
   const SoakCase& c = GetParam();
   SCOPED_TRACE("orders " + std::to_string(c.config.min_order) + ".." + std::to_string(c.config.max_order) +
                ", window " + std::to_string(c.config.window) + ", " + std::to_string(c.tokens) + " tokens");
-  std::vector<Token> drafts(c.config.draft_count);  // allocated first: `before` excludes it
+  // Room for the drafts a decoder would ask for (the default draft_count is unlimited).
+  std::vector<Token> drafts(std::min<std::size_t>(c.config.draft_count, 16));  // allocated first: `before` excludes it
   const std::size_t before = heap_in_use();
   NGramPredictor predictor(c.config);
   const std::size_t constructed = heap_in_use() - before;
@@ -135,7 +136,8 @@ TEST_P(MatchDrafterMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
   const MatchSoakCase& c = GetParam();
   SCOPED_TRACE(std::string(c.name) + ": cap " + std::to_string(c.config.cap) + ", count window " +
                std::to_string(c.config.count_window) + ", " + std::to_string(c.tokens) + " tokens");
-  std::vector<Token> drafts(c.config.draft_count);  // allocated first: `before` excludes it
+  // Room for the drafts a decoder would ask for (the default draft_count is unlimited).
+  std::vector<Token> drafts(std::min<std::size_t>(c.config.draft_count, 16));  // allocated first: `before` excludes it
   const std::size_t before = heap_in_use();
   MatchDrafter drafter(c.config);
   const std::size_t constructed = heap_in_use() - before;
@@ -145,7 +147,7 @@ TEST_P(MatchDrafterMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
   // The index keeps the first `cap` tokens, so they open with laps of an ascending cycle, which the
   // stream's cycles (0, 1, ..., p - 1) match later: copies from the frozen index keep happening.
   const std::size_t opening = c.config.cap / 2;
-  MixedStream stream(c.config.cap * 17 + c.config.draft_count);
+  MixedStream stream(c.config.cap * 17 + drafts.size());
   std::size_t drafted = 0;
   std::size_t longest_match_past_cap = 0;
   std::size_t allocations = 0;

@@ -1,0 +1,117 @@
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ngramspec {
+
+/// What one verify pass costs as a function of the tokens in it: every sequence's last token
+/// and drafts (and any prefill the engine runs in the same pass), summed over the batch.
+///
+/// Only ratios matter: a draft length is chosen by expected tokens per unit of cost, so
+/// seconds, milliseconds and "a one-token pass = 1" all choose alike.
+///
+/// Two forms, both piecewise linear and non-decreasing:
+/// - knee(N): flat up to N tokens, then linear through the origin (a pass of 2N tokens costs
+///   twice one of N). The shape of a pass that is memory-bound until its arithmetic catches up
+///   with streaming the weights: a GPU serving an 8B model in bf16 stays flat up to roughly
+///   250-300 tokens a pass.
+/// - table(points): measured points, linear between them and beyond the last point with the
+///   slope of the last two (flat before the first). What an engine times at start-up;
+///   measure_verify_cost() below does the timing.
+///
+/// parse() reads the same forms from text: "knee:N", "table:1=1,2=1.25,3=1.71".
+class VerifyCost {
+ public:
+  /// One measured point: a pass of `tokens` tokens costs `cost`.
+  struct Point {
+    std::size_t tokens = 0;
+    double cost = 0;
+  };
+
+  /// Flat at `base` up to `flat_tokens` tokens, then base · tokens / flat_tokens.
+  /// Throws std::invalid_argument naming the value when flat_tokens is 0 or base is not
+  /// finite and positive.
+  [[nodiscard]] static VerifyCost knee(std::size_t flat_tokens, double base = 1.0);
+  /// Linear interpolation of `points`, which must have strictly increasing token counts (at
+  /// least 1), finite positive costs that never decrease, and at least one point. Throws
+  /// std::invalid_argument naming the point and the value otherwise.
+  [[nodiscard]] static VerifyCost table(std::span<const Point> points);
+  /// "knee:N" or "table:T=C,T=C,...". Throws std::invalid_argument naming the spec and what is
+  /// wrong with it.
+  [[nodiscard]] static VerifyCost parse(std::string_view spec);
+
+  /// The cost of a pass of `tokens` tokens (0 costs what 1 does).
+  [[nodiscard]] double operator()(std::size_t tokens) const noexcept;
+  /// The cost of one more token after `tokens`: (*this)(tokens + 1) - (*this)(tokens).
+  [[nodiscard]] double marginal(std::size_t tokens) const noexcept { return (*this)(tokens + 1) - (*this)(tokens); }
+
+  /// The points; a knee has two, (1, base) and (N, base), and a tail slope of base / N.
+  [[nodiscard]] std::span<const Point> points() const noexcept { return points_; }
+  /// Cost per token beyond the last point.
+  [[nodiscard]] double tail_slope() const noexcept { return tail_slope_; }
+  /// The spec that parse() reads back into an equal cost: "knee:N" or "table:...".
+  [[nodiscard]] const std::string& spec() const noexcept { return spec_; }
+
+  /// The same curve scaled so that a one-token pass costs 1.
+  [[nodiscard]] VerifyCost normalized() const;
+
+ private:
+  VerifyCost() = default;
+  std::vector<Point> points_;
+  double tail_slope_ = 0;
+  std::string spec_;
+};
+
+/// Times `run_pass(n)`, one verify pass of n tokens through the engine's own forward, for each
+/// n in `token_counts`, and returns the measured curve as a VerifyCost::table, normalized so
+/// that the smallest count costs 1.
+///
+/// Each count is run `repeats` times after one warm-up run, and its median time is kept;
+/// counts run interleaved (one round over every count, `repeats` rounds) so that a slow spell
+/// of a shared machine spreads over all of them instead of bending one. A measured time
+/// below the one before it (noise) is raised to it: a pass never costs less for carrying more.
+/// `run_pass` must leave the engine as it found it (roll its cache back). Throws
+/// std::invalid_argument when token_counts is empty, not strictly increasing, or contains 0,
+/// or when repeats is 0; exceptions from run_pass propagate.
+template <class RunPass>
+[[nodiscard]] VerifyCost measure_verify_cost(RunPass&& run_pass, std::span<const std::size_t> token_counts,
+                                             std::size_t repeats = 7) {
+  using Clock = std::chrono::steady_clock;
+  if (token_counts.empty()) throw std::invalid_argument("ngramspec::measure_verify_cost: no token counts to time");
+  if (repeats == 0) throw std::invalid_argument("ngramspec::measure_verify_cost: repeats = 0; it must be at least 1");
+  for (std::size_t i = 0; i < token_counts.size(); ++i) {
+    if (token_counts[i] == 0 || (i > 0 && token_counts[i] <= token_counts[i - 1])) {
+      throw std::invalid_argument("ngramspec::measure_verify_cost: token_counts[" + std::to_string(i) + "] = " +
+                                  std::to_string(token_counts[i]) +
+                                  " is invalid: counts must be at least 1 and strictly increasing");
+    }
+  }
+  for (const std::size_t n : token_counts) run_pass(n);  // warm-up: caches, lazy allocations
+  std::vector<std::vector<double>> seconds(token_counts.size());
+  for (std::size_t round = 0; round < repeats; ++round) {
+    for (std::size_t i = 0; i < token_counts.size(); ++i) {
+      const auto start = Clock::now();
+      run_pass(token_counts[i]);
+      seconds[i].push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  }
+  std::vector<VerifyCost::Point> points;
+  double floor = 0;
+  for (std::size_t i = 0; i < token_counts.size(); ++i) {
+    std::vector<double>& times = seconds[i];
+    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+    // A pass too fast for the clock still costs something: keep every cost positive.
+    floor = std::max({floor, times[times.size() / 2], 1e-12});
+    points.push_back({token_counts[i], floor});
+  }
+  return VerifyCost::table(points).normalized();
+}
+
+}  // namespace ngramspec

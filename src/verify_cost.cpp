@@ -1,0 +1,152 @@
+#include "ngramspec/verify_cost.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace ngramspec {
+namespace {
+
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", value);
+  return text;
+}
+
+[[noreturn]] void bad_spec(std::string_view spec, const std::string& what) {
+  throw std::invalid_argument("ngramspec::VerifyCost: '" + std::string(spec) + "' is not a cost: " + what +
+                              " (expected knee:N or table:TOKENS=COST,TOKENS=COST,...)");
+}
+
+std::size_t parse_count(std::string_view spec, std::string_view text, const char* what) {
+  std::size_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    bad_spec(spec, std::string(what) + " '" + std::string(text) + "' is not a whole number");
+  }
+  return value;
+}
+
+double parse_cost(std::string_view spec, std::string_view text) {
+  const std::string copy(text);
+  char* end = nullptr;
+  const double value = copy.empty() ? NAN : std::strtod(copy.c_str(), &end);
+  if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value)) {
+    bad_spec(spec, "cost '" + copy + "' is not a finite number");
+  }
+  return value;
+}
+
+}  // namespace
+
+VerifyCost VerifyCost::knee(std::size_t flat_tokens, double base) {
+  if (flat_tokens == 0) throw std::invalid_argument("ngramspec::VerifyCost::knee: flat_tokens = 0 is invalid: must be at least 1");
+  if (!(std::isfinite(base) && base > 0)) {
+    throw std::invalid_argument("ngramspec::VerifyCost::knee: base = " + number_text(base) +
+                                " is invalid: must be finite and positive");
+  }
+  VerifyCost cost;
+  cost.points_ = {{1, base}};
+  if (flat_tokens > 1) cost.points_.push_back({flat_tokens, base});
+  cost.tail_slope_ = base / static_cast<double>(flat_tokens);
+  cost.spec_ = "knee:" + std::to_string(flat_tokens);
+  if (base != 1.0) cost.spec_ += " (base " + number_text(base) + ")";
+  return cost;
+}
+
+VerifyCost VerifyCost::table(std::span<const Point> points) {
+  if (points.empty()) throw std::invalid_argument("ngramspec::VerifyCost::table: no points; it needs at least one");
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const Point& p = points[i];
+    const std::string name = "ngramspec::VerifyCost::table: point " + std::to_string(i) + " (" +
+                             std::to_string(p.tokens) + " tokens, cost " + number_text(p.cost) + ")";
+    if (p.tokens == 0) throw std::invalid_argument(name + " is invalid: tokens must be at least 1");
+    if (!(std::isfinite(p.cost) && p.cost > 0)) {
+      throw std::invalid_argument(name + " is invalid: cost must be finite and positive");
+    }
+    if (i > 0 && p.tokens <= points[i - 1].tokens) {
+      throw std::invalid_argument(name + " is invalid: tokens must increase from point to point (point " +
+                                  std::to_string(i - 1) + " has " + std::to_string(points[i - 1].tokens) + ")");
+    }
+    if (i > 0 && p.cost < points[i - 1].cost) {
+      throw std::invalid_argument(name + " is invalid: a pass never costs less for carrying more tokens (point " +
+                                  std::to_string(i - 1) + " costs " + number_text(points[i - 1].cost) + ")");
+    }
+  }
+  VerifyCost cost;
+  cost.points_.assign(points.begin(), points.end());
+  if (points.size() >= 2) {
+    const Point& a = points[points.size() - 2];
+    const Point& b = points.back();
+    cost.tail_slope_ = (b.cost - a.cost) / static_cast<double>(b.tokens - a.tokens);
+  }
+  cost.spec_ = "table:";
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    cost.spec_ += (i ? "," : "") + std::to_string(points[i].tokens) + "=" + number_text(points[i].cost);
+  }
+  return cost;
+}
+
+VerifyCost VerifyCost::parse(std::string_view spec) {
+  const std::size_t colon = spec.find(':');
+  const std::string_view kind = spec.substr(0, colon);
+  const std::string_view rest = colon == std::string_view::npos ? std::string_view{} : spec.substr(colon + 1);
+  if (kind == "knee") {
+    if (colon == std::string_view::npos) bad_spec(spec, "knee needs its token count");
+    const std::size_t n = parse_count(spec, rest, "knee");
+    if (n == 0) bad_spec(spec, "the knee must be at least 1 token");
+    return knee(n);
+  }
+  if (kind == "table") {
+    if (rest.empty()) bad_spec(spec, "the table has no points");
+    std::vector<Point> points;
+    std::string_view items = rest;
+    while (!items.empty()) {
+      const std::size_t comma = items.find(',');
+      const std::string_view item = items.substr(0, comma);
+      const std::size_t eq = item.find('=');
+      if (eq == std::string_view::npos) bad_spec(spec, "point '" + std::string(item) + "' is not TOKENS=COST");
+      points.push_back({parse_count(spec, item.substr(0, eq), "token count"), parse_cost(spec, item.substr(eq + 1))});
+      if (comma == std::string_view::npos) break;
+      items = items.substr(comma + 1);
+      if (items.empty()) bad_spec(spec, "it ends with a comma");
+    }
+    try {
+      return table(points);
+    } catch (const std::invalid_argument& e) {
+      bad_spec(spec, e.what());
+    }
+  }
+  bad_spec(spec, "unknown form '" + std::string(kind) + "'");
+}
+
+double VerifyCost::operator()(std::size_t tokens) const noexcept {
+  const Point* first = points_.data();
+  const Point* last = first + points_.size() - 1;
+  if (tokens <= first->tokens) return first->cost;
+  if (tokens >= last->tokens) return last->cost + tail_slope_ * static_cast<double>(tokens - last->tokens);
+  // The first point at or beyond `tokens`; tables are short, and a knee has two points.
+  const Point* upper = std::lower_bound(first, last, tokens, [](const Point& p, std::size_t t) { return p.tokens < t; });
+  const Point* lower = upper - 1;
+  const double t = static_cast<double>(tokens - lower->tokens) / static_cast<double>(upper->tokens - lower->tokens);
+  return lower->cost + t * (upper->cost - lower->cost);
+}
+
+VerifyCost VerifyCost::normalized() const {
+  const double unit = (*this)(1);
+  VerifyCost cost = *this;
+  for (Point& p : cost.points_) p.cost /= unit;
+  cost.tail_slope_ /= unit;
+  if (spec_.rfind("knee:", 0) == 0) {
+    cost.spec_ = spec_.substr(0, spec_.find(' '));
+  } else {
+    cost.spec_ = table(cost.points_).spec_;
+    cost.tail_slope_ = tail_slope_ / unit;
+  }
+  return cost;
+}
+
+}  // namespace ngramspec

@@ -1,0 +1,625 @@
+#include "ngramspec/batch_speculator.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ngramspec/speculative_decoder.hpp"
+#include "support/allocation_counter.hpp"
+#include "support/mock_models.hpp"
+#include "support/test_drafters.hpp"
+
+namespace ngramspec::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+/// The message of the std::invalid_argument that `f` throws ("" and a failure if none).
+template <class F>
+std::string invalid_argument_message(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no std::invalid_argument";
+  return "";
+}
+
+/// An estimating drafter whose estimates are garbage (NaN, negative, above 1, increasing):
+/// they may cost passes but never change the output.
+class HostileEstimator {
+ public:
+  explicit HostileEstimator(std::uint64_t seed) : inner_(NGramConfig{.min_order = 2, .max_order = 3, .window = 64}), rng_(seed) {}
+  void update(Token token) { inner_.update(token); }
+  void update(std::span<const Token> tokens) { inner_.update(tokens); }
+  void reset() { inner_.reset(); }
+  [[nodiscard]] std::size_t predict(std::span<Token> out) const { return inner_.predict(out); }
+  [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<float> probabilities) const {
+    const std::size_t n = inner_.predict(out.first(std::min(out.size(), probabilities.size())));
+    static constexpr float kGarbage[] = {std::numeric_limits<float>::quiet_NaN(), -1.0f, 5.0f, 0.0f, 1.0f,
+                                         std::numeric_limits<float>::infinity(), 0.3f};
+    for (std::size_t j = 0; j < n; ++j) probabilities[j] = kGarbage[rng_() % std::size(kGarbage)];
+    return n;
+  }
+
+ private:
+  NGramPredictor inner_;
+  mutable std::mt19937_64 rng_;
+};
+static_assert(EstimatingDrafter<HostileEstimator>);
+static_assert(EstimatingDrafter<MatchDrafter>);
+static_assert(EstimatingDrafter<NGramPredictor>);
+static_assert(!EstimatingDrafter<AnyDrafter>);
+
+/// One of the cost curves the property tests vary over, or none.
+std::optional<VerifyCost> random_cost(std::mt19937_64& rng) {
+  switch (rng() % 7) {
+    case 0: return std::nullopt;
+    case 1: return VerifyCost::knee(1);
+    case 2: return VerifyCost::knee(8);
+    case 3: return VerifyCost::knee(256);
+    case 4: return VerifyCost::parse("table:1=1,2=1.25,3=1.71,5=2.77,9=5.06");
+    case 5: return VerifyCost::parse("table:4=1,16=1.1,64=3");
+    default: {
+      std::vector<VerifyCost::Point> points;
+      double cost = 0.5 + static_cast<double>(rng() % 100) / 50;
+      for (std::size_t tokens = 1 + rng() % 3; tokens < 600; tokens += 1 + rng() % 90) {
+        points.push_back({tokens, cost});
+        cost += static_cast<double>(rng() % 100) / 100;
+      }
+      return VerifyCost::table(points);
+    }
+  }
+}
+
+/// A drafter for a pool slot: any of the test drafters, hostile ones included. Pooled drafters
+/// serve many sequences in turn, so none knows its sequence's rule.
+AnyDrafter random_pool_drafter(std::mt19937_64& rng, const SharedCorpus* corpus) {
+  const std::uint64_t seed = rng();
+  switch (seed % 8) {
+    case 0: return AnyDrafter(NGramPredictor(NGramConfig{.min_order = 2, .max_order = 4, .window = 64}));
+    case 1: return AnyDrafter(SilentDrafter{});
+    case 2: return AnyDrafter(WrongDrafter{});
+    case 3: return AnyDrafter(RandomDrafter(seed, 8, 1 + seed % 9));
+    case 4: return AnyDrafter(LiarDrafter<NGramPredictor>(NGramPredictor(NGramConfig{.window = 32}), 9));
+    case 5:
+      return AnyDrafter(LiarDrafter<NGramPredictor>(NGramPredictor(NGramConfig{.window = 16}),
+                                                    std::numeric_limits<std::size_t>::max()));
+    default: return AnyDrafter(MatchDrafter(MatchConfig{.cap = 64, .count_window = 32, .min_confidence = 0}, corpus));
+  }
+}
+
+/// One running sequence of a serving run and the model that answers for it.
+struct Lane {
+  DecodeCase c;
+  SequenceId id = 0;
+  GreedyModel model{NextTokenRule{}, GreedyModel::kUnlimitedBatch};
+  GreedyReference reference;
+  std::vector<Token> output;
+};
+
+/// What a serving run checked, for the caller's expectations.
+struct ServingRun {
+  std::size_t passes = 0;
+  std::size_t finished = 0;
+  std::size_t drafted = 0;
+};
+
+/// Serves `total` random sequences (random_decode_case) through one BatchSpeculator with a
+/// pool of `pool`, as an engine would: sequences join when a slot is free and leave when
+/// finished (or cancelled at random); each pass takes a random subset of the running
+/// sequences, sometimes verifies only part of their drafts, and checks every finished
+/// sequence's output against plain greedy decoding, every model's contract, and the pass
+/// budget.
+template <class D, class MakeDrafter>
+void serve_into(ServingRun& run, std::uint64_t seed, std::size_t pool, std::size_t total,
+                const std::optional<VerifyCost>& cost, std::size_t max_pass_tokens, MakeDrafter make,
+                SharedCorpus* corpus) {
+  SCOPED_TRACE("serving seed " + std::to_string(seed) + ", pool " + std::to_string(pool) + ", cost " +
+               (cost ? cost->spec() : std::string("none")) + ", max_pass_tokens " + std::to_string(max_pass_tokens));
+  std::mt19937_64 rng(scramble(seed));
+  BatchConfig config;
+  config.max_sequences = pool;
+  config.max_pass_tokens = max_pass_tokens;
+  config.max_record_tokens = 16 + rng() % 64;
+  config.cost = cost;
+  BatchSpeculator<D> spec(config, make, corpus);
+
+  std::vector<std::unique_ptr<Lane>> lanes;
+  std::size_t started = 0;
+  std::vector<SequenceId> ids;
+  std::vector<Lane*> batch;
+  std::vector<Token> drafts;
+  std::vector<std::size_t> offsets;
+  std::vector<Token> model_tokens;
+  std::vector<std::size_t> model_offsets;
+  std::vector<StepOutcome> steps;
+  const auto retire = [&](std::size_t index, bool cancel) {
+    Lane& lane = *lanes[index];
+    EXPECT_THAT(lane.model.violations(), ::testing::IsEmpty()) << lane.c.describe();
+    if (cancel) {
+      spec.cancel(lane.id);
+    } else {
+      spec.finish(lane.id);
+      ++run.finished;
+    }
+    EXPECT_FALSE(spec.contains(lane.id));
+    lanes.erase(lanes.begin() + static_cast<std::ptrdiff_t>(index));
+  };
+
+  for (std::size_t iteration = 0; started < total || !lanes.empty(); ++iteration) {
+    if (iteration > 100000) {
+      ADD_FAILURE() << "serving did not end";
+      return;
+    }
+    // Admit while there is room (now and then a slot is left empty for a pass).
+    while (lanes.size() < pool && started < total && (lanes.empty() || rng() % 4 != 0)) {
+      auto lane = std::make_unique<Lane>();
+      lane->c = random_decode_case(seed * 100003 + started);
+      lane->c.options.max_drafts = std::min<std::size_t>(lane->c.options.max_drafts, 24);
+      lane->id = scramble(seed + started) | 1;  // ids are the engine's own: any 64-bit value
+      lane->model = GreedyModel(lane->c.rule.rule, GreedyModel::kUnlimitedBatch);
+      lane->reference = plain_greedy(lane->c.rule.rule, lane->c.prompt, lane->c.options);
+      ++started;
+      spec.begin(lane->id, lane->c.prompt, lane->c.options);
+      if (spec.state(lane->id).finished) {  // max_new_tokens 0, or no room in max_context
+        EXPECT_TRUE(lane->reference.tokens.empty()) << lane->c.describe();
+        spec.finish(lane->id);
+        continue;
+      }
+      lanes.push_back(std::move(lane));
+    }
+    if (lanes.empty()) continue;
+
+    batch.clear();
+    for (const auto& lane : lanes) {
+      if (rng() % 8 != 0) batch.push_back(lane.get());
+    }
+    if (batch.empty()) batch.push_back(lanes[rng() % lanes.size()].get());
+    std::shuffle(batch.begin(), batch.end(), rng);
+    ids.clear();
+    for (const Lane* lane : batch) ids.push_back(lane->id);
+
+    std::size_t room = 0;
+    for (const Lane* lane : batch) room += lane->c.options.max_drafts;
+    if (rng() % 5 == 0) room = rng() % (room + 1);  // a drafts buffer smaller than asked for
+    drafts.assign(room, 0);
+    offsets.assign(ids.size() + 1, 0);
+    const std::size_t total_drafts = spec.propose(ids, drafts, offsets);
+    ASSERT_EQ(offsets.back(), total_drafts);
+    ASSERT_LE(total_drafts, room);
+
+    std::size_t pass_tokens = 0;
+    model_tokens.clear();
+    model_offsets.assign(1, 0);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      Lane& lane = *batch[i];
+      ASSERT_LE(offsets[i], offsets[i + 1]);
+      const std::size_t n = offsets[i + 1] - offsets[i];
+      const SequenceState& state = spec.state(lane.id);
+      ASSERT_LE(n, lane.c.options.max_drafts);
+      std::vector<Token> next;
+      if (state.generated == 0) {
+        ASSERT_EQ(n, 0U) << "a sequence drafts before its prefill";
+        next.resize(lane.c.prompt.size());
+        lane.model.forward(0, lane.c.prompt, next);
+        model_tokens.push_back(next.back());
+        pass_tokens += lane.c.prompt.size();
+      } else {
+        // Now and then the engine verifies only the first drafts.
+        const std::size_t verified = rng() % 10 == 0 ? static_cast<std::size_t>(rng() % (n + 1)) : n;
+        std::vector<Token> fed{lane.output.back()};
+        fed.insert(fed.end(), drafts.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
+                   drafts.begin() + static_cast<std::ptrdiff_t>(offsets[i] + verified));
+        next.resize(fed.size());
+        lane.model.forward(state.cache_length(), fed, next);
+        model_tokens.insert(model_tokens.end(), next.begin(), next.end());
+        pass_tokens += 1 + n;
+        run.drafted += verified;
+      }
+      model_offsets.push_back(model_tokens.size());
+    }
+    if (max_pass_tokens != 0 && total_drafts > 0) {
+      ASSERT_LE(pass_tokens, max_pass_tokens);
+    }
+    // A pass that pays in full for every token drafts nothing, unless a prefill in it has
+    // brought its rate below one token per token.
+    const bool prefilling = std::any_of(batch.begin(), batch.end(),
+                                        [&](const Lane* lane) { return spec.state(lane->id).generated == 0; });
+    if (cost && cost->spec() == "knee:1" && !prefilling) {
+      ASSERT_EQ(total_drafts, 0U) << "a pass that pays for every token in full drafted";
+    }
+    ++run.passes;
+
+    steps.assign(ids.size(), StepOutcome{});
+    spec.accept(ids, model_tokens, model_offsets, steps);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      Lane& lane = *batch[i];
+      const StepOutcome& step = steps[i];
+      ASSERT_GE(step.emitted, 1U);
+      lane.output.insert(lane.output.end(), model_tokens.begin() + static_cast<std::ptrdiff_t>(model_offsets[i]),
+                         model_tokens.begin() + static_cast<std::ptrdiff_t>(model_offsets[i] + step.emitted));
+      if (step.discarded != 0) lane.model.rollback(step.rollback_to);
+      ASSERT_EQ(lane.model.length(), lane.c.prompt.size() + lane.output.size() - 1) << lane.c.describe();
+      ASSERT_TRUE(std::equal(lane.output.begin(), lane.output.end(), lane.reference.tokens.begin(),
+                             lane.reference.tokens.begin() +
+                                 static_cast<std::ptrdiff_t>(std::min(lane.output.size(), lane.reference.tokens.size()))))
+          << lane.c.describe();
+      if (step.finished) {
+        EXPECT_EQ(lane.output, lane.reference.tokens) << lane.c.describe();
+        EXPECT_EQ(step.stop_reason, lane.reference.stop_reason) << lane.c.describe();
+      } else {
+        EXPECT_LT(lane.output.size(), lane.reference.tokens.size()) << lane.c.describe();
+      }
+    }
+    for (std::size_t i = lanes.size(); i-- > 0;) {
+      if (spec.state(lanes[i]->id).finished) {
+        retire(i, rng() % 5 == 0);
+      } else if (rng() % 60 == 0) {
+        retire(i, true);  // the client went away
+      }
+    }
+  }
+  EXPECT_EQ(spec.size(), 0U);
+}
+
+template <class D, class MakeDrafter>
+ServingRun serve(std::uint64_t seed, std::size_t pool, std::size_t total, const std::optional<VerifyCost>& cost,
+                 std::size_t max_pass_tokens, MakeDrafter make, SharedCorpus* corpus) {
+  ServingRun run;
+  serve_into<D>(run, seed, pool, total, cost, max_pass_tokens, std::move(make), corpus);
+  return run;
+}
+
+// The central invariant, for a whole batch: every sequence's output is plain greedy decoding,
+// whatever the drafters (hostile ones included), the cost curve, the token budget, the pool
+// size, and the order in which sequences join, leave and are stepped.
+TEST(BatchSpeculatorProperty, EveryOutputIsPlainGreedyDecodingWhateverTheDraftersAndCost) {
+  constexpr std::size_t kPools[] = {1, 2, 3, 7, 16, 64};
+  std::size_t finished = 0;
+  std::size_t drafted = 0;
+  for (std::uint64_t seed = 1; seed <= 36; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::size_t pool = kPools[seed % std::size(kPools)];
+    const std::optional<VerifyCost> cost = random_cost(rng);
+    const std::size_t budget = rng() % 3 == 0 ? 2 + rng() % (8 * pool) : 0;
+    SharedCorpus corpus(SharedCorpus::min_bytes());
+    SharedCorpus* shared = seed % 2 == 0 ? &corpus : nullptr;
+    std::mt19937_64 pool_rng(seed ^ 0xabcdef);
+    const ServingRun run = serve<AnyDrafter>(
+        seed, pool, pool * 3 + 4, cost, budget, [&] { return random_pool_drafter(pool_rng, shared); }, shared);
+    finished += run.finished;
+    drafted += run.drafted;
+  }
+  EXPECT_GT(finished, 300U);
+  EXPECT_GT(drafted, 1000U) << "the runs must speculate for the invariant to say anything";
+}
+
+TEST(BatchSpeculatorProperty, FiveHundredTwelveSequencesAtOnce) {
+  for (std::uint64_t seed = 100; seed < 102; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::optional<VerifyCost> cost = seed == 100 ? std::optional(VerifyCost::knee(256)) : std::nullopt;
+    const ServingRun run = serve<NGramPredictor>(
+        seed, 512, 700, cost, 0, [] { return NGramPredictor(NGramConfig{.window = 32}); }, nullptr);
+    EXPECT_GT(run.finished, 300U);
+  }
+}
+
+TEST(BatchSpeculatorProperty, MatchDraftersWithTheirOwnEstimatesAndACorpus) {
+  for (std::uint64_t seed = 200; seed < 212; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::optional<VerifyCost> cost = random_cost(rng);
+    SharedCorpus corpus(SharedCorpus::bytes_for(1024));
+    const MatchConfig config{.cap = 256, .count_window = 64, .min_confidence = seed % 3 == 0 ? 0.1 : 0.0};
+    serve<MatchDrafter>(
+        seed, 1 + seed % 9, 30, cost, 0, [&] { return MatchDrafter(config, &corpus); }, &corpus);
+    EXPECT_GT(corpus.records(), 0U);
+  }
+}
+
+TEST(BatchSpeculatorProperty, GarbageEstimatesNeverChangeTheOutput) {
+  for (std::uint64_t seed = 300; seed < 310; ++seed) {
+    std::mt19937_64 rng(seed);
+    serve<HostileEstimator>(
+        seed, 1 + seed % 12, 30, random_cost(rng), 0, [&rng] { return HostileEstimator(rng()); }, nullptr);
+  }
+}
+
+// Without a cost, one sequence through the speculator drafts exactly what it drafts through
+// SpeculativeDecoder: the same passes.
+TEST(BatchSpeculator, OneSequenceWithoutCostMatchesTheDecoder) {
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    DecodeCase c = random_decode_case(seed);
+    c.options.max_drafts = std::min<std::size_t>(c.options.max_drafts, 64);
+    if (c.options.max_new_tokens == 0) continue;
+    SCOPED_TRACE(c.describe());
+    const MatchConfig config{.cap = 512};
+    GreedyModel model(c.rule.rule, GreedyModel::kUnlimitedBatch);
+    SpeculativeDecoder decoder(model, MatchDrafter(config));
+    const DecodeResult expected = decoder.generate(c.prompt, c.options);
+
+    BatchSpeculator<> spec(BatchConfig{.max_sequences = 1}, config);
+    GreedyModel lane(c.rule.rule, GreedyModel::kUnlimitedBatch);
+    spec.begin(7, c.prompt, c.options);
+    std::vector<Token> output;
+    std::size_t passes = 0;
+    const SequenceId id = 7;
+    while (!spec.state(id).finished) {
+      std::vector<Token> drafts(c.options.max_drafts);
+      std::vector<std::size_t> offsets(2);
+      const std::size_t n = spec.propose(std::span(&id, 1), drafts, offsets);
+      std::vector<Token> fed;
+      if (output.empty()) {
+        fed = c.prompt;
+      } else {
+        fed = {output.back()};
+        fed.insert(fed.end(), drafts.begin(), drafts.begin() + static_cast<std::ptrdiff_t>(n));
+        ++passes;
+      }
+      std::vector<Token> next(fed.size());
+      lane.forward(output.empty() ? 0 : spec.state(id).cache_length(), fed, next);
+      if (output.empty()) next = {next.back()};
+      const std::vector<std::size_t> model_offsets{0, next.size()};
+      StepOutcome step;
+      spec.accept(std::span(&id, 1), next, model_offsets, std::span(&step, 1));
+      output.insert(output.end(), next.begin(), next.begin() + static_cast<std::ptrdiff_t>(step.emitted));
+      if (step.discarded) lane.rollback(step.rollback_to);
+    }
+    EXPECT_EQ(output, expected.tokens);
+    EXPECT_EQ(passes, expected.stats.decode_passes);
+    EXPECT_EQ(spec.stats().accepted, expected.stats.accepted);
+  }
+}
+
+// A periodic stream: every sequence's drafts are right. A flat cost sends them all; a pass
+// that pays in full for every token (knee:1) sends none; the CPU curve of the llama2 example
+// sends drafts only to sequences whose estimates make them pay.
+TEST(BatchSpeculator, TheCostDecidesHowManyDraftsAPassCarries) {
+  const auto drafted_with = [](std::optional<VerifyCost> cost, std::size_t sequences) {
+    BatchSpeculator<> spec(BatchConfig{.max_sequences = sequences, .cost = std::move(cost)},
+                           MatchConfig{.cap = 256, .count_window = 64, .min_confidence = 0});
+    std::vector<SequenceId> ids;
+    std::vector<Token> prompt;
+    for (Token t = 0; t < 64; ++t) prompt.push_back(t % 8);
+    DecodeOptions options;
+    options.max_drafts = 8;
+    for (SequenceId id = 0; id < sequences; ++id) {
+      spec.begin(id, prompt, options);
+      ids.push_back(id);
+    }
+    // The prefill step: each sequence's token after its prompt is 0.
+    std::vector<Token> model_tokens(sequences, 0);
+    std::vector<std::size_t> offsets(sequences + 1);
+    for (std::size_t i = 0; i <= sequences; ++i) offsets[i] = i;
+    std::vector<StepOutcome> steps(sequences);
+    spec.accept(ids, model_tokens, offsets, steps);
+    std::vector<Token> drafts(8 * sequences);
+    std::vector<std::size_t> draft_offsets(sequences + 1);
+    return spec.propose(ids, drafts, draft_offsets);
+  };
+  EXPECT_EQ(drafted_with(std::nullopt, 4), 32U);
+  EXPECT_EQ(drafted_with(VerifyCost::knee(256), 4), 32U);
+  EXPECT_EQ(drafted_with(VerifyCost::knee(1), 4), 0U);
+  // At 36 tokens the knee is reached: 4 last tokens leave room for 32 drafts for free, and
+  // beyond it each draft costs 1/36 of a pass, worth it for drafts almost surely accepted.
+  EXPECT_GE(drafted_with(VerifyCost::knee(36), 4), 32U);
+  EXPECT_EQ(drafted_with(VerifyCost::knee(20), 4), 16U);
+  const std::size_t cpu = drafted_with(VerifyCost::parse("table:1=1,2=1.25,3=1.71,5=2.77,9=5.06"), 1);
+  EXPECT_GE(cpu, 1U);
+  EXPECT_LT(cpu, 8U);
+}
+
+TEST(BatchSpeculator, TheTokenBudgetCapsThePass) {
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 3, .max_pass_tokens = 10},
+                         MatchConfig{.cap = 64, .count_window = 32, .min_confidence = 0});
+  const std::vector<SequenceId> ids{10, 20, 30};
+  DecodeOptions options;
+  options.max_drafts = 8;
+  for (const SequenceId id : ids) spec.begin(id, {1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2}, options);
+  std::vector<StepOutcome> steps(3);
+  spec.accept(ids, std::vector<Token>{3, 3, 3}, std::vector<std::size_t>{0, 1, 2, 3}, steps);
+  std::vector<Token> drafts(24);
+  std::vector<std::size_t> offsets(4);
+  EXPECT_EQ(spec.propose(ids, drafts, offsets), 7U);  // 3 last tokens + 7 drafts = 10
+  EXPECT_EQ(spec.propose(ids, drafts, offsets, 8), 0U);  // 8 more tokens of prefill leave no room
+}
+
+TEST(BatchSpeculator, FinishAppendsTheOutputToTheCorpusAndCancelDoesNot) {
+  SharedCorpus corpus(SharedCorpus::min_bytes());
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2, .max_record_tokens = 3}, MatchConfig{.cap = 64}, &corpus);
+  const std::vector<SequenceId> ids{1, 2};
+  spec.begin(1, {5, 6});
+  spec.begin(2, {7, 8});
+  std::vector<StepOutcome> steps(2);
+  spec.accept(ids, std::vector<Token>{40, 50}, std::vector<std::size_t>{0, 1, 2}, steps);
+  std::vector<Token> drafts(8);
+  std::vector<std::size_t> offsets(3);
+  const std::size_t n = spec.propose(ids, drafts, offsets);
+  std::vector<Token> model_tokens;
+  std::vector<std::size_t> model_offsets{0};
+  for (std::size_t i = 0; i < 2; ++i) {  // every draft rejected, and the model says 41, 42 ...
+    for (std::size_t j = offsets[i]; j <= offsets[i + 1]; ++j) model_tokens.push_back(static_cast<Token>(41 + 1000 * i + j - offsets[i]));
+    model_offsets.push_back(model_tokens.size());
+  }
+  (void)n;
+  spec.accept(ids, model_tokens, model_offsets, steps);
+  spec.finish(1);
+  spec.cancel(2);
+  EXPECT_EQ(corpus.records(), 1U);
+  EXPECT_EQ(corpus.size(), 2U);  // 40 and 41
+  EXPECT_EQ(spec.stats().finished, 1U);
+  EXPECT_EQ(spec.stats().cancelled, 1U);
+  EXPECT_EQ(spec.size(), 0U);
+  // Both slots are free again and the ids may be reused.
+  spec.begin(2, {1});
+  spec.begin(1, {1});
+  EXPECT_EQ(spec.size(), 2U);
+}
+
+TEST(BatchSpeculator, BadCallsNameWhatIsWrongAndChangeNothing) {
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2}, MatchConfig{.cap = 64});
+  spec.begin(1, {1, 2, 3, 1, 2, 3});
+  EXPECT_THAT(invalid_argument_message([&] { spec.begin(1, {4}); }), HasSubstr("sequence 1 is already running"));
+  EXPECT_THAT(invalid_argument_message([&] { spec.begin(2, std::span<const Token>{}); }), HasSubstr("prompt is empty"));
+  spec.begin(2, {9, 9});
+  EXPECT_THAT(invalid_argument_message([&] { spec.begin(3, {4}); }), HasSubstr("all 2 sequences"));
+  EXPECT_THAT(invalid_argument_message([&] { spec.finish(3); }), HasSubstr("sequence 3 is not running"));
+
+  std::vector<Token> drafts(8);
+  std::vector<std::size_t> offsets(3);
+  std::vector<StepOutcome> steps(2);
+  const std::vector<SequenceId> both{1, 2};
+  EXPECT_THAT(invalid_argument_message([&] { spec.propose(both, drafts, std::span(offsets).first(2)); }),
+              HasSubstr("offsets has 2 elements; it needs ids.size() + 1 = 3"));
+  EXPECT_THAT(invalid_argument_message([&] { spec.propose(std::vector<SequenceId>{1, 1}, drafts, offsets); }),
+              HasSubstr("sequence 1 is listed twice"));
+  EXPECT_THAT(invalid_argument_message([&] { spec.propose(std::vector<SequenceId>{1, 5}, drafts, offsets); }),
+              HasSubstr("sequence 5 is not running"));
+  // Prefill: one model token each; two for sequence 1 is one too many.
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept(both, std::vector<Token>{1, 2, 3}, std::vector<std::size_t>{0, 2, 3}, steps);
+              }),
+              HasSubstr("sequence 1 has 2 model tokens; it needs 1 to 1"));
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept(both, std::vector<Token>{1, 2}, std::vector<std::size_t>{0, 1, 1}, steps);
+              }),
+              HasSubstr("sequence 2 has 0 model tokens"));
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept(both, std::vector<Token>{1, 2}, std::vector<std::size_t>{0, 1, 5}, steps);
+              }),
+              HasSubstr("offsets[2] = 5 is invalid"));
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept(both, std::vector<Token>{1, 2}, std::vector<std::size_t>{0, 1, 2}, std::span(steps).first(1));
+              }),
+              HasSubstr("steps has room for 1 sequences; 2 are stepped"));
+  // Nothing changed: the sequences still await their prefill, and a good call goes through.
+  EXPECT_EQ(spec.state(1).generated, 0U);
+  EXPECT_EQ(spec.state(2).generated, 0U);
+  spec.accept(both, std::vector<Token>{1, 2}, std::vector<std::size_t>{0, 1, 2}, steps);
+  EXPECT_EQ(spec.state(1).generated, 1U);
+
+  EXPECT_THAT(invalid_argument_message([] { BatchSpeculator<> bad(BatchConfig{.max_sequences = 0}); }),
+              HasSubstr("max_sequences = 0 is invalid"));
+  EXPECT_THAT(invalid_argument_message([] { BatchSpeculator<> bad(BatchConfig{.max_sequences = 1, .max_pass_tokens = 1}); }),
+              HasSubstr("max_pass_tokens = 1 is invalid"));
+  DecodeOptions too_many;
+  too_many.max_drafts = kMaxDraftsPerPass + 1;
+  BatchSpeculator<> one(BatchConfig{.max_sequences = 1}, MatchConfig{.cap = 64});
+  EXPECT_THAT(invalid_argument_message([&] { one.begin(1, {1}, too_many); }), HasSubstr("max_drafts = 1025"));
+}
+
+TEST(BatchSpeculator, AFinishedSequenceIsNotSteppedAgain) {
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 1}, MatchConfig{.cap = 64});
+  DecodeOptions options;
+  options.max_new_tokens = 1;
+  spec.begin(4, {1, 2}, options);
+  StepOutcome step;
+  const SequenceId id = 4;
+  spec.accept(std::span(&id, 1), std::vector<Token>{3}, std::vector<std::size_t>{0, 1}, std::span(&step, 1));
+  EXPECT_TRUE(step.finished);
+  EXPECT_EQ(step.stop_reason, StopReason::max_new_tokens);
+  std::vector<Token> drafts(4);
+  std::vector<std::size_t> offsets(2);
+  EXPECT_THAT(invalid_argument_message([&] { spec.propose(std::span(&id, 1), drafts, offsets); }),
+              HasSubstr("sequence 4 (ids[0]) is finished (max_new_tokens); finish() or cancel() it"));
+}
+
+// A drafter that throws in predict() leaves every sequence as it was.
+TEST(BatchSpeculator, ADrafterThatThrowsLeavesTheSequencesAsTheyWere) {
+  using Throwing = ThrowingDrafter<NGramPredictor>;
+  BatchSpeculator<Throwing> spec(BatchConfig{.max_sequences = 1},
+                                 [] { return Throwing(NGramPredictor(NGramConfig{.window = 16}), 2); });
+  const SequenceId id = 1;
+  spec.begin(id, {1, 2, 1, 2});
+  StepOutcome step;
+  spec.accept(std::span(&id, 1), std::vector<Token>{1}, std::vector<std::size_t>{0, 1}, std::span(&step, 1));
+  std::vector<Token> drafts(4);
+  std::vector<std::size_t> offsets(2);
+  EXPECT_EQ(spec.propose(std::span(&id, 1), drafts, offsets), 4U);
+  EXPECT_THROW((void)spec.propose(std::span(&id, 1), drafts, offsets), DrafterFault);
+  EXPECT_EQ(spec.state(id).generated, 1U);
+  EXPECT_EQ(spec.propose(std::span(&id, 1), drafts, offsets), 4U);
+}
+
+// Once warm, a step allocates nothing: propose, accept, and a sequence leaving and joining.
+TEST(BatchSpeculator, SteadyStateStepsDoNotAllocate) {
+  SharedCorpus corpus(SharedCorpus::bytes_for(4096));
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 8, .cost = VerifyCost::knee(16)},
+                         MatchConfig{.cap = 256, .count_window = 64}, &corpus);
+  std::vector<SequenceId> ids;
+  std::vector<Token> prompt;
+  for (Token t = 0; t < 40; ++t) prompt.push_back(t % 5);
+  for (SequenceId id = 0; id < 8; ++id) {
+    spec.begin(id, prompt);
+    ids.push_back(id);
+  }
+  std::vector<Token> drafts(64);
+  std::vector<std::size_t> offsets(9);
+  std::vector<Token> model_tokens(8 + 64);
+  std::vector<std::size_t> model_offsets(9);
+  std::vector<StepOutcome> steps(8);
+  std::vector<Token> last(8, 4);
+  const auto step = [&] {
+    (void)spec.propose(ids, drafts, offsets);
+    std::size_t k = 0;
+    model_offsets[0] = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const bool prefill = spec.state(ids[i]).generated == 0;
+      const std::size_t n = prefill ? 0 : offsets[i + 1] - offsets[i];
+      Token t = last[i];
+      for (std::size_t j = 0; j <= n; ++j) model_tokens[k++] = t = (t + 1) % 5;  // the model continues the cycle
+      model_offsets[i + 1] = k;
+    }
+    spec.accept(ids, std::span<const Token>(model_tokens).first(k), model_offsets, steps);
+    for (std::size_t i = 0; i < ids.size(); ++i) last[i] = model_tokens[model_offsets[i] + steps[i].emitted - 1];
+  };
+  for (int warm = 0; warm < 3; ++warm) step();
+  spec.finish(3);
+  spec.begin(3, prompt);
+  last[3] = 4;
+  step();
+  AllocationCounter counter;
+  for (int i = 0; i < 20; ++i) step();
+  spec.finish(5);
+  spec.begin(5, prompt);
+  last[5] = 4;
+  for (int i = 0; i < 5; ++i) step();
+  EXPECT_EQ(counter.count(), 0U);
+  EXPECT_GT(spec.stats().accepted, 100U);
+}
+
+TEST(BatchSpeculator, MemoryIsFixedByThePoolAndReported) {
+  const MatchConfig drafter{.cap = 1024, .count_window = 256};
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 5}, drafter);
+  const std::size_t one = MatchDrafter(drafter).memory_bytes();
+  EXPECT_GE(spec.memory_bytes(), 5 * one);
+  EXPECT_LE(spec.memory_bytes(), 5 * one + 64 * 1024);
+  DecodeOptions options;
+  options.stop_tokens = {2};
+  spec.begin(1, {1, 2, 3}, options);  // the slot's first stop tokens and drafts: its buffers grow once
+  spec.cancel(1);
+  const std::size_t warm = spec.memory_bytes();
+  for (SequenceId id = 0; id < 20; ++id) {
+    spec.begin(id % 5, {1, 2, 3}, options);
+    if (id % 5 == 4) {
+      for (SequenceId done = 0; done < 5; ++done) spec.cancel(done);
+    }
+  }
+  EXPECT_LE(spec.memory_bytes(), warm + 5 * 64);
+}
+
+}  // namespace
+}  // namespace ngramspec::test
