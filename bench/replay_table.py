@@ -4,6 +4,10 @@
   ngramspec-replay --streams S --drafter A --drafter B --k 4,8,16 --json | python3 bench/replay_table.py al
   ... | python3 bench/replay_table.py waste      # AL and rejected drafts per pass, overall
   ... | python3 bench/replay_table.py cost       # drafter ns per token and peak KiB, overall
+  ... | python3 bench/replay_table.py speedup    # simulated serving speedup per category
+
+Rows of a run with several batches, policies or costs (--batch, --policy, --cost) are told
+apart by those columns, which the tables then add.
 
 Only the standard library is used.
 """
@@ -18,35 +22,48 @@ def main() -> int:
     for r in rows:
         if r["category"] not in categories:
             categories.append(r["category"])
+    # A configuration: drafter and k, and the serving settings where a run has several.
+    serving = [f for f in ("cost", "batch", "policy") if len({r.get(f) for r in rows}) > 1]
+    if kind == "speedup":
+        serving = [f for f in ("cost", "batch", "policy") if f in rows[0]]
+
+    def config(r):
+        return (r["drafter"], r["k"]) + tuple(r.get(f) for f in serving)
+
     groups = []
     for r in rows:
-        key = (r["drafter"], r["k"])
-        if key not in groups:
-            groups.append(key)
-    cell = {(r["drafter"], r["k"], r["category"]): r for r in rows}
+        if config(r) not in groups:
+            groups.append(config(r))
+    cell = {config(r) + (r["category"],): r for r in rows}
     overall = "overall" if "overall" in categories else categories[-1]
+    head = "| drafter | k | " + "".join(f"{f} | " for f in serving)
+    rule = "|---|---:|" + "---|" * len(serving)
 
-    if kind == "al":
-        print("| drafter | k | " + " | ".join(categories) + " |")
-        print("|---|---:|" + "---:|" * len(categories))
-        for drafter, k in groups:
-            values = [f'{cell[(drafter, k, c)]["mean_accepted_length"]:.3f}' for c in categories]
-            print(f"| {drafter} | {k} | " + " | ".join(values) + " |")
+    def lead(group):
+        return "| " + " | ".join(str(v) for v in group) + " | "
+
+    if kind in ("al", "speedup"):
+        field = "mean_accepted_length" if kind == "al" else "speedup"
+        print(head + " | ".join(categories) + " |")
+        print(rule + "---:|" * len(categories))
+        for group in groups:
+            values = [f'{cell[group + (c,)][field]:.3f}' for c in categories]
+            print(lead(group) + " | ".join(values) + " |")
     elif kind == "waste":
-        print("| drafter | k | AL | acceptance rate | rejected drafts per pass |")
-        print("|---|---:|---:|---:|---:|")
-        for drafter, k in groups:
-            r = cell[(drafter, k, overall)]
-            print(f'| {drafter} | {k} | {r["mean_accepted_length"]:.3f} | {r["acceptance_rate"]:.3f} | '
+        print(head + "AL | acceptance rate | rejected drafts per pass |")
+        print(rule + "---:|---:|---:|")
+        for group in groups:
+            r = cell[group + (overall,)]
+            print(lead(group) + f'{r["mean_accepted_length"]:.3f} | {r["acceptance_rate"]:.3f} | '
                   f'{r["rejected_per_pass"]:.3f} |')
     elif kind == "cost":
-        print("| drafter | k | drafter ns per generated token | peak drafter KiB |")
-        print("|---|---:|---:|---:|")
-        for drafter, k in groups:
-            r = cell[(drafter, k, overall)]
-            print(f'| {drafter} | {k} | {r["drafter_ns_per_token"]:.0f} | {r["drafter_peak_bytes"] / 1024:.0f} |')
+        print(head + "drafter ns per generated token | peak drafter KiB |")
+        print(rule + "---:|---:|")
+        for group in groups:
+            r = cell[group + (overall,)]
+            print(lead(group) + f'{r["drafter_ns_per_token"]:.0f} | {r["drafter_peak_bytes"] / 1024:.0f} |')
     else:
-        print(f"unknown table '{kind}': use al, waste or cost", file=sys.stderr)
+        print(f"unknown table '{kind}': use al, waste, cost or speedup", file=sys.stderr)
         return 2
     return 0
 

@@ -621,5 +621,20 @@ TEST(BatchSpeculator, MemoryIsFixedByThePoolAndReported) {
   EXPECT_LE(spec.memory_bytes(), warm + 5 * 64);
 }
 
+
+// With a cost the default drafters do not gate: the cost decides what a draft is worth.
+TEST(BatchSpeculator, DefaultDraftersGateOnlyWithoutACost) {
+  BatchConfig config;
+  config.max_sequences = 1;
+  BatchSpeculator<> plain(config);
+  plain.begin(1, {1, 2});
+  EXPECT_EQ(plain.drafter(1).config().min_confidence, MatchConfig{}.min_confidence);
+  config.cost = VerifyCost::knee(256);
+  BatchSpeculator<> costed(config);
+  costed.begin(1, {1, 2});
+  EXPECT_EQ(costed.drafter(1).config().min_confidence, 0.0);
+  EXPECT_EQ(costed.drafter(1).config().cap, MatchConfig{}.cap);
+}
+
 }  // namespace
 }  // namespace ngramspec::test

@@ -1,5 +1,6 @@
 // The replay tool's parts: the streams TSV parser, the synthetic stream generators, the
-// recorded-generation model, the replay runner and the drafter registry.
+// recorded-generation model, the replay runner, the drafter registry, the serving simulation
+// and its report, and the command line.
 
 #include <gtest/gtest.h>
 
@@ -14,12 +15,18 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "drafter_registry.hpp"
+#include "ngramspec/decode_step.hpp"
 #include "replay_model.hpp"
+#include "ngramspec/verify_cost.hpp"
+#include "replay_options.hpp"
+#include "replay_report.hpp"
 #include "replay_runner.hpp"
+#include "serving_sim.hpp"
 #include "token_streams.hpp"
 
 namespace ngramspec::test {
@@ -173,10 +180,22 @@ TEST(ReadStreams, MissingFileNamesThePath) {
   EXPECT_NE(message.find("'" + path + "'"), std::string::npos) << message;
 }
 
-TEST(ReadStreams, ADirectoryIsAReadErrorNamingThePath) {
+TEST(ReadStreams, ADirectoryIsRejectedNamingThePathAsADirectory) {
   const std::string path = ::testing::TempDir();
   const std::string message = message_of<std::runtime_error>([&] { (void)read_streams(path); });
-  EXPECT_EQ(message.rfind(path, 0), 0u) << message;
+  EXPECT_NE(message.find("'" + path + "'"), std::string::npos) << message;
+  EXPECT_NE(message.find("is a directory"), std::string::npos) << message;
+  EXPECT_EQ(message.find("read error"), std::string::npos) << message;
+}
+
+// A file without a record (empty, or blank lines only) is invalid input, not an empty replay.
+TEST(ReadStreams, AFileWithNoRecordsIsInvalidNamingTheFile) {
+  const TempFile empty("empty.tsv", "");
+  EXPECT_EQ(message_of<std::invalid_argument>([&] { (void)read_streams(empty.path()); }),
+            empty.path() + ": no records");
+  const TempFile blank("blank.tsv", "\n\r\n\n");
+  EXPECT_EQ(message_of<std::invalid_argument>([&] { (void)read_streams(blank.path()); }),
+            blank.path() + ": no records");
 }
 
 // The recorded Spec-Bench streams, when the shared data folder is beside the project: the
@@ -727,6 +746,407 @@ TEST(DrafterRegistry, BadDefaultsAreRejectedWhenTheDrafterIsMade) {
   EXPECT_NE(message.find("window = 2 is invalid"), std::string::npos) << message;
   // An explicit window overrides the bad default.
   EXPECT_NO_THROW((void)make_drafter("ngram:window=8", defaults));
+}
+
+// --- parse_replay_options ----------------------------------------------------------------
+
+replay::ReplayOptions parse_args(std::vector<std::string_view> args) { return replay::parse_replay_options(args); }
+
+TEST(ReplayOptions, TheDefaultDrafterIsTheLibrarysDefaultMatchDrafter) {
+  EXPECT_EQ(parse_args({"--synthetic", "random"}).drafter_names, std::vector<std::string>{"match"});
+  EXPECT_EQ(parse_args({"--synthetic", "random", "--drafter", "ngram"}).drafter_names,
+            std::vector<std::string>{"ngram"});
+  EXPECT_EQ(make_drafter("match", DrafterDefaults{}).name.rfind("match(", 0), 0u);
+}
+
+// Every --k outside 1 .. kMaxDraftsPerPass, however far outside, names that range.
+TEST(ReplayOptions, KOutOfRangeNamesTheAcceptedRange) {
+  static_assert(kMaxDraftsPerPass == 1024);
+  for (const std::string_view k : {"0", "1025", "2000", "4,2000", "18446744073709551615", "99999999999999999999"}) {
+    SCOPED_TRACE(std::string("--k ") + std::string(k));
+    const std::string message =
+        message_of<std::invalid_argument>([&] { (void)parse_args({"--synthetic", "random", "--k", k}); });
+    EXPECT_EQ(message.rfind("--k: '", 0), 0u) << message;
+    EXPECT_NE(message.find("from 1 to 1024"), std::string::npos) << message;
+    EXPECT_EQ(message.find("is more than"), std::string::npos) << message;
+  }
+  const std::string message =
+      message_of<std::invalid_argument>([] { (void)parse_args({"--synthetic", "random", "--k", "x"}); });
+  EXPECT_EQ(message, "--k: 'x' is not a whole number from 1 to 1024");
+  EXPECT_EQ(parse_args({"--synthetic", "random", "--k", "1,1024"}).ks, (std::vector<std::size_t>{1, 1024}));
+}
+
+// --- the serving simulation: serve_records, DrafterEntry::serve and measure_rows ----------
+
+using replay::Policy;
+using replay::ServeRequest;
+using replay::ServeResult;
+
+// Short streams of every kind, several records per category.
+std::vector<TokenStream> serving_streams(std::size_t length = 240, std::size_t samples = 3) {
+  std::vector<TokenStream> streams;
+  for (const std::string text : {"periodic:24", "periodic:40:0.1", "random", "mixture:16"}) {
+    for (TokenStream& s : make_synthetic(spec_of(text, length, samples, 31))) streams.push_back(std::move(s));
+  }
+  return streams;
+}
+
+const std::vector<std::string> kServedDrafterNames = {
+    "match", "match:gate=0", "match:corpus=1", "ngram",           "ngram:window=full",
+    "prompt-lookup", "pld-specbench", "prompt-lookup-hf", "ngram-cache"};
+
+ServeResult serve(const replay::DrafterEntry& drafter, const std::vector<TokenStream>& streams, std::size_t k,
+                  std::size_t batch, Policy policy, const std::vector<VerifyCost>& prices = {replay::flat_cost()},
+                  const VerifyCost* cost = nullptr) {
+  return drafter.serve(streams, ServeRequest{.k = k, .batch = batch, .policy = policy, .cost = cost, .prices = prices});
+}
+
+// A batch of one is the single-sequence replay through SpeculativeDecoder, record by record:
+// gate is the drafter as configured, fixed the drafter with its gate off.
+TEST(ServeRecords, ABatchOfOneReproducesTheSingleSequenceReplayExactly) {
+  const std::vector<TokenStream> streams = serving_streams();
+  for (const std::string& name : kServedDrafterNames) {
+    const replay::DrafterEntry drafter = make_drafter(name, DrafterDefaults{});
+    for (const std::size_t k : {std::size_t{1}, std::size_t{4}, std::size_t{16}}) {
+      for (const Policy policy : {Policy::gate, Policy::fixed}) {
+        SCOPED_TRACE(name + " k " + std::to_string(k) + " " + to_string(policy));
+        const ServeResult served = serve(drafter, streams, k, 1, policy);
+        const replay::DrafterEntry::Run& run = policy == Policy::gate ? drafter.run : drafter.run_ungated;
+        ASSERT_EQ(served.records.size(), streams.size());
+        std::size_t decode_passes = 0;
+        for (std::size_t i = 0; i < streams.size(); ++i) {
+          const RecordResult single = run(streams[i], k, 1, replay::HeapMeter{});
+          EXPECT_EQ(served.records[i].generated, single.generated) << streams[i].id;
+          EXPECT_EQ(served.records[i].passes, single.passes) << streams[i].id;
+          EXPECT_EQ(served.records[i].drafted, single.drafted) << streams[i].id;
+          EXPECT_EQ(served.records[i].accepted, single.accepted) << streams[i].id;
+          decode_passes += single.passes - 1;
+        }
+        // Alone in the batch, each record's decode passes are the batch's, each costing 1 when flat.
+        EXPECT_EQ(served.decode_passes, decode_passes);
+        ASSERT_EQ(served.simulated_cost.size(), 1u);
+        EXPECT_DOUBLE_EQ(served.simulated_cost[0], static_cast<double>(decode_passes));
+      }
+    }
+  }
+  // The gate makes a difference where it is on, and none where it is off.
+  const replay::DrafterEntry match = make_drafter("match", DrafterDefaults{});
+  EXPECT_TRUE(match.has_gate);
+  EXPECT_FALSE(make_drafter("match:gate=0", DrafterDefaults{}).has_gate);
+  EXPECT_FALSE(make_drafter("ngram", DrafterDefaults{}).has_gate);
+  std::size_t gated = 0;
+  std::size_t ungated = 0;
+  for (const TokenStream& s : streams) {
+    gated += match.run(s, 8, 1, replay::HeapMeter{}).drafted;
+    ungated += match.run_ungated(s, 8, 1, replay::HeapMeter{}).drafted;
+  }
+  EXPECT_LT(gated, ungated);
+}
+
+// Served N at a time, every record still decodes to its recording (serve_records checks it
+// token for token and throws otherwise), and a drafter that reads nothing but its own record
+// drafts the same whatever runs beside it.
+TEST(ServeRecords, LargerBatchesDecodeEveryRecordExactly) {
+  const std::vector<TokenStream> streams = serving_streams();
+  for (const std::string& name : kServedDrafterNames) {
+    const replay::DrafterEntry drafter = make_drafter(name, DrafterDefaults{});
+    const ServeResult one = serve(drafter, streams, 4, 1, Policy::gate);
+    for (const std::size_t batch : {std::size_t{2}, std::size_t{5}, std::size_t{64}}) {
+      for (const Policy policy : {Policy::plain, Policy::fixed, Policy::gate, Policy::cost}) {
+        SCOPED_TRACE(name + " batch " + std::to_string(batch) + " " + to_string(policy));
+        ServeResult served;
+        ASSERT_NO_THROW(served = serve(drafter, streams, 4, batch, policy));
+        std::size_t passes = 0;
+        for (std::size_t i = 0; i < streams.size(); ++i) {
+          const replay::ServedRecord& r = served.records[i];
+          EXPECT_EQ(r.generated, streams[i].output.size());
+          EXPECT_LE(r.accepted, r.drafted);
+          EXPECT_LE(r.drafted, 4 * (r.passes - 1));
+          passes = std::max(passes, r.passes - 1);
+          if (policy == Policy::plain) {
+            EXPECT_EQ(r.passes, r.generated);
+            EXPECT_EQ(r.drafted, 0u);
+          }
+          if (policy == Policy::gate && name.find("corpus") == std::string::npos) {
+            EXPECT_EQ(r.passes, one.records[i].passes) << streams[i].id;
+            EXPECT_EQ(r.drafted, one.records[i].drafted) << streams[i].id;
+          }
+        }
+        // The batch's passes: at least the longest record's, at most one per record's pass.
+        EXPECT_GE(served.decode_passes, passes);
+        if (batch >= streams.size()) {
+          EXPECT_EQ(served.decode_passes, passes);
+        }
+      }
+    }
+  }
+}
+
+// A drafter that always drafts wrong tokens (kUnknown among them, what the replay model
+// answers after a rejected draft) and one that always drafts right, served together.
+TEST(ServeRecords, RejectedDraftsRollBackAndOracleDraftsAreAllAccepted) {
+  const std::vector<TokenStream> streams = serving_streams(200, 2);
+  for (const Token token : {Token{0xF0000000u}, kUnknown}) {
+    replay::ServeConfig config;
+    config.k = 5;
+    config.batch = 3;
+    config.prices = {replay::flat_cost()};
+    const ServeResult served =
+        replay::serve_records(streams, config, [token] { return ConstantDrafter(token); });
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+      EXPECT_EQ(served.records[i].generated, streams[i].output.size());
+      EXPECT_EQ(served.records[i].accepted, 0u);
+      EXPECT_EQ(served.records[i].passes, streams[i].output.size());
+    }
+  }
+  // The oracle reads the longest record; each record gets its own at begin() through reset(),
+  // so serve records that share one recording.
+  std::vector<TokenStream> same(4, streams.front());
+  for (std::size_t i = 0; i < same.size(); ++i) same[i].id = "copy-" + std::to_string(i);
+  replay::ServeConfig config;
+  config.k = 7;
+  config.batch = 2;
+  config.prices = {replay::flat_cost()};
+  const Tokens sequence = whole_sequence(same.front());
+  const ServeResult served = replay::serve_records(same, config, [&] { return OracleDrafter(sequence); });
+  const std::size_t length = same.front().output.size();
+  for (const replay::ServedRecord& r : served.records) {
+    EXPECT_EQ(r.generated, length);
+    EXPECT_EQ(r.passes, 1 + (length - 1 + 7) / 8);
+    EXPECT_EQ(r.accepted, r.drafted);
+  }
+}
+
+// Records of one output token finish at their prefill, and a batch larger than the records
+// serves them all.
+TEST(ServeRecords, RecordsThatFinishAtTheirPrefillLeaveNoDecodePass) {
+  std::vector<TokenStream> streams = parse_text("a\tc\t1 2 3\t4\nb\tc\t5 6\t7\nc\tc\t8 9 8 9\t8 9 8\n");
+  const replay::DrafterEntry drafter = make_drafter("match", DrafterDefaults{});
+  for (const std::size_t batch : {std::size_t{1}, std::size_t{2}, std::size_t{100}}) {
+    const ServeResult served = serve(drafter, streams, 4, batch, Policy::fixed);
+    EXPECT_EQ(served.records[0].passes, 1u);
+    EXPECT_EQ(served.records[1].passes, 1u);
+    EXPECT_EQ(served.records[2].generated, 3u);
+    EXPECT_GE(served.decode_passes, 1u);
+  }
+  streams.resize(2);
+  const ServeResult served = serve(drafter, streams, 4, 2, Policy::fixed);
+  EXPECT_EQ(served.decode_passes, 0u);
+  EXPECT_EQ(served.simulated_cost[0], 0.0);
+}
+
+// Every decode pass is priced under every curve at cost(tokens in the pass). Each record is
+// charged cost(B) / B a pass, B the batch (or the records, if fewer), and the drafts' part of
+// the pass in proportion to its drafts: alone, the charges add up to the passes' cost.
+TEST(ServeRecords, PassesArePricedByTheirTokensAndRecordsChargedForTheirOwnPassesAndDrafts) {
+  const std::vector<TokenStream> streams = serving_streams(200, 2);
+  const replay::DrafterEntry drafter = make_drafter("match:gate=0", DrafterDefaults{});
+  const std::vector<VerifyCost> prices = {replay::flat_cost(), VerifyCost::parse("knee:4"),
+                                          VerifyCost::parse("table:1=1,2=1.25,3=1.71,5=2.77,9=5.06")};
+  for (const std::size_t batch : {std::size_t{1}, std::size_t{3}, std::size_t{8}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const ServeResult served = serve(drafter, streams, 6, batch, Policy::fixed, prices);
+    ASSERT_EQ(served.simulated_cost.size(), 3u);
+    EXPECT_DOUBLE_EQ(served.simulated_cost[0], static_cast<double>(served.decode_passes));
+    // Flat: a record's charge is 1 / B per pass it took part in, drafts costing nothing.
+    for (const replay::ServedRecord& r : served.records) {
+      EXPECT_NEAR(r.cost[0], static_cast<double>(r.passes - 1) / static_cast<double>(batch), 1e-9);
+    }
+    if (batch == 1) {
+      for (std::size_t c = 0; c < prices.size(); ++c) {
+        double charges = 0;
+        for (const replay::ServedRecord& r : served.records) charges += r.cost[c];
+        EXPECT_NEAR(charges, served.simulated_cost[c], 1e-9 * served.simulated_cost[c]);
+      }
+    }
+    // Drafts cost under knee:4 once a pass carries more than 4 tokens, and always under the table.
+    EXPECT_GE(served.simulated_cost[1], served.simulated_cost[0]);
+    EXPECT_GT(served.simulated_cost[2], served.simulated_cost[0]);
+  }
+  // Plain decoding of N records at once: each pass costs cost(S), S the records still running,
+  // and each record is charged cost(N) / N per pass, whoever runs beside it.
+  const std::size_t n = streams.size();
+  const ServeResult plain = serve(drafter, streams, 6, n, Policy::plain, prices);
+  std::size_t longest = 0;
+  for (const TokenStream& s : streams) longest = std::max(longest, s.output.size() - 1);
+  EXPECT_EQ(plain.decode_passes, longest);
+  EXPECT_DOUBLE_EQ(plain.simulated_cost[1], static_cast<double>(longest) * static_cast<double>(n) / 4.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_DOUBLE_EQ(plain.records[i].cost[1], static_cast<double>(streams[i].output.size() - 1) / 4.0);
+    EXPECT_NEAR(plain.records[i].cost[2],
+                static_cast<double>(streams[i].output.size() - 1) * prices[2](n) / static_cast<double>(n), 1e-9);
+  }
+}
+
+replay::ReplayOptions parse_measure_args(std::vector<std::string_view> args) {
+  return replay::parse_replay_options(args);
+}
+
+const replay::Row& row_of(const std::vector<replay::Row>& rows, std::size_t batch, Policy policy, std::size_t k,
+                          const std::string& category = "overall") {
+  for (const replay::Row& row : rows) {
+    if (row.batch == batch && row.policy == policy && (policy == Policy::plain || row.k == k) &&
+        row.category == category) {
+      return row;
+    }
+  }
+  throw std::logic_error("no row for batch " + std::to_string(batch) + " " + to_string(policy) + " k " +
+                         std::to_string(k) + " " + category);
+}
+
+std::vector<replay::Row> measure(const std::vector<std::string_view>& args) {
+  const replay::ReplayOptions options = parse_measure_args(args);
+  std::vector<TokenStream> streams;
+  for (const std::string& text : options.synthetic_specs) {
+    SyntheticSpec spec = parse_synthetic(text);
+    spec.output_length = options.length;
+    spec.samples = options.samples;
+    spec.seed = options.seed;
+    for (TokenStream& s : make_synthetic(spec)) streams.push_back(std::move(s));
+  }
+  std::vector<replay::DrafterEntry> drafters;
+  for (const std::string& name : options.drafter_names) drafters.push_back(make_drafter(name, options.defaults));
+  return replay::measure_rows(drafters, streams, options);
+}
+
+// Plain decoding is the yardstick: its speedup is exactly 1 in every row, category and cost.
+// The rows come for each cost by batch, plain first (k 0), then by k and policy.
+TEST(MeasureRows, PlainSpeedupIsExactlyOneAndEveryRowHasOne) {
+  const std::vector<replay::Row> rows =
+      measure({"--synthetic", "periodic:16", "--synthetic", "random", "--length", "150", "--samples", "2", "--k",
+               "2,8", "--batch", "1,3", "--cost", "flat", "--cost", "table:1=1,2=1.25,3=1.71,5=2.77,9=5.06",
+               "--timing-repeats", "1"});
+  // 2 costs x 2 batches x (plain + 2 k x 3 policies) x (2 categories + overall)
+  ASSERT_EQ(rows.size(), 2u * 2u * 7u * 3u);
+  EXPECT_EQ(rows.front().policy, Policy::plain);
+  EXPECT_EQ(rows.front().k, 0u);
+  EXPECT_EQ(rows.front().cost, "flat");
+  EXPECT_EQ(rows.back().cost, "table:1=1,2=1.25,3=1.71,5=2.77,9=5.06");
+  EXPECT_EQ(rows.back().policy, Policy::cost);
+  for (const replay::Row& row : rows) {
+    SCOPED_TRACE(row.cost + " batch " + std::to_string(row.batch) + " " + to_string(row.policy) + " k " +
+                 std::to_string(row.k) + " " + row.category);
+    EXPECT_GT(row.speedup, 0.0);
+    EXPECT_GT(row.totals.simulated_cost, 0.0);
+    if (row.policy == Policy::plain) {
+      EXPECT_EQ(row.speedup, 1.0);
+      EXPECT_EQ(row.totals.passes, row.totals.generated);
+      EXPECT_EQ(row.totals.drafter_ns, 0.0);
+    } else {
+      EXPECT_GT(row.totals.drafter_ns, 0.0);
+    }
+  }
+  // Periodic text: speculation pays under a flat cost.
+  const replay::Row& gate = row_of(rows, 3, Policy::gate, 8, "periodic-16");
+  EXPECT_EQ(gate.cost, "flat");
+  EXPECT_GT(gate.speedup, 3.0);
+}
+
+// Where nothing predicts the text, drafts only cost: the cost policy, weighing them, must not
+// lose to plain decoding (within 1 %), whatever the batch and k; fixed drafts what little the
+// drafter offers, and loses.
+TEST(MeasureRows, CostPolicyIsNoSlowerThanPlainOnRandomStreamsUnderATableCost) {
+  const std::vector<replay::Row> rows =
+      measure({"--synthetic", "random", "--length", "400", "--samples", "4", "--k", "4,16", "--batch", "1,4",
+               "--cost", "table:1=1,2=1.25,3=1.71,5=2.77,9=5.06", "--policy", "fixed,cost", "--timing-repeats", "1"});
+  for (const std::size_t batch : {std::size_t{1}, std::size_t{4}}) {
+    for (const std::size_t k : {std::size_t{4}, std::size_t{16}}) {
+      SCOPED_TRACE("batch " + std::to_string(batch) + " k " + std::to_string(k));
+      const double cost = row_of(rows, batch, Policy::cost, k, "random").speedup;
+      const double fixed = row_of(rows, batch, Policy::fixed, k, "random").speedup;
+      EXPECT_GE(cost, 0.99);
+      EXPECT_LT(fixed, 1.0);
+      EXPECT_GE(cost, fixed);
+    }
+  }
+}
+
+// A category is charged for its own passes and drafts, not for the batch emptying around it:
+// random records outlast the periodic ones beside them, yet under a flat-then-linear cost the
+// cost policy (which drafts only what pays) serves them exactly as plain decoding does.
+TEST(MeasureRows, ACategoryIsChargedForItsOwnPassesNotForTheBatchDrainingAroundIt) {
+  const std::vector<replay::Row> rows =
+      measure({"--synthetic", "periodic:16", "--synthetic", "random", "--length", "300", "--samples", "3", "--k",
+               "8", "--batch", "6,64", "--cost", "knee:64", "--timing-repeats", "1"});
+  for (const std::size_t batch : {std::size_t{6}, std::size_t{64}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    EXPECT_GE(row_of(rows, batch, Policy::cost, 8, "random").speedup, 0.99);
+    EXPECT_GT(row_of(rows, batch, Policy::cost, 8, "periodic-16").speedup, 5.0);
+    // Overall, the random records' passes bound the run: no policy beats plain by much.
+    EXPECT_LT(row_of(rows, batch, Policy::cost, 8).speedup, 1.01);
+    EXPECT_GE(row_of(rows, batch, Policy::cost, 8).speedup, row_of(rows, batch, Policy::fixed, 8).speedup);
+  }
+}
+
+// With --cost the default policies are all four; without, gate alone, as before batches.
+TEST(ReplayOptions, ServingOptionsAndTheirDefaults) {
+  replay::ReplayOptions options = parse_args({"--synthetic", "random"});
+  EXPECT_EQ(options.batches, std::vector<std::size_t>{1});
+  EXPECT_EQ(options.policies, std::vector<Policy>{Policy::gate});
+  EXPECT_TRUE(options.costs.empty());
+  EXPECT_FALSE(options.categories);
+
+  options = parse_args({"--synthetic", "random", "--cost", "knee:256", "--batch", "1,32,256", "--categories"});
+  EXPECT_EQ(options.policies, (std::vector<Policy>{Policy::plain, Policy::fixed, Policy::gate, Policy::cost}));
+  EXPECT_EQ(options.batches, (std::vector<std::size_t>{1, 32, 256}));
+  ASSERT_EQ(options.costs.size(), 1u);
+  EXPECT_EQ(options.costs[0].name, "knee:256");
+  EXPECT_DOUBLE_EQ(options.costs[0].curve(512), 2.0);
+  EXPECT_TRUE(options.categories);
+
+  options = parse_args({"--synthetic", "random", "--policy", "cost,plain", "--cost", "flat", "--cost",
+                        "table:1=1,2=1.25"});
+  EXPECT_EQ(options.policies, (std::vector<Policy>{Policy::plain, Policy::cost}));
+  ASSERT_EQ(options.costs.size(), 2u);
+  EXPECT_EQ(options.costs[0].name, "flat");
+  EXPECT_DOUBLE_EQ(options.costs[0].curve(1000), 1.0);
+  EXPECT_EQ(options.costs[1].name, "table:1=1,2=1.25");
+}
+
+// Every bad --batch, --cost and --policy value is rejected with a message naming the option and
+// the value.
+TEST(ReplayOptions, BadBatchCostAndPolicyValuesNameTheValue) {
+  struct Case {
+    std::vector<std::string_view> args;
+    std::string message;  // the whole message, or with a trailing '*' its beginning
+  };
+  const std::vector<Case> cases = {
+      {{"--batch", "0"}, "--batch: '0' is out of range: it must be from 1 to 65536"},
+      {{"--batch", "65537"}, "--batch: '65537' is out of range: it must be from 1 to 65536"},
+      {{"--batch", "1,x"}, "--batch: 'x' is not a whole number from 1 to 65536"},
+      {{"--batch", "1,"}, "--batch: '' is not a whole number from 1 to 65536"},
+      {{"--batch", "-2"}, "--batch: '-2' is not a whole number from 1 to 65536"},
+      {{"--batch"}, "--batch needs a value"},
+      {{"--cost", "knee"}, "--cost: 'knee' is not a cost: knee needs its token count*"},
+      {{"--cost", "knee:x"}, "--cost: 'knee:x' is not a cost: knee 'x' is not a whole number*"},
+      {{"--cost", "knee:0"}, "--cost: 'knee:0' is not a cost*"},
+      {{"--cost", "table:1=1,2=x"}, "--cost: 'table:1=1,2=x' is not a cost: cost 'x' is not a finite number*"},
+      {{"--cost", "table:2=1,1=2"}, "--cost: 'table:2=1,1=2' is not a cost*"},
+      {{"--cost", "linear"}, "--cost: 'linear' is not a cost: unknown form 'linear'*"},
+      {{"--cost", "Flat"}, "--cost: 'Flat' is not a cost*"},
+      {{"--cost", "knee:8", "--cost", "knee:8"}, "--cost: 'knee:8' is given twice (as 'knee:8')"},
+      {{"--policy", "greedy"},
+       "--policy: 'greedy' is not a policy: expected a comma-separated list of plain, fixed, gate and cost"},
+      {{"--policy", "plain,,cost"}, "--policy: '' is not a policy*"},
+      {{"--policy", "Gate"}, "--policy: 'Gate' is not a policy*"},
+      {{"--policy", "gate,fixed,gate"}, "--policy: 'gate' is given twice"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string_view> args = {"--synthetic", "random"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    std::string trace;
+    for (const std::string_view a : c.args) trace += std::string(a) + " ";
+    SCOPED_TRACE(trace);
+    const std::string message = message_of<std::invalid_argument>([&] { (void)parse_args(args); });
+    if (!c.message.empty() && c.message.back() == '*') {
+      EXPECT_EQ(message.rfind(c.message.substr(0, c.message.size() - 1), 0), 0u) << message;
+      if (c.args[0] == "--cost") {
+        EXPECT_NE(message.find("(expected flat, knee:N or table:"), std::string::npos) << message;
+      }
+    } else {
+      EXPECT_EQ(message, c.message);
+    }
+  }
 }
 
 }  // namespace

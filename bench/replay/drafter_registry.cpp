@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string_view>
 
@@ -107,12 +108,67 @@ class Parameters {
   std::map<std::string, std::string> values_;
 };
 
+// The entry of a drafter that `make(stream, k, corpus, gate)` builds: for `stream`, at most
+// k drafts a pass, reading `corpus` (nullptr: none), with its gate on or off (a drafter
+// without a gate ignores it). Every way of running it (one record, gated or not, or a served
+// batch) is built from that one function. With corpus_bytes > 0 the drafter reads a causal
+// SharedCorpus of that size, holding the outputs of the records before, in file order.
 template <class Make>
-DrafterEntry entry(std::string name, Make make) {
-  return DrafterEntry{std::move(name),
-                      [make](const TokenStream& stream, std::size_t k, int repeats, const HeapMeter& meter) {
-                        return replay_record(stream, k, make, repeats, meter);
-                      }};
+DrafterEntry entry(std::string name, Make make, bool has_gate = false, std::size_t corpus_bytes = 0) {
+  const auto single = [make, corpus_bytes](bool gate) -> DrafterEntry::Run {
+    if (corpus_bytes == 0) {
+      return [make, gate](const TokenStream& stream, std::size_t k, int repeats, const HeapMeter& meter) {
+        const auto one = [&make, gate](const TokenStream& s, std::size_t n) { return make(s, n, nullptr, gate); };
+        return replay_record(stream, k, one, repeats, meter);
+      };
+    }
+    // Each record drafts from the outputs of the records before it in the file, then adds its
+    // own. A pass over the streams starts from an empty corpus.
+    struct Shared {
+      explicit Shared(std::size_t bytes) : corpus(bytes) {}
+      SharedCorpus corpus;
+      const TokenStream* first = nullptr;
+    };
+    auto shared = std::make_shared<Shared>(corpus_bytes);
+    return [make, gate, shared](const TokenStream& stream, std::size_t k, int repeats, const HeapMeter& meter) {
+      if (shared->first == nullptr) shared->first = &stream;
+      if (shared->first == &stream) shared->corpus.clear();
+      const auto one = [&make, &shared, gate](const TokenStream& s, std::size_t n) {
+        return make(s, n, &shared->corpus, gate);
+      };
+      const RecordResult result = replay_record(stream, k, one, repeats, meter);
+      shared->corpus.append(stream.output);
+      return result;
+    };
+  };
+  DrafterEntry e;
+  e.name = std::move(name);
+  e.run = single(true);
+  e.run_ungated = has_gate ? single(false) : e.run;
+  e.has_gate = has_gate;
+  e.serve = [make, corpus_bytes](std::span<const TokenStream> streams, const ServeRequest& request) {
+    ServeConfig config;
+    config.k = request.k;
+    config.batch = request.batch;
+    config.speculate = request.policy != Policy::plain;
+    if (request.policy == Policy::cost) config.plan_cost = request.cost != nullptr ? *request.cost : flat_cost();
+    config.prices.assign(request.prices.begin(), request.prices.end());
+    // The pool serves every record: a drafter sized by its record (a whole-context window) is
+    // sized for the longest.
+    static const TokenStream kNone{};
+    const TokenStream* longest = &kNone;
+    for (const TokenStream& s : streams) {
+      if (s.prompt.size() + s.output.size() > longest->prompt.size() + longest->output.size()) longest = &s;
+    }
+    const bool gate = request.policy == Policy::gate;
+    std::optional<SharedCorpus> corpus;
+    if (corpus_bytes != 0) corpus.emplace(corpus_bytes);
+    SharedCorpus* const shared = corpus ? &*corpus : nullptr;
+    return serve_records(
+        streams, config, [&] { return make(*longest, request.k, static_cast<const SharedCorpus*>(shared), gate); },
+        shared);
+  };
+  return e;
 }
 
 }  // namespace
@@ -130,7 +186,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     NGramPredictor{config};  // validates now, so a bad configuration fails before any replay
     std::string display = "ngram(w=" + (full ? std::string("full") : std::to_string(window)) + "," +
                           std::to_string(min_order) + "-" + std::to_string(max_order) + ")";
-    return entry(display, [config, full](const TokenStream& stream, std::size_t k) {
+    return entry(display, [config, full](const TokenStream& stream, std::size_t k, const SharedCorpus*, bool) {
       NGramConfig c = config;
       c.draft_count = k;
       if (full) c.window = std::max(c.max_order, stream.prompt.size() + stream.output.size());
@@ -153,39 +209,22 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
                           std::to_string(config.copy_min_match) + ",2-" + std::to_string(config.count_max_order);
     if (config.count_window != 0) display += ",count_window=" + std::to_string(config.count_window);
     display += std::string(",gate=") + gate;
-    if (corpus_mib == 0) {
-      return entry(display + ")", [config](const TokenStream&, std::size_t k) {
-        MatchConfig c = config;
-        c.draft_count = k;
-        return MatchDrafter(c);
-      });
-    }
+    const auto make = [config](const TokenStream&, std::size_t k, const SharedCorpus* corpus, bool gated) {
+      MatchConfig c = config;
+      c.draft_count = k;
+      if (!gated) c.min_confidence = 0;
+      return MatchDrafter(c, corpus);
+    };
+    const bool has_gate = config.min_confidence > 0;
+    if (corpus_mib == 0) return entry(display + ")", make, has_gate);
     if (corpus_mib > (std::numeric_limits<std::size_t>::max() >> 20)) {
       throw std::invalid_argument("drafter '" + spec + "': corpus = " + std::to_string(corpus_mib) +
                                   " MiB does not fit in memory");
     }
     // The corpus is causal: each record drafts from the outputs of the records before it in
-    // the file, then adds its own. A pass over the streams starts from an empty corpus.
-    struct Shared {
-      explicit Shared(std::size_t bytes) : corpus(bytes) {}
-      SharedCorpus corpus;
-      const TokenStream* first = nullptr;
-    };
-    auto shared = std::make_shared<Shared>(corpus_mib << 20);
+    // the file (served: of the records finished before it began), then adds its own.
     display += ",corpus=" + std::to_string(corpus_mib) + "MiB)";
-    return DrafterEntry{display, [config, shared](const TokenStream& stream, std::size_t k, int repeats,
-                                                  const HeapMeter& meter) {
-                          if (shared->first == nullptr) shared->first = &stream;
-                          if (shared->first == &stream) shared->corpus.clear();
-                          const auto make = [&config, &shared](const TokenStream&, std::size_t draft_count) {
-                            MatchConfig c = config;
-                            c.draft_count = draft_count;
-                            return MatchDrafter(c, &shared->corpus);
-                          };
-                          const RecordResult result = replay_record(stream, k, make, repeats, meter);
-                          shared->corpus.append(stream.output);
-                          return result;
-                        }};
+    return entry(display, make, has_gate, corpus_mib << 20);
   }
   if (name == "prompt-lookup") {
     const std::size_t min_n = parameters.count("min", 1);
@@ -197,7 +236,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     baselines::PromptLookupDrafter{config};  // validates now
     std::string display = "prompt-lookup(" + std::to_string(min_n) + "-" + std::to_string(max_n) +
                           (latest ? ",latest)" : ")");
-    return entry(display, [config](const TokenStream&, std::size_t k) {
+    return entry(display, [config](const TokenStream&, std::size_t k, const SharedCorpus*, bool) {
       baselines::PromptLookupConfig c = config;
       c.max_drafts = k;
       return baselines::PromptLookupDrafter(c);
@@ -205,7 +244,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
   }
   if (name == "pld-specbench") {
     parameters.finish();
-    return entry("pld-specbench", [](const TokenStream&, std::size_t k) {
+    return entry("pld-specbench", [](const TokenStream&, std::size_t k, const SharedCorpus*, bool) {
       baselines::PromptLookupConfig c = baselines::spec_bench_pld();
       c.max_drafts = k;
       return baselines::PromptLookupDrafter(c);
@@ -219,13 +258,15 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     }
     parameters.finish();
     baselines::PromptLookupDrafter{baselines::hf_prompt_lookup(1, max_n, {static_cast<Token>(eos)})};
-    return entry("prompt-lookup-hf(1-" + std::to_string(max_n) + ")", [max_n, eos](const TokenStream&, std::size_t k) {
-      return baselines::PromptLookupDrafter(baselines::hf_prompt_lookup(k, max_n, {static_cast<Token>(eos)}));
-    });
+    return entry("prompt-lookup-hf(1-" + std::to_string(max_n) + ")",
+                 [max_n, eos](const TokenStream&, std::size_t k, const SharedCorpus*, bool) {
+                   return baselines::PromptLookupDrafter(
+                       baselines::hf_prompt_lookup(k, max_n, {static_cast<Token>(eos)}));
+                 });
   }
   if (name == "ngram-cache") {
     parameters.finish();
-    return entry("ngram-cache(llama.cpp)", [](const TokenStream&, std::size_t k) {
+    return entry("ngram-cache(llama.cpp)", [](const TokenStream&, std::size_t k, const SharedCorpus*, bool) {
       return baselines::NGramCacheDrafter(baselines::llama_cpp_lookup(k));
     });
   }
@@ -244,6 +285,7 @@ std::string drafter_names_help() {
          "                                       all drafts are accepted falls below P (default 0.03; 0: no\n"
          "                                       gate); with corpus > 0, a SharedCorpus of that many MiB that\n"
          "                                       holds the outputs of the records before, in file order\n"
+         "                                       (served in batches: of the records finished before)\n"
          "  prompt-lookup[:min=N,max=N,occurrence=earliest|latest]\n"
          "                                       vLLM's n-gram proposer: longest suffix match over the whole\n"
          "                                       context, earliest occurrence (default min 1, max 4)\n"

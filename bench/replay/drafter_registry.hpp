@@ -2,9 +2,12 @@
 
 #include <cstddef>
 #include <functional>
+#include <span>
 #include <string>
 
+#include "ngramspec/verify_cost.hpp"
 #include "replay_runner.hpp"
+#include "serving_sim.hpp"
 #include "token_streams.hpp"
 
 namespace ngramspec::replay {
@@ -16,11 +19,37 @@ struct DrafterDefaults {
   std::size_t max_order = 4;
 };
 
-/// A drafter the replay tool can run: its display name and a function that replays one
-/// record with it at k drafts per pass.
+/// A serving simulation to run with a drafter (DrafterEntry::serve).
+struct ServeRequest {
+  std::size_t k = 4;               ///< most drafts per pass (DecodeOptions::max_drafts)
+  std::size_t batch = 1;           ///< records running at once
+  Policy policy = Policy::gate;    ///< plain, fixed, gate or cost (see Policy)
+  /// Policy::cost: the curve BatchSpeculator sizes drafts against (BatchConfig::cost);
+  /// nullptr: the flat cost. Ignored by the other policies.
+  const VerifyCost* cost = nullptr;
+  std::span<const VerifyCost> prices;  ///< curves every decode pass is priced under
+};
+
+/// A drafter the replay tool can run: its display name, a function that replays one record
+/// with it at k drafts per pass (as configured, and with its gate off), and one that serves
+/// a list of records with it through one BatchSpeculator.
 struct DrafterEntry {
+  using Run = std::function<RecordResult(const TokenStream&, std::size_t k, int timing_repeats, const HeapMeter& meter)>;
   std::string name;
-  std::function<RecordResult(const TokenStream&, std::size_t k, int timing_repeats, const HeapMeter& meter)> run;
+  /// Replays one record through SpeculativeDecoder with the drafter as configured (see
+  /// replay_record). With a corpus (match:corpus=MIB) the records must come in file order: the
+  /// corpus holds the outputs of the records replayed before, and starts empty again when the
+  /// first record comes again.
+  Run run;
+  /// The same with the drafter's gate off (MatchDrafter min_confidence 0); for a drafter
+  /// without a gate, the same as run. Its corpus, if any, is its own.
+  Run run_ungated;
+  /// Whether run_ungated differs from run: the drafter has a gate that is on.
+  bool has_gate = false;
+  /// Serves `streams` (in file order) as serve_records() does, with pooled drafters made as
+  /// run's are for the longest record (what a whole-context window needs), the gate off for
+  /// Policy::fixed and Policy::cost; a corpus (match:corpus=MIB) starts empty for each call.
+  std::function<ServeResult(std::span<const TokenStream> streams, const ServeRequest& request)> serve;
 };
 
 /// Builds the drafter NAME[:key=value,...]; throws std::invalid_argument naming what is wrong.

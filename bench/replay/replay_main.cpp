@@ -1,5 +1,6 @@
-// ngramspec-replay: mean accepted length and drafter cost of drafters replayed through
-// SpeculativeDecoder on recorded greedy generations and on synthetic streams.
+// ngramspec-replay: mean accepted length, simulated serving speedup and drafter cost of
+// drafters replayed through SpeculativeDecoder and BatchSpeculator on recorded greedy
+// generations and on synthetic streams.
 
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "drafter_registry.hpp"
 #include "heap_tracking.hpp"
 #include "replay_options.hpp"
+#include "replay_report.hpp"
 #include "replay_runner.hpp"
 #include "token_streams.hpp"
 
@@ -25,13 +27,76 @@ using namespace ngramspec;
 using namespace ngramspec::replay;
 
 constexpr const char* kUsage = R"(usage: ngramspec-replay [options]
-Replays recorded or synthetic token streams through SpeculativeDecoder with each drafter and
-reports, per drafter, k and category: samples; passes (target passes after the prompt, the
-prefill pass that yields the first token counting as one); generated tokens; AL, the mean
-accepted length (generated / passes; plain decoding = 1.00); acceptance rate (accepted /
-drafted); rejected drafts per decode pass; drafter ns per generated token (all its updates,
-the prompt's included, and predicts); peak drafter heap. Every replay checks that the output
-equals the recording token for token.
+Replays recorded or synthetic token streams with each drafter as an inference server decodes
+them, and reports, per drafter, cost, batch, k, policy and category, the tokens each target
+pass yields (AL) and what the passes cost against plain decoding (speedup).
+
+Records are decoded greedily from their recordings: a ReplayModel answers each forward pass
+with the recorded tokens (exactly what the model answered, greedy decoding being a function of
+the prefix), and every record's output is checked to equal its recording token for token
+(exit 1 otherwise).
+
+Serving: --batch N decodes N records at once through one BatchSpeculator, in file order: when
+a record finishes, the next one is admitted, as a server admits requests. An admitted record
+first gets its prefill (its prompt forwarded; its first output token comes from it) as a step
+of its own. Then each decode pass is one propose() over every running record, each record's
+model forwarded with its last token and its drafts, one accept(), rollbacks, finish() of the
+finished records (which adds them to the corpus of a match:corpus= drafter), and admission of
+new records. Batch 1 replays each record exactly as SpeculativeDecoder does (checked). A
+record's drafts, and so its AL, do not depend on what runs beside it, except with a corpus
+(records running together do not see each other's outputs) and under the cost policy (the
+pass's lengths are chosen together).
+
+Policies (--policy), each run at every --k, --batch and --cost:
+  plain   no drafts (DecodeOptions::speculate = false): one token per record per pass
+  fixed   up to k drafts a pass, the drafter's gate off (match: min_confidence 0; the other
+          drafters have no gate and draft as they do)
+  gate    up to k drafts a pass, the drafter as configured (match: its gate, 0.03 unless
+          gate=P says otherwise)
+  cost    gate off, k the cap: each record's draft length, 0 to k, chosen by BatchSpeculator
+          so that the pass's expected emitted tokens per unit of cost is highest (BatchConfig::
+          cost = the --cost curve; with no --cost, the flat cost, under which every draft with
+          any chance is sent). match and ngram estimate each draft's chance; for the others
+          BatchSpeculator estimates it from how the record's own drafts have fared.
+
+Cost (--cost): what one verify pass costs as a function of the tokens in it, the whole batch's:
+every decoding record's last token and its drafts. Only ratios matter.
+  flat            every pass costs 1 whatever it carries (the default)
+  knee:N          flat up to N tokens, then proportional to the tokens (a pass of 2N costs 2)
+  table:T=C,...   measured points, TOKENS=COST with tokens increasing and costs not decreasing;
+                  linear between points, flat before the first, and beyond the last with the
+                  slope of the last two. E.g. table:1=1,2=1.25,3=1.71,5=2.77,9=5.06
+simulated cost = the sum over decode passes of cost(tokens in the pass). Prefill passes are
+left out: every policy runs the same ones. speedup = the simulated cost of plain decoding of the
+same records at the same batch and cost divided by the row's: plain is exactly 1, above 1 the
+policy spends less. Overall, the batch's passes include those of its tail, when the last
+records drain and the batch is no longer full (with few records and a large batch, most of
+them). A category's row is priced by what its records are charged: for every decode pass a
+record takes part in, cost(B) / B, B the batch (or the records, if fewer), what a pass without
+drafts costs per record while the batch is full; plus, of what the pass's drafts add, cost(T) -
+cost(S) for a pass of S records and T tokens, the part in proportion to the drafts it sent.
+A record's charge thus depends on its own passes and drafts, not on which records happen to
+run beside it; the excess cost of passes while the batch is not full goes to no category, so
+the categories' costs need not add up to the overall one (at batch 1 they do).
+
+Columns:
+  drafter, k     the drafter and its most drafts per pass (- in the table, 0 in JSON: plain)
+  batch, policy, cost, category   the configuration and the records ("overall": all of them)
+  samples        records
+  passes         per record, the target passes it took part in after its prompt, its prefill
+                 counting as one (so a batch of N records running together counts N per
+                 decode pass), summed over the records
+  generated      output tokens
+  AL             mean accepted length, generated / passes (plain decoding = 1.00)
+  accept         acceptance rate: accepted / drafted drafts
+  rej/pass       rejected drafts per record per decode pass
+  speedup        see Cost above
+  ns/token       drafter ns per generated token (all its updates, the prompt's included, and
+                 predicts), timed on the single-sequence replay of each record (gate off for
+                 fixed and cost), whatever the batch; 0 for plain, which runs no drafter
+  peak KiB       peak drafter heap on the same replays
+JSON rows add decode_passes (passes - samples), drafted, accepted and simulated_cost (see
+Cost above).
 
 inputs (at least one):
   --streams FILE       records: id TAB category TAB prompt ids TAB output ids
@@ -41,67 +106,74 @@ inputs (at least one):
   --seed N             seed of the synthetic streams (default 1)
   --limit N            replay only the first N records of each --streams file
 drafters:
-  --drafter NAME       repeatable; default ngram. Drafters:
+  --drafter NAME       repeatable; default match (MatchDrafter, the decoder's default). Drafters:
 )" "%s" R"(
-  --k LIST             most drafts per pass, comma-separated (default 4)
+  --k LIST             most drafts per pass, each 1 to 1024, comma-separated (default 4)
   --window W           default window of ngram drafters (default 512)
   --min-order N        default shortest n-gram of ngram drafters (default 2)
   --max-order N        default longest n-gram of ngram drafters (default 4)
+serving:
+  --batch LIST         records decoded at once, each 1 to 65536, comma-separated (default 1)
+  --policy LIST        comma-separated from plain, fixed, gate, cost, reported in that order
+                       (default: gate without --cost; plain,fixed,gate,cost with --cost)
+  --cost SPEC          flat, knee:N or table:T=C,...: the cost every decode pass is priced under
+                       and the cost policy plans against; repeatable, each its own rows
+                       (default flat). Plain decoding is simulated at every batch and cost
+                       whether or not it is a --policy, for the speedups.
 output:
-  --json               one JSON object instead of the table
+  --json               one JSON object instead of the table, with every row: each category's
+                       and, with more than one category, overall
+  --categories         the table prints every category's row; by default only the overall
+                       row of each drafter, cost, batch, k and policy (the category's row
+                       when there is only one)
   --timing-repeats N   best of N timed runs of each drafter's calls (default 3)
 checks:
-  --expect-al X        exit 3 unless the overall mean accepted length of every drafter and k
-                       is within --tolerance of X (a regression check for one configuration)
+  --expect-al X        exit 3 unless the overall mean accepted length of every drafter, k, batch
+                       and policy but plain is within --tolerance of X (a regression check for
+                       one configuration)
   --tolerance T        default 0.005
 )";
 
-struct Totals {
-  std::size_t samples = 0;
-  std::size_t generated = 0;
-  std::size_t passes = 0;
-  std::size_t drafted = 0;
-  std::size_t accepted = 0;
-  double drafter_ns = 0;
-  std::size_t peak_bytes = 0;
-
-  void add(const RecordResult& r) {
-    ++samples;
-    generated += r.generated;
-    passes += r.passes;
-    drafted += r.drafted;
-    accepted += r.accepted;
-    drafter_ns += r.drafter_ns;
-    peak_bytes = std::max(peak_bytes, r.drafter_peak_bytes);
+// Every row with `categories`; else the overall rows (with one category, its rows).
+void print_table(const std::vector<Row>& all_rows, bool categories) {
+  bool several = false;
+  for (const Row& row : all_rows) several = several || row.category == "overall";
+  std::vector<Row> rows;
+  for (const Row& row : all_rows) {
+    if (categories || !several || row.category == "overall") rows.push_back(row);
   }
-  [[nodiscard]] double mean_accepted_length() const { return passes ? double(generated) / double(passes) : 0.0; }
-  [[nodiscard]] double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
-  // Decode passes carry drafts; the prefill pass does not.
-  [[nodiscard]] double rejected_per_pass() const {
-    return passes > samples ? double(drafted - accepted) / double(passes - samples) : 0.0;
+  // The text columns are as wide as their longest entry, so every row lines up.
+  int drafter_width = static_cast<int>(std::string_view("drafter").size());
+  int cost_width = static_cast<int>(std::string_view("cost").size());
+  int category_width = static_cast<int>(std::string_view("category").size());
+  for (const Row& row : rows) {
+    drafter_width = std::max(drafter_width, static_cast<int>(row.drafter.size()));
+    cost_width = std::max(cost_width, static_cast<int>(row.cost.size()));
+    category_width = std::max(category_width, static_cast<int>(row.category.size()));
   }
-  [[nodiscard]] double ns_per_token() const { return generated ? drafter_ns / double(generated) : 0.0; }
-};
-
-struct Row {
-  std::string drafter;
-  std::size_t k;
-  std::string category;
-  Totals totals;
-};
-
-void print_table(const std::vector<Row>& rows) {
-  std::printf("%-28s %4s %-22s %7s %8s %9s %6s %7s %9s %9s %10s\n", "drafter", "k", "category", "samples", "passes",
-              "generated", "AL", "accept", "rej/pass", "ns/token", "peak KiB");
+  std::printf("%-*s %4s %5s %-6s %-*s %-*s %7s %8s %9s %6s %7s %9s %7s %9s %10s\n", drafter_width, "drafter", "k",
+              "batch", "policy", cost_width, "cost", category_width, "category", "samples", "passes", "generated",
+              "AL", "accept", "rej/pass", "speedup", "ns/token", "peak KiB");
+  // A blank line between configurations' groups: of every policy and k of a batch and cost, or,
+  // with the categories, of one configuration's categories.
   std::string last;
   for (const Row& row : rows) {
-    const std::string group = row.drafter + "/" + std::to_string(row.k);
+    std::string group = row.drafter + "/" + row.cost + "/" + std::to_string(row.batch);
+    if (categories) {
+      group += '/';
+      group += std::to_string(row.k);
+      group += '/';
+      group += to_string(row.policy);
+    }
     if (!last.empty() && group != last) std::printf("\n");
     last = group;
     const Totals& t = row.totals;
-    std::printf("%-28s %4zu %-22s %7zu %8zu %9zu %6.3f %7.3f %9.3f %9.1f %10.1f\n", row.drafter.c_str(), row.k,
-                row.category.c_str(), t.samples, t.passes, t.generated, t.mean_accepted_length(), t.acceptance_rate(),
-                t.rejected_per_pass(), t.ns_per_token(), double(t.peak_bytes) / 1024.0);
+    const std::string k = row.policy == Policy::plain ? "-" : std::to_string(row.k);
+    std::printf("%-*s %4s %5zu %-6s %-*s %-*s %7zu %8zu %9zu %6.3f %7.3f %9.3f %7.3f %9.1f %10.1f\n", drafter_width,
+                row.drafter.c_str(), k.c_str(), row.batch, to_string(row.policy), cost_width, row.cost.c_str(),
+                category_width, row.category.c_str(), t.samples, t.passes, t.generated, t.mean_accepted_length(),
+                t.acceptance_rate(), t.rejected_per_pass(), row.speedup, t.ns_per_token(),
+                double(t.peak_bytes) / 1024.0);
   }
 }
 
@@ -129,10 +201,12 @@ void print_json(const std::vector<Row>& rows) {
         "%s\n  {\"drafter\": \"%s\", \"k\": %zu, \"category\": \"%s\", \"samples\": %zu, \"passes\": %zu, "
         "\"decode_passes\": %zu, \"generated\": %zu, \"drafted\": %zu, \"accepted\": %zu, \"mean_accepted_length\": %.6f, "
         "\"acceptance_rate\": %.6f, \"rejected_per_pass\": %.6f, \"drafter_ns_per_token\": %.3f, "
-        "\"drafter_peak_bytes\": %zu}",
+        "\"drafter_peak_bytes\": %zu, \"batch\": %zu, \"cost\": \"%s\", \"policy\": \"%s\", "
+        "\"simulated_cost\": %.6f, \"speedup\": %.6f}",
         i ? "," : "", json_escape(row.drafter).c_str(), row.k, json_escape(row.category).c_str(), t.samples, t.passes,
         t.passes - t.samples, t.generated, t.drafted, t.accepted, t.mean_accepted_length(), t.acceptance_rate(),
-        t.rejected_per_pass(), t.ns_per_token(), t.peak_bytes);
+        t.rejected_per_pass(), t.ns_per_token(), t.peak_bytes, row.batch, json_escape(row.cost).c_str(),
+        to_string(row.policy), t.simulated_cost, row.speedup);
   }
   std::printf("\n]}\n");
 }
@@ -169,31 +243,20 @@ int run(int argc, char** argv) {
   }
 
   const HeapMeter meter{live_heap_bytes, peak_heap_bytes, reset_peak_heap_bytes};
-  std::vector<Row> rows;
-  for (const DrafterEntry& drafter : drafters) {
-    for (const std::size_t k : options.ks) {
-      std::map<std::string, Totals> by_category;
-      Totals overall;
-      for (const TokenStream& s : streams) {
-        const RecordResult r = drafter.run(s, k, static_cast<int>(options.timing_repeats), meter);
-        by_category[s.category].add(r);
-        overall.add(r);
-      }
-      for (const std::string& category : categories) {
-        rows.push_back(Row{drafter.name, k, category, by_category[category]});
-      }
-      if (categories.size() > 1) rows.push_back(Row{drafter.name, k, "overall", overall});
-    }
-  }
+  const std::vector<Row> rows = measure_rows(drafters, streams, options, meter);
   if (options.json) print_json(rows);
-  else print_table(rows);
+  else print_table(rows, options.categories);
   if (options.expect_al >= 0) {
     for (const Row& row : rows) {
-      if (row.category != "overall" && categories.size() > 1) continue;
+      if (row.policy == Policy::plain || (row.category != "overall" && categories.size() > 1)) continue;
       const double al = row.totals.mean_accepted_length();
       if (al < options.expect_al - options.tolerance || al > options.expect_al + options.tolerance) {
-        std::fprintf(stderr, "ngramspec-replay: %s at k = %zu: mean accepted length %.4f, expected %.4f +- %.4f\n",
-                     row.drafter.c_str(), row.k, al, options.expect_al, options.tolerance);
+        std::string where = row.drafter + " at k = " + std::to_string(row.k);
+        if (options.batches.size() > 1 || row.batch != 1) where += ", batch " + std::to_string(row.batch);
+        if (options.policies.size() > 1 || row.policy != Policy::gate) where += ", policy " + std::string(to_string(row.policy));
+        if (options.costs.size() > 1) where += ", cost " + row.cost;
+        std::fprintf(stderr, "ngramspec-replay: %s: mean accepted length %.4f, expected %.4f +- %.4f\n",
+                     where.c_str(), al, options.expect_al, options.tolerance);
         return 3;
       }
     }

@@ -1,8 +1,10 @@
 #include "replay_options.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -15,10 +17,21 @@ namespace {
 std::string quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
 
 // A whole number in [min_value, max_value]: digits only, so no sign, no spaces, no suffix.
+// With a max_value, every rejection names the whole range.
 std::size_t parse_count(std::string_view option, std::string_view text, std::size_t min_value,
                         std::size_t max_value = std::numeric_limits<std::size_t>::max()) {
   std::size_t value = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (max_value != std::numeric_limits<std::size_t>::max()) {
+    const std::string range = "from " + std::to_string(min_value) + " to " + std::to_string(max_value);
+    if (ptr != text.data() + text.size() || (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+      throw std::invalid_argument(std::string(option) + ": " + quoted(text) + " is not a whole number " + range);
+    }
+    if (ec == std::errc::result_out_of_range || value < min_value || value > max_value) {
+      throw std::invalid_argument(std::string(option) + ": " + quoted(text) + " is out of range: it must be " + range);
+    }
+    return value;
+  }
   if (ec == std::errc::result_out_of_range || (ec == std::errc() && ptr == text.data() + text.size() &&
                                                value > max_value)) {
     throw std::invalid_argument(std::string(option) + ": " + quoted(text) + " is more than " +
@@ -44,6 +57,26 @@ double parse_non_negative(std::string_view option, std::string_view text) {
   return value;
 }
 
+// Calls each(item) for every comma-separated item of `list`: "", "4," and "4,,8" hold empty items.
+template <class Each>
+void for_each_item(std::string_view list, const Each& each) {
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = list.find(',', start);
+    each(list.substr(start, comma == std::string_view::npos ? comma : comma - start));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+}
+
+Policy parse_policy(std::string_view text) {
+  for (const Policy p : {Policy::plain, Policy::fixed, Policy::gate, Policy::cost}) {
+    if (text == to_string(p)) return p;
+  }
+  throw std::invalid_argument("--policy: " + quoted(text) +
+                              " is not a policy: expected a comma-separated list of plain, fixed, gate and cost");
+}
+
 }  // namespace
 
 ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
@@ -65,20 +98,45 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
       options.drafter_names.emplace_back(value());
     } else if (arg == "--k") {
       // Every comma-separated item must be a number: "", "4," and "4,,8" are mistakes.
-      const std::string_view list = value();
-      std::size_t start = 0;
-      for (;;) {
-        const std::size_t comma = list.find(',', start);
-        const std::string_view item = list.substr(start, comma == std::string_view::npos ? comma : comma - start);
-        const std::size_t k = parse_count("--k", item, 1);
-        if (k > kMaxDraftsPerPass) {
-          throw std::invalid_argument("--k: " + std::to_string(k) + " is more than " +
-                                      std::to_string(kMaxDraftsPerPass));
-        }
-        options.ks.push_back(k);
-        if (comma == std::string_view::npos) break;
-        start = comma + 1;
+      for_each_item(value(), [&](std::string_view item) {
+        options.ks.push_back(parse_count("--k", item, 1, kMaxDraftsPerPass));
+      });
+    } else if (arg == "--batch") {
+      for_each_item(value(), [&](std::string_view item) {
+        options.batches.push_back(parse_count("--batch", item, 1, kMaxBatch));
+      });
+    } else if (arg == "--cost") {
+      const std::string_view spec = value();
+      std::optional<CostCurve> cost;
+      try {
+        cost = parse_cost_curve(spec);
+      } catch (const std::invalid_argument& e) {
+        // VerifyCost's message names the spec and the problem; say which option gave it, and
+        // that it takes flat too.
+        std::string what = e.what();
+        const std::string_view prefix = "ngramspec::VerifyCost: ";
+        if (what.rfind(prefix, 0) == 0) what.erase(0, prefix.size());
+        const std::string_view expected = "(expected ";
+        const std::size_t at = what.rfind(expected);
+        if (at != std::string::npos) what.insert(at + expected.size(), "flat, ");
+        throw std::invalid_argument("--cost: " + what);
       }
+      for (const CostCurve& c : options.costs) {
+        if (c.name == cost->name) {
+          throw std::invalid_argument("--cost: " + quoted(spec) + " is given twice (as " + quoted(c.name) + ")");
+        }
+      }
+      options.costs.push_back(std::move(*cost));
+    } else if (arg == "--policy") {
+      for_each_item(value(), [&](std::string_view item) {
+        const Policy policy = parse_policy(item);
+        if (std::find(options.policies.begin(), options.policies.end(), policy) != options.policies.end()) {
+          throw std::invalid_argument("--policy: " + quoted(item) + " is given twice");
+        }
+        options.policies.push_back(policy);
+      });
+    } else if (arg == "--categories") {
+      options.categories = true;
     } else if (arg == "--window") {
       options.defaults.window = parse_count(arg, value(), 1);
     } else if (arg == "--min-order") {
@@ -108,8 +166,14 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
   if (options.stream_files.empty() && options.synthetic_specs.empty()) {
     throw std::invalid_argument("nothing to replay: give --streams FILE or --synthetic SPEC (see --help)");
   }
-  if (options.drafter_names.empty()) options.drafter_names.emplace_back("ngram");
+  if (options.drafter_names.empty()) options.drafter_names.emplace_back("match");  // the library's default drafter
   if (options.ks.empty()) options.ks.push_back(4);
+  if (options.batches.empty()) options.batches.push_back(1);
+  if (options.policies.empty()) {
+    if (options.costs.empty()) options.policies = {Policy::gate};
+    else options.policies = {Policy::plain, Policy::fixed, Policy::gate, Policy::cost};
+  }
+  std::sort(options.policies.begin(), options.policies.end());
   return options;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "drafter_registry.hpp"
+#include "serving_sim.hpp"
 
 namespace ngramspec::replay {
 
@@ -16,8 +17,15 @@ struct ReplayOptions {
   bool help = false;                         ///< --help / -h: print the usage and do nothing else
   std::vector<std::string> stream_files;     ///< --streams, in order
   std::vector<std::string> synthetic_specs;  ///< --synthetic, unparsed (parse_synthetic checks them)
-  std::vector<std::string> drafter_names;    ///< --drafter, unparsed (make_drafter checks them); default {"ngram"}
+  std::vector<std::string> drafter_names;    ///< --drafter, unparsed (make_drafter checks them); default {"match"}
   std::vector<std::size_t> ks;               ///< --k: each in 1 .. kMaxDraftsPerPass; default {4}
+  std::vector<std::size_t> batches;          ///< --batch: each in 1 .. kMaxBatch; default {1}
+  /// --cost, repeatable, parsed: "flat", "knee:N" or "table:T=C,..."; empty (the default): flat only.
+  std::vector<CostCurve> costs;
+  /// --policy, in the order plain, fixed, gate, cost whatever the order given; default {gate}
+  /// without --cost, {plain, fixed, gate, cost} with it.
+  std::vector<Policy> policies;
+  bool categories = false;                   ///< --categories: the table prints every category row
   DrafterDefaults defaults;                  ///< --window, --min-order, --max-order: each >= 1
   std::size_t length = 2048;                 ///< --length: >= 1
   std::size_t samples = 4;                   ///< --samples: >= 1
@@ -28,6 +36,9 @@ struct ReplayOptions {
   double expect_al = -1;                     ///< --expect-al: finite and >= 0 when given; -1 = no check
   double tolerance = 0.005;                  ///< --tolerance: finite and >= 0
 };
+
+/// Most --batch: records running at once in a serving simulation.
+inline constexpr std::size_t kMaxBatch = 65536;
 
 /// Most --timing-repeats: the runner counts repeats in an int.
 inline constexpr std::size_t kMaxTimingRepeats = static_cast<std::size_t>(std::numeric_limits<int>::max());

@@ -1,11 +1,13 @@
 #include "token_streams.hpp"
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <istream>
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <system_error>
 
 namespace ngramspec::replay {
 namespace {
@@ -74,9 +76,16 @@ std::vector<TokenStream> parse_streams(std::istream& in, std::string_view source
 }
 
 std::vector<TokenStream> read_streams(const std::string& path) {
+  // A directory opens on some systems and then fails to read, with no word of why.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw std::runtime_error("cannot read streams file '" + path + "': it is a directory");
+  }
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open streams file '" + path + "'");
-  return parse_streams(in, path);
+  std::vector<TokenStream> streams = parse_streams(in, path);
+  if (streams.empty()) throw std::invalid_argument(path + ": no records");
+  return streams;
 }
 
 SyntheticSpec parse_synthetic(std::string_view text) {

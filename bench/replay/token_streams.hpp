@@ -23,7 +23,8 @@ struct TokenStream {
 /// TAB-separated; ids space-separated). Throws std::runtime_error naming the source, the line
 /// and what is wrong. Empty lines are skipped.
 [[nodiscard]] std::vector<TokenStream> parse_streams(std::istream& in, std::string_view source_name);
-/// Reads a streams TSV file; throws std::runtime_error when it cannot be opened or parsed.
+/// Reads a streams TSV file; throws std::runtime_error when it cannot be opened (a directory
+/// included) or parsed, and std::invalid_argument ("FILE: no records") when it holds no record.
 [[nodiscard]] std::vector<TokenStream> read_streams(const std::string& path);
 
 /// Parameters of a synthetic stream set.

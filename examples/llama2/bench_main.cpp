@@ -1,10 +1,12 @@
 // ngramspec-llama2-bench: what a verify pass of k+1 tokens costs next to a one-token pass, and what n-gram
-// speculation buys end to end on the stories260K checkpoint. Prints tables; medians of several runs.
+// speculation buys end to end, with a fixed draft cap and sized by the measured verify cost, on a
+// random-weight memory-bound model and on the stories260K checkpoint. Prints tables; medians of several runs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,39 +72,65 @@ void describe(const Config& c) {
               params * 4 / (1 << 20));
 }
 
-// Plain and speculative generation of the same prompt, alternating run by run; median times.
-struct Comparison {
-  Generation plain;
-  Generation spec;
-  double plain_seconds = 0.0;
-  double spec_seconds = 0.0;
+// One way of decoding: plain, speculative with a fixed cap of k drafts sized by the drafter's gate, or
+// speculative with drafts sized by the measured verify cost (up to k).
+struct Variant {
+  std::string label;
+  bool speculate = true;
+  std::size_t k = 4;
+  std::optional<ngramspec::VerifyCost> cost;
 };
 
-Comparison compare(Transformer& model, const std::vector<Token>& prompt, std::size_t steps, std::size_t k, int runs) {
-  Comparison c;
-  std::vector<double> plain_s, spec_s;
+struct Timed {
+  Generation last;
+  double seconds = 0.0;  // median over the runs
+};
+
+// Every variant on the same prompt, one run of each per round (so that a slow spell of a shared machine hits
+// them all alike); median times.
+std::vector<Timed> race(Transformer& model, const std::vector<Token>& prompt, std::size_t steps,
+                        const std::vector<Variant>& variants, int runs) {
+  std::vector<Timed> out(variants.size());
+  std::vector<std::vector<double>> seconds(variants.size());
   for (int r = 0; r < runs; ++r) {
-    c.plain = generate(model, prompt, steps, k, false);
-    c.spec = generate(model, prompt, steps, k, true);
-    plain_s.push_back(c.plain.seconds);
-    spec_s.push_back(c.spec.seconds);
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      out[v].last = generate(model, prompt, steps, variants[v].k, variants[v].speculate, {}, variants[v].cost);
+      seconds[v].push_back(out[v].last.seconds);
+    }
   }
-  c.plain_seconds = median(plain_s);
-  c.spec_seconds = median(spec_s);
-  return c;
+  for (std::size_t v = 0; v < variants.size(); ++v) out[v].seconds = median(seconds[v]);
+  return out;
 }
 
-void print_end_to_end_header(const char* what) {
-  std::printf("%-44s %6s %12s %12s %8s %8s %8s %9s\n", what, "tokens", "plain tok/s", "spec tok/s", "speedup",
-              "passes", "accept", "identical");
+// The variants compared: plain first (the reference), then fixed k, then cost-aware.
+std::vector<Variant> variants(const std::vector<std::size_t>& fixed_k, std::size_t cost_k,
+                              const ngramspec::VerifyCost& cost) {
+  std::vector<Variant> out;
+  out.push_back({"plain", false, 1, std::nullopt});
+  for (const std::size_t k : fixed_k) out.push_back({"fixed k = " + std::to_string(k), true, k, std::nullopt});
+  out.push_back({"cost-aware, k <= " + std::to_string(cost_k), true, cost_k, cost});
+  return out;
 }
 
-void print_end_to_end_row(const std::string& label, const Comparison& c) {
-  const ngramspec::DecodeStats& s = c.spec.result.stats;
-  const double tokens = static_cast<double>(c.plain.result.stats.generated);
-  std::printf("%-44s %6.0f %12.1f %12.1f %7.2fx %8zu %8.2f %9s\n", label.c_str(), tokens, tokens / c.plain_seconds,
-              tokens / c.spec_seconds, c.plain_seconds / c.spec_seconds, s.prefill_passes + s.decode_passes,
-              s.mean_accepted_length(), c.spec.result.tokens == c.plain.result.tokens ? "yes" : "NO");
+void print_race(const std::vector<Variant>& vs, const std::vector<Timed>& t) {
+  std::printf("%-24s %6s %10s %8s %8s %8s %9s\n", "decoding", "tokens", "tok/s", "speedup", "passes", "accept",
+              "identical");
+  for (std::size_t v = 0; v < vs.size(); ++v) {
+    const ngramspec::DecodeStats& s = t[v].last.result.stats;
+    const double tokens = static_cast<double>(s.generated);
+    std::printf("%-24s %6.0f %10.1f %7.2fx %8zu %8.2f %9s\n", vs[v].label.c_str(), tokens, tokens / t[v].seconds,
+                t[0].seconds / t[v].seconds, s.prefill_passes + s.decode_passes, s.mean_accepted_length(),
+                t[v].last.result.tokens == t[0].last.result.tokens ? "yes" : "NO");
+  }
+}
+
+// Measures the cost curve as ngramspec-generate does (midway through a generation of `steps` tokens after a
+// prompt of `prompt_tokens`), prints it, and returns it.
+ngramspec::VerifyCost measured_cost(Transformer& model, std::size_t k, std::size_t prompt_tokens, std::size_t steps) {
+  const auto start = std::chrono::steady_clock::now();
+  ngramspec::VerifyCost cost = measure_pass_cost(model, k, {}, 21, midway_context(prompt_tokens, steps));
+  std::printf("measured verify cost (%.0f ms): %s\n", seconds_since(start) * 1e3, cost.spec().c_str());
+  return cost;
 }
 
 struct Args {
@@ -111,6 +139,7 @@ struct Args {
   std::size_t max_k = 16;
   std::size_t steps = 256;
   std::size_t k = 4;
+  std::size_t cost_k = 16;
   bool large = true;
 };
 
@@ -127,11 +156,15 @@ Args parse(int argc, char** argv) {
       args.steps = static_cast<std::size_t>(std::max(1, std::atoi(argv[++i])));
     } else if (flag == "--k" && has_value) {
       args.k = static_cast<std::size_t>(std::max(1, std::atoi(argv[++i])));
+    } else if (flag == "--cost-k" && has_value) {
+      args.cost_k = static_cast<std::size_t>(std::max(1, std::atoi(argv[++i])));
     } else if (flag == "--no-large") {
       args.large = false;
     } else {
       std::fprintf(stderr,
-                   "usage: ngramspec-llama2-bench [--models DIR] [--runs R] [--steps N] [--k K] [--no-large]\n");
+                   "usage: ngramspec-llama2-bench [--models DIR] [--runs R] [--steps N] [--k K] [--cost-k K] [--no-large]\n"
+                   "  --k K       the fixed draft cap compared on stories260K (default 4)\n"
+                   "  --cost-k K  the draft cap of the cost-aware runs (default 16)\n");
       std::exit(2);
     }
   }
@@ -144,28 +177,30 @@ int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
   constexpr std::size_t kContext = 64;     // positions already in the cache when a pass is timed
   constexpr std::size_t kLargeSteps = 96;  // tokens generated end to end on the random-weight model
+  const std::size_t max_k = std::max({args.max_k, args.k, args.cost_k});
   std::printf("Verify-pass cost: one forward of k+1 tokens at position %zu vs one token; median of %d runs.\n",
               kContext, args.runs);
+  std::printf("End to end: plain decoding; speculative with MatchDrafter and a fixed cap of k drafts (its gate "
+              "sizes them); and cost-aware, where each pass sends the number of drafts (up to k) with the most "
+              "expected tokens per unit of the verify cost measured at start (as ngramspec-generate does).\n");
 
   if (args.large) {
     // Llama-2 proportions (hidden = 2/3 of 4 dim, rounded up to 32), large enough that a pass streams far more
     // weights than any cache holds, so a one-token pass is bound by memory bandwidth.
     const Config large{512, 1376, 8, 8, 8, 32000, 256, true};
-    Transformer model = Transformer::random(large, 42, args.max_k + 1);
+    Transformer model = Transformer::random(large, 42, max_k + 1);
     std::printf("\nRandom-weight model: ");
     describe(large);
     print_verify_table("random-weight model", pass_times(model, kContext, args.max_k, args.runs));
+    const ngramspec::VerifyCost cost = measured_cost(model, args.cost_k, 3, kLargeSteps);
 
     // A random network's greedy output soon falls into a loop, which the drafter learns: not text, but it shows
     // what accepted drafts buy when a pass is bound by memory rather than arithmetic.
     std::printf("\nEnd to end on the random-weight model (its greedy output loops, so drafts get accepted): "
                 "%zu new tokens after [1, 2, 3], median of %d runs.\n",
                 kLargeSteps, args.runs);
-    print_end_to_end_header("k");
-    const std::vector<Token> prompt = {1, 2, 3};
-    for (const std::size_t k : {1u, 2u, 4u, 8u}) {
-      print_end_to_end_row(std::to_string(k), compare(model, prompt, kLargeSteps, k, args.runs));
-    }
+    const std::vector<Variant> vs = variants({1, 2, 4, 8}, args.cost_k, cost);
+    print_race(vs, race(model, {1, 2, 3}, kLargeSteps, vs, args.runs));
   }
 
   const std::filesystem::path checkpoint = args.models / "stories260K.bin";
@@ -175,27 +210,45 @@ int main(int argc, char** argv) {
                 tokenizer_file.c_str());
     return 0;
   }
-  Transformer model = Transformer::load(checkpoint, std::max<std::size_t>(args.max_k, args.k) + 1);
+  Transformer model = Transformer::load(checkpoint, max_k + 1);
   const Tokenizer tokenizer(tokenizer_file, model.vocab_size());
   std::printf("\nstories260K: ");
   describe(model.config());
   print_verify_table("stories260K", pass_times(model, kContext, args.max_k, args.runs));
+  const ngramspec::VerifyCost cost = measured_cost(model, args.cost_k, tokenizer.encode("Once upon a time").size(), args.steps);
 
-  std::printf("\nEnd to end on stories260K: greedy, up to %zu new tokens, k = %zu, NGramPredictor defaults otherwise; "
-              "median of %d runs.\n",
-              args.steps, args.k, args.runs);
-  print_end_to_end_header("prompt");
+  std::printf("\nEnd to end on stories260K: greedy, up to %zu new tokens; median of %d runs.\n", args.steps,
+              args.runs);
+  const std::vector<Variant> vs = variants({args.k}, args.cost_k, cost);
+  std::printf("%-44s %6s %12s", "prompt", "tokens", "plain tok/s");
+  for (std::size_t v = 1; v < vs.size(); ++v) std::printf(" %20s", vs[v].label.c_str());
+  std::printf(" %9s\n", "identical");
   const char* const prompts[] = {"", "Once upon a time", "Lily and Tom went to the park", "One day, a little boy named Tim",
                                  "The cat sat on the mat. The cat sat on the"};
-  std::vector<double> speedups;
+  std::vector<std::vector<double>> speedups(vs.size());
   for (const char* text : prompts) {
-    const Comparison c = compare(model, tokenizer.encode(text), args.steps, args.k, args.runs);
-    speedups.push_back(c.plain_seconds / c.spec_seconds);
-    print_end_to_end_row(std::string("\"") + text + "\"", c);
+    const std::vector<Timed> t = race(model, tokenizer.encode(text), args.steps, vs, args.runs);
+    const double tokens = static_cast<double>(t[0].last.result.stats.generated);
+    std::printf("%-44s %6.0f %12.1f", (std::string("\"") + text + "\"").c_str(), tokens, tokens / t[0].seconds);
+    bool identical = true;
+    for (std::size_t v = 1; v < vs.size(); ++v) {
+      const double speedup = t[0].seconds / t[v].seconds;
+      speedups[v].push_back(speedup);
+      char cell[64];
+      std::snprintf(cell, sizeof cell, "%.2fx (AL %.2f)", speedup, t[v].last.result.stats.mean_accepted_length());
+      std::printf(" %20s", cell);
+      identical = identical && t[v].last.result.tokens == t[0].last.result.tokens;
+    }
+    std::printf(" %9s\n", identical ? "yes" : "NO");
   }
-  std::sort(speedups.begin(), speedups.end());
-  std::printf("median speedup over the prompts: %.2fx\n", median(speedups));
+  std::printf("%-44s %6s %12s", "median speedup over the prompts", "", "");
+  for (std::size_t v = 1; v < vs.size(); ++v) {
+    char cell[32];
+    std::snprintf(cell, sizeof cell, "%.2fx", median(speedups[v]));
+    std::printf(" %20s", cell);
+  }
+  std::printf("\n");
   std::printf("passes and accept are the speculative run's target passes (prefill included) and mean accepted "
-              "length (generated tokens per pass).\n");
+              "length (generated tokens per pass, AL); speedup is plain time / that run's time.\n");
   return 0;
 }

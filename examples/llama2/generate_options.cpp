@@ -15,6 +15,12 @@ namespace {
   throw std::invalid_argument(std::string(flag) + " wants a number, got '" + std::string(text) + "'");
 }
 
+// The one message for a --k outside 1 .. kMaxDraftsPerPass, however far outside.
+[[noreturn]] void k_out_of_range(std::string_view text) {
+  throw std::invalid_argument("--k must be between 1 and " + std::to_string(kMaxDraftsPerPass) + ", got " +
+                              std::string(text));
+}
+
 // Digits only: no sign, spaces or suffix, and nothing a std::size_t cannot hold.
 std::size_t parse_count(std::string_view flag, std::string_view text) {
   std::size_t value = 0;
@@ -45,6 +51,7 @@ float parse_real(std::string_view flag, std::string_view text) {
 GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   GenerateOptions options;
   bool has_prompt = false;
+  bool has_k = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view flag = args[i];
     const auto value = [&]() -> std::string_view {
@@ -61,7 +68,29 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
     } else if (flag == "--steps") {
       options.steps = parse_count(flag, value());
     } else if (flag == "--k") {
-      options.k = parse_count(flag, value());
+      const std::string_view text = value();
+      std::size_t k = 0;
+      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), k);
+      if (ec == std::errc::result_out_of_range && ptr == text.data() + text.size()) k_out_of_range(text);
+      options.k = parse_count(flag, text);
+      has_k = true;
+    } else if (flag == "--cost") {
+      const std::string_view text = value();
+      if (text == "measure") {
+        options.cost_source = GenerateOptions::Cost::measure;
+        options.cost.reset();
+      } else if (text == "none") {
+        options.cost_source = GenerateOptions::Cost::none;
+        options.cost.reset();
+      } else {
+        try {
+          options.cost = VerifyCost::parse(text);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument("--cost wants measure, none, knee:N or table:TOKENS=COST,...: " +
+                                      std::string(e.what()));
+        }
+        options.cost_source = GenerateOptions::Cost::given;
+      }
     } else if (flag == "--temperature") {
       options.sampling.temperature = parse_real(flag, value());
     } else if (flag == "--top-k") {
@@ -86,10 +115,8 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   if (options.model.empty() || options.tokenizer.empty() || !has_prompt) {
     throw std::invalid_argument("--model, --tokenizer and --prompt are required");
   }
-  if (options.k == 0 || options.k > kMaxDraftsPerPass) {
-    throw std::invalid_argument("--k must be between 1 and " + std::to_string(kMaxDraftsPerPass) + ", got " +
-                                std::to_string(options.k));
-  }
+  if (!has_k && options.cost_source == GenerateOptions::Cost::none) options.k = GenerateOptions::kDefaultKWithoutCost;
+  if (options.k == 0 || options.k > kMaxDraftsPerPass) k_out_of_range(std::to_string(options.k));
   validate(options.sampling);
   return options;
 }

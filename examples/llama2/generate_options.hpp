@@ -1,11 +1,13 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "ngramspec/sampling_options.hpp"
+#include "ngramspec/verify_cost.hpp"
 
 namespace ngramspec::llama2 {
 
@@ -16,10 +18,22 @@ struct GenerateOptions {
   std::string tokenizer;   ///< --tokenizer: required, non-empty
   std::string prompt;      ///< --prompt: required (may be empty)
   std::size_t steps = 256;  ///< --steps
-  std::size_t k = 4;        ///< --k: 1 .. kMaxDraftsPerPass
+  /// --k: 1 .. kMaxDraftsPerPass; by default kDefaultK, or kDefaultKWithoutCost with --cost none.
+  std::size_t k = kDefaultK;
   bool speculate = true;    ///< false with --no-speculate
   bool check = false;       ///< --check
   SamplingOptions sampling;  ///< --temperature, --top-k, --top-p, --min-p, --seed; passes validate()
+  /// --cost: measure the model's verify-pass cost at start (the default, "measure"), use the one given
+  /// (`cost`, from "knee:N" or "table:T=C,..."), or draft without a cost model ("none").
+  enum class Cost { measure, given, none };
+  Cost cost_source = Cost::measure;
+  std::optional<VerifyCost> cost;  ///< the cost given, when cost_source is Cost::given
+
+  /// The default --k when drafts are sized by a cost model: long copies may run, and the cost keeps
+  /// drafts that do not pay out of the pass.
+  static constexpr std::size_t kDefaultK = 16;
+  /// The default --k with --cost none, where the drafter's gate alone sizes the drafts.
+  static constexpr std::size_t kDefaultKWithoutCost = 4;
 };
 
 /// Parses the arguments after the program name. Throws std::invalid_argument naming the option

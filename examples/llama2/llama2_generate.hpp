@@ -1,10 +1,13 @@
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <ngramspec/ngramspec.hpp>
 
@@ -21,13 +24,20 @@ struct Generation {
   double seconds = 0.0;  ///< wall-clock time of the whole generation, prefill included
 };
 
-/// Generation of up to `steps` tokens after `prompt` through SpeculativeDecoder, drafting up to `k` tokens a
-/// pass with an NGramPredictor (plain one-token passes when `speculate` is false): greedy at temperature 0,
-/// otherwise sampled through a SamplingModel with `sampling` (same seed, same tokens, speculating or not).
+/// Generation of up to `steps` tokens after `prompt` through SpeculativeDecoder with the library's default
+/// drafter, MatchDrafter (plain one-token passes when `speculate` is false): greedy at temperature 0, otherwise
+/// sampled through a SamplingModel with `sampling` (same seed, same tokens, speculating or not).
+///
+/// Draft length: at most `k` drafts a pass (DecodeOptions::max_drafts). With `cost`, the curve of what a pass
+/// costs against its tokens (measure_pass_cost() times it), each pass sends the number of drafts up to k that
+/// makes its expected tokens per unit of cost highest, from MatchDrafter's acceptance estimates
+/// (SpeculativeDecoder::set_verify_cost); without, what MatchDrafter's gate proposes up to k.
+///
 /// Stops on BOS, as llama2.c's run.c does, and at the model's seq_len. Throws std::invalid_argument when the
 /// prompt does not fit in seq_len, k + 1 exceeds the model's max_batch(), or the sampling options are invalid.
 inline Generation generate(Transformer& model, std::span<const Token> prompt, std::size_t steps, std::size_t k,
-                           bool speculate, const SamplingOptions& sampling = {}) {
+                           bool speculate, const SamplingOptions& sampling = {},
+                           const std::optional<VerifyCost>& cost = std::nullopt) {
   if (prompt.size() > model.config().seq_len) {
     throw std::invalid_argument("llama2: the prompt is " + std::to_string(prompt.size()) +
                                 " tokens, longer than the model's seq_len of " +
@@ -42,10 +52,12 @@ inline Generation generate(Transformer& model, std::span<const Token> prompt, st
   options.max_context = model.config().seq_len;
   options.speculate = speculate;
   options.max_drafts = k;
-  NGramConfig drafter;
-  drafter.draft_count = k;
+  // MatchDrafter's tables are sized by its cap: no larger than the context the model holds.
+  MatchConfig drafter;
+  drafter.cap = std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
   const auto run = [&](auto& target) {
-    SpeculativeDecoder decoder(target, NGramPredictor(drafter));
+    SpeculativeDecoder decoder(target, MatchDrafter(drafter));
+    decoder.set_verify_cost(cost);
     Generation out;
     const auto start = std::chrono::steady_clock::now();
     out.result = decoder.generate(prompt, options);
@@ -58,6 +70,63 @@ inline Generation generate(Transformer& model, std::span<const Token> prompt, st
   }
   SamplingModel<Transformer> sampler(model, sampling);
   return run(sampler);
+}
+
+/// The position in the middle of a generation of up to `steps` tokens after a prompt of `prompt_tokens`, where
+/// measure_pass_cost() times the passes.
+[[nodiscard]] constexpr std::size_t midway_context(std::size_t prompt_tokens, std::size_t steps) noexcept {
+  return prompt_tokens + steps / 2;
+}
+
+/// The pass widths measure_pass_cost() times for drafts up to `k`: 1, 2, 3, 5, 9, 17, ... (one more than a
+/// power of two) below k + 1, then k + 1 itself, all at most `largest` (and at least the one-token pass).
+[[nodiscard]] inline std::vector<std::size_t> cost_token_counts(std::size_t k, std::size_t largest) {
+  const std::size_t top = std::max<std::size_t>(1, std::min(k + 1, largest));
+  std::vector<std::size_t> counts = {1};
+  for (std::size_t n = 2; n < top; n = 2 * n - 1) counts.push_back(n);
+  if (counts.back() != top) counts.push_back(top);
+  return counts;
+}
+
+/// What a verify pass of this model costs against its width, timed here: one pass of each width of
+/// cost_token_counts(k, ...) at position `context` (after a prefill of fixed pseudo-random tokens), through the
+/// target generate() decodes with under `sampling` (the argmax of every row when greedy, SamplingModel's sample
+/// of every row otherwise, since that work grows with the pass too), interleaved over `repeats` rounds after a
+/// warm-up; the median of each width, normalized so that a one-token pass costs 1 (ngramspec's
+/// measure_verify_cost). A pass's attention grows with its position, so time it where generation spends its
+/// time: midway_context() gives the middle of a generation. Widths are capped by the model's max_batch() and
+/// seq_len, and the context so that the widest pass fits. Leaves the model empty (rolled back to 0). On
+/// stories260K it takes about 30 ms at k = 16.
+[[nodiscard]] inline VerifyCost measure_pass_cost(Transformer& model, std::size_t k,
+                                                  const SamplingOptions& sampling = {}, std::size_t repeats = 21,
+                                                  std::size_t context = 64) {
+  const std::size_t seq_len = model.config().seq_len;
+  const std::size_t top = std::min({k + 1, model.max_batch(), seq_len});
+  context = std::min(context, seq_len - top);
+  const std::vector<std::size_t> counts = cost_token_counts(k, top);
+  std::vector<Token> tokens(context + counts.back());
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<Token>((i * 7919 + 13) % model.vocab_size());
+  }
+  std::vector<Token> next(tokens.size());
+  const auto time_on = [&](auto& target) {
+    target.rollback(0);
+    for (std::size_t pos = 0; pos < context;) {
+      const std::size_t n = std::min(model.max_batch(), context - pos);
+      target.forward(pos, std::span<const Token>(tokens).subspan(pos, n), std::span<Token>(next).first(n));
+      pos += n;
+    }
+    const auto pass = [&](std::size_t n) {
+      target.forward(context, std::span<const Token>(tokens).subspan(context, n), std::span<Token>(next).first(n));
+      target.rollback(context);
+    };
+    VerifyCost cost = measure_verify_cost(pass, counts, repeats);
+    target.rollback(0);
+    return cost;
+  };
+  if (sampling.temperature == 0.0f) return time_on(model);
+  SamplingModel<Transformer> sampler(model, sampling);
+  return time_on(sampler);
 }
 
 }  // namespace ngramspec::llama2

@@ -12,6 +12,9 @@ namespace ngramspec::llama2 {
 namespace {
 
 constexpr std::size_t kHeaderBytes = 7 * sizeof(std::int32_t);
+// The header's fields, in file order, by their llama2.c names.
+constexpr const char* kHeaderFields[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
+                                          "n_kv_heads", "vocab_size", "seq_len"};
 // Bounds on the header's sizes, so a corrupt header fails validation instead of overflowing the size arithmetic.
 constexpr std::size_t kMaxWidth = std::size_t{1} << 20;
 
@@ -104,12 +107,22 @@ void validate(const Config& c) {
   const auto fail = [&](const std::string& what) {
     throw std::invalid_argument("llama2: inconsistent model shape (" + describe(c) + "): " + what);
   };
-  for (const std::size_t v : {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len}) {
-    if (v == 0 || v > kMaxWidth) fail("every size must be between 1 and " + std::to_string(kMaxWidth));
+  const std::size_t sizes[7] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len};
+  for (int i = 0; i < 7; ++i) {
+    if (sizes[i] == 0 || sizes[i] > kMaxWidth) {
+      fail(std::string(kHeaderFields[i]) + " = " + std::to_string(sizes[i]) + " is not between 1 and " +
+           std::to_string(kMaxWidth));
+    }
   }
-  if (c.dim % c.n_heads != 0) fail("dim must be a multiple of n_heads");
-  if (c.head_size() % 2 != 0) fail("head_size = dim / n_heads must be even for RoPE");
-  if (c.n_kv_heads > c.n_heads || c.n_heads % c.n_kv_heads != 0) fail("n_heads must be a multiple of n_kv_heads");
+  const auto value = [](const char* name, std::size_t v) { return std::string(name) + " = " + std::to_string(v); };
+  if (c.dim % c.n_heads != 0) fail(value("dim", c.dim) + " must be a multiple of " + value("n_heads", c.n_heads));
+  if (c.head_size() % 2 != 0) {
+    fail("head_size = dim / n_heads = " + std::to_string(c.dim) + " / " + std::to_string(c.n_heads) + " = " +
+         std::to_string(c.head_size()) + " must be even for RoPE");
+  }
+  if (c.n_kv_heads > c.n_heads || c.n_heads % c.n_kv_heads != 0) {
+    fail(value("n_heads", c.n_heads) + " must be a multiple of " + value("n_kv_heads", c.n_kv_heads));
+  }
 }
 
 Transformer Transformer::load(const std::filesystem::path& path, std::size_t max_batch) {
@@ -127,8 +140,8 @@ Transformer Transformer::load(const std::filesystem::path& path, std::size_t max
   for (int i = 0; i < 7; ++i) {
     // Only vocab_size carries a sign (negative = separate classifier); a negative anything else is corrupt.
     if (header[i] <= 0 && i != 5) {
-      throw std::invalid_argument("llama2: checkpoint '" + path.string() + "' has an invalid header: field " +
-                                  std::to_string(i) + " is " + std::to_string(header[i]));
+      throw std::invalid_argument("llama2: checkpoint '" + path.string() + "' has an invalid header: " +
+                                  kHeaderFields[i] + " = " + std::to_string(header[i]) + " is not positive");
     }
   }
   Config config;

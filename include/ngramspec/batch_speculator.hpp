@@ -114,10 +114,24 @@ class BatchSpeculator {
     for (std::size_t i = config_.max_sequences; i-- > 0;) free_.push_back(static_cast<std::uint32_t>(i));
   }
 
+  /// A pool of MatchDrafters with their defaults, consulting `corpus` when given; with a cost
+  /// in `config` they do not gate (min_confidence 0), since the cost then decides every
+  /// draft's worth and the gate would only cut drafts a flat pass carries for free.
+  explicit BatchSpeculator(BatchConfig config = {}, SharedCorpus* corpus = nullptr)
+    requires std::same_as<D, MatchDrafter>
+      : BatchSpeculator(std::move(config), default_drafter(config), corpus) {}
   /// A pool of MatchDrafters with `drafter`, consulting `corpus` when given.
-  explicit BatchSpeculator(BatchConfig config = {}, MatchConfig drafter = {}, SharedCorpus* corpus = nullptr)
+  BatchSpeculator(BatchConfig config, MatchConfig drafter, SharedCorpus* corpus = nullptr)
     requires std::same_as<D, MatchDrafter>
       : BatchSpeculator(std::move(config), [&drafter, corpus] { return MatchDrafter(drafter, corpus); }, corpus) {}
+
+  /// The drafter configuration BatchSpeculator(config) uses: MatchConfig's defaults, without
+  /// the gate when config has a cost.
+  [[nodiscard]] static MatchConfig default_drafter(const BatchConfig& config) {
+    MatchConfig drafter;
+    if (config.cost) drafter.min_confidence = 0;
+    return drafter;
+  }
 
   BatchSpeculator(const BatchSpeculator&) = delete;
   BatchSpeculator& operator=(const BatchSpeculator&) = delete;

@@ -16,6 +16,7 @@
 // runs the same steps for each of its sequences around one batched forward:
 //
 //   state = start_sequence(prompt.size(), options);     // once, then prefill the prompt
+//   drafter.update(prompt);                             // when speculating: it drafts from the prompt too
 //   outcome = accept_drafts(state, {}, {first_token}, options);  // the prefill's token
 //   loop:  n = propose_drafts(drafter, state, options, cap, drafts);
 //          model: forward [last emitted token, drafts[0..n)] at state.cache_length()

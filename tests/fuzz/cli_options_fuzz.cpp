@@ -29,6 +29,7 @@
 #include "generate_options.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/sampling_options.hpp"
+#include "ngramspec/verify_cost.hpp"
 #include "replay_options.hpp"
 #include "token_streams.hpp"
 
@@ -117,13 +118,18 @@ void fuzz_replay(std::span<const std::string_view> args) {
   // Reference walk.
   static const std::set<std::string_view> kValued = {
       "--streams", "--synthetic", "--drafter", "--k", "--window", "--min-order", "--max-order", "--length",
-      "--samples", "--seed", "--limit", "--timing-repeats", "--expect-al", "--tolerance"};
+      "--samples", "--seed", "--limit", "--timing-repeats", "--expect-al", "--tolerance", "--batch", "--policy",
+      "--cost"};
+  static const std::vector<std::string_view> kPolicies = {"plain", "fixed", "gate", "cost"};
   bool help = false;
   bool wrong = false;      // an argument the parser must reject
   bool may_reject = false;  // a real the reference reads but a parser may find out of range
   bool json = false;
+  bool categories = false;
   std::vector<std::string_view> streams, synthetic, drafters;
-  std::vector<std::uint64_t> ks;
+  std::vector<std::uint64_t> ks, batches;
+  std::vector<std::size_t> policies;  // indexes into kPolicies
+  std::vector<std::string> costs;     // the curves' names: "flat" or VerifyCost::spec()
   std::vector<std::pair<std::string_view, std::string_view>> last;  // numeric option, its last value
   for (std::size_t i = 0; i < args.size() && !wrong && !help; ++i) {
     const std::string_view arg = args[i];
@@ -131,6 +137,8 @@ void fuzz_replay(std::span<const std::string_view> args) {
       help = true;
     } else if (arg == "--json") {
       json = true;
+    } else if (arg == "--categories") {
+      categories = true;
     } else if (kValued.count(arg) == 0) {
       wrong = true;
     } else if (i + 1 == args.size()) {
@@ -153,6 +161,45 @@ void fuzz_replay(std::span<const std::string_view> args) {
           if (comma == std::string_view::npos || wrong) break;
           start = comma + 1;
         }
+      } else if (arg == "--batch") {
+        std::size_t start = 0;
+        for (;;) {
+          const std::size_t comma = value.find(',', start);
+          const auto b = reference_count(value.substr(start, comma == std::string_view::npos ? comma : comma - start));
+          if (!b || *b == 0 || *b > replay::kMaxBatch) wrong = true;
+          else batches.push_back(*b);
+          if (comma == std::string_view::npos || wrong) break;
+          start = comma + 1;
+        }
+      } else if (arg == "--policy") {
+        std::size_t start = 0;
+        for (;;) {
+          const std::size_t comma = value.find(',', start);
+          const std::string_view item = value.substr(start, comma == std::string_view::npos ? comma : comma - start);
+          const auto it = std::find(kPolicies.begin(), kPolicies.end(), item);
+          const auto index = static_cast<std::size_t>(it - kPolicies.begin());
+          if (it == kPolicies.end() || std::find(policies.begin(), policies.end(), index) != policies.end()) {
+            wrong = true;
+          } else {
+            policies.push_back(index);
+          }
+          if (comma == std::string_view::npos || wrong) break;
+          start = comma + 1;
+        }
+      } else if (arg == "--cost") {
+        // The curve's own parser is the reference for its forms (VerifyCost has its tests).
+        std::string name;
+        if (value == "flat") {
+          name = "flat";
+        } else {
+          try {
+            name = VerifyCost::parse(value).spec();
+          } catch (const std::invalid_argument&) {
+            wrong = true;
+          }
+        }
+        if (!wrong && std::find(costs.begin(), costs.end(), name) != costs.end()) wrong = true;
+        if (!wrong) costs.push_back(name);
       } else if (arg == "--expect-al" || arg == "--tolerance") {
         bool underflow = false;
         const auto real = reference_real(value, underflow);
@@ -187,7 +234,7 @@ void fuzz_replay(std::span<const std::string_view> args) {
   check(std::equal(options.synthetic_specs.begin(), options.synthetic_specs.end(), synthetic.begin(), synthetic.end()),
         "replay: --synthetic values differ");
   if (drafters.empty()) {
-    check(options.drafter_names == std::vector<std::string>{"ngram"}, "replay: the default drafter is not ngram");
+    check(options.drafter_names == std::vector<std::string>{"match"}, "replay: the default drafter is not match");
   } else {
     check(std::equal(options.drafter_names.begin(), options.drafter_names.end(), drafters.begin(), drafters.end()),
           "replay: --drafter values differ");
@@ -196,6 +243,22 @@ void fuzz_replay(std::span<const std::string_view> args) {
   check(std::equal(options.ks.begin(), options.ks.end(), ks.begin(), ks.end()), "replay: --k values differ");
   for (const std::size_t k : options.ks) check(k >= 1 && k <= kMaxDraftsPerPass, "replay: k out of range");
   check(options.json == json, "replay: --json differs");
+  check(options.categories == categories, "replay: --categories differs");
+  if (batches.empty()) batches.push_back(1);
+  check(std::equal(options.batches.begin(), options.batches.end(), batches.begin(), batches.end()),
+        "replay: --batch values differ");
+  check(options.costs.size() == costs.size(), "replay: --cost values differ");
+  for (std::size_t i = 0; i < std::min(costs.size(), options.costs.size()); ++i) {
+    check(options.costs[i].name == costs[i], "replay: a --cost name differs");
+  }
+  if (policies.empty()) {
+    policies = costs.empty() ? std::vector<std::size_t>{2} : std::vector<std::size_t>{0, 1, 2, 3};
+  }
+  std::sort(policies.begin(), policies.end());
+  check(options.policies.size() == policies.size(), "replay: --policy values differ");
+  for (std::size_t i = 0; i < std::min(policies.size(), options.policies.size()); ++i) {
+    check(replay::to_string(options.policies[i]) == kPolicies[policies[i]], "replay: a --policy value differs");
+  }
   check(options.defaults.window >= 1 && options.defaults.min_order >= 1 && options.defaults.max_order >= 1,
         "replay: a drafter default is 0");
   check(options.length >= 1 && options.samples >= 1, "replay: --length or --samples is 0");

@@ -1,6 +1,8 @@
-// End to end on the shared stories260K checkpoint: golden greedy output, and speculative == plain.
+// End to end on the shared stories260K checkpoint: golden greedy output, and speculative == plain, with and
+// without a verify cost model; and the cost measurement itself.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -120,6 +122,74 @@ TEST(Llama2Decode, SampledSpeculativeEqualsSampledPlainForEachSeed) {
   }
   EXPECT_GT(accepted, 0u) << "no draft was ever accepted, so the comparison proves little";
   EXPECT_NE(stories.front(), stories.back());
+}
+
+TEST(Llama2Cost, TokenCountsAreOneMoreThanPowersOfTwoUpToKPlusOne) {
+  using Counts = std::vector<std::size_t>;
+  EXPECT_EQ(cost_token_counts(16, 64), (Counts{1, 2, 3, 5, 9, 17}));
+  EXPECT_EQ(cost_token_counts(4, 64), (Counts{1, 2, 3, 5}));
+  EXPECT_EQ(cost_token_counts(6, 64), (Counts{1, 2, 3, 5, 7}));
+  EXPECT_EQ(cost_token_counts(1, 64), (Counts{1, 2}));
+  EXPECT_EQ(cost_token_counts(16, 8), (Counts{1, 2, 3, 5, 8}));  // capped by max_batch or seq_len
+  EXPECT_EQ(cost_token_counts(16, 1), (Counts{1}));
+}
+
+// The measured curve is a table over those widths, normalized to a one-token pass, that parses back from its
+// spec; the model is left empty and still decodes as before.
+TEST(Llama2Cost, MeasuresATableAndLeavesTheModelEmpty) {
+  const Config config{32, 64, 2, 4, 2, 64, 48, true};
+  Transformer model = Transformer::random(config, 7, 17);
+  const std::vector<Token> prompt = {1, 5, 9};
+  const Generation before = generate(model, prompt, 20, 4, false);
+  const VerifyCost cost = measure_pass_cost(model, 16, {}, 3, midway_context(prompt.size(), 20));
+  EXPECT_EQ(model.length(), 0u);
+  ASSERT_EQ(cost.points().size(), 6u);
+  EXPECT_EQ(cost.points()[0].tokens, 1u);
+  EXPECT_DOUBLE_EQ(cost.points()[0].cost, 1.0);
+  EXPECT_EQ(cost.points()[5].tokens, 17u);
+  for (std::size_t i = 1; i < cost.points().size(); ++i) EXPECT_GE(cost.points()[i].cost, cost.points()[i - 1].cost);
+  EXPECT_EQ(VerifyCost::parse(cost.spec()).spec(), cost.spec());
+  EXPECT_EQ(generate(model, prompt, 20, 4, false).result.tokens, before.result.tokens);
+
+  // Sampled: timed through the sampler; a context past seq_len is pulled back so the widest pass fits.
+  SamplingOptions sampling;
+  sampling.temperature = 0.8f;
+  sampling.seed = 3;
+  const VerifyCost sampled = measure_pass_cost(model, 16, sampling, 2, 1000);
+  EXPECT_EQ(sampled.points().back().tokens, 17u);
+  EXPECT_EQ(model.length(), 0u);
+}
+
+// With a cost model the drafts are sized per pass; output is still plain decoding's, greedy and sampled, under
+// the measured curve, a flat one (knee: long drafts) and a steep one (knee:1: no drafts at all).
+TEST(Llama2Decode, CostAwareSpeculationEqualsPlain) {
+  NGRAMSPEC_REQUIRE_MODELS();
+  Transformer model = Transformer::load(models_dir() / "stories260K.bin");
+  const Tokenizer tokenizer(models_dir() / "tok512.bin", model.vocab_size());
+  SamplingOptions sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_p = 0.95f;
+  sampled.seed = 7;
+  std::size_t flat_accepted = 0;
+  for (const SamplingOptions& sampling : {SamplingOptions{}, sampled}) {
+    const VerifyCost measured = measure_pass_cost(model, 16, sampling, 3);
+    for (const char* text : {"Once upon a time", "Lily wanted to", "The little dog"}) {
+      SCOPED_TRACE(std::string("prompt \"") + text + "\", temperature " + std::to_string(sampling.temperature));
+      const std::vector<Token> prompt = tokenizer.encode(text);
+      const Generation plain = generate(model, prompt, 96, 16, false, sampling);
+      for (const VerifyCost& cost : {measured, VerifyCost::knee(64), VerifyCost::knee(1)}) {
+        SCOPED_TRACE("cost " + cost.spec());
+        const Generation spec = generate(model, prompt, 96, 16, true, sampling, cost);
+        EXPECT_EQ(spec.result.tokens, plain.result.tokens);
+        EXPECT_EQ(spec.result.stop_reason, plain.result.stop_reason);
+        if (cost.spec() == "knee:1") {
+          EXPECT_EQ(spec.result.stats.drafted, 0u);  // no draft can pay
+        }
+        if (cost.spec() == "knee:64") flat_accepted += spec.result.stats.accepted;
+      }
+    }
+  }
+  EXPECT_GT(flat_accepted, 0u) << "a flat cost never had a draft accepted, so the comparison proves little";
 }
 
 TEST(Llama2Decode, RejectsAPromptLongerThanSeqLen) {

@@ -1,8 +1,11 @@
 // The transformer's kernels: batch invariance, rollback, argmax, the forward contract, checkpoint validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
+#include <stdexcept>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -309,6 +312,58 @@ TEST_F(Llama2Checkpoint, RejectsAHeaderWhoseKvCacheWouldBeEnormous) {
   write(path("kv.bin"), huge, 0);
   const std::string error = load_error(path("kv.bin"));
   EXPECT_NE(error.find("needs a KV cache"), std::string::npos) << error;
+}
+
+// Every header check names the field it rejects, by its llama2.c name, and the value read.
+TEST_F(Llama2Checkpoint, HeaderErrorsNameTheFieldAndItsValue) {
+  const Config c = small_configs()[0];
+  const std::int32_t good[7] = {static_cast<std::int32_t>(c.dim),        static_cast<std::int32_t>(c.hidden_dim),
+                                static_cast<std::int32_t>(c.n_layers),   static_cast<std::int32_t>(c.n_heads),
+                                static_cast<std::int32_t>(c.n_kv_heads), static_cast<std::int32_t>(c.vocab_size),
+                                static_cast<std::int32_t>(c.seq_len)};
+  const char* const names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
+  for (int field = 0; field < 7; ++field) {
+    for (const std::int32_t value : {0, -3, 1 << 21}) {
+      if (field == 5 && value == -3) continue;  // a negative vocab_size is a separate classifier
+      std::int32_t header[7];
+      std::copy(std::begin(good), std::end(good), header);
+      header[field] = value;
+      {
+        std::ofstream out(path("field.bin"), std::ios::binary | std::ios::trunc);
+        out.write(reinterpret_cast<const char*>(header), sizeof header);
+      }
+      const std::string error = load_error(path("field.bin"));
+      const std::string named = std::string(names[field]) + " = " + std::to_string(value) + " ";
+      EXPECT_NE(error.find(named), std::string::npos) << "want '" << named << "' in: " << error;
+      EXPECT_EQ(error.find("field "), std::string::npos) << error;
+    }
+  }
+}
+
+TEST(Llama2Model, ShapeErrorsNameTheFieldsAndValues) {
+  const auto error = [](const Config& c) {
+    try {
+      validate(c);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(valid)");
+  };
+  Config c = small_configs()[0];
+  c.n_heads = 3;
+  EXPECT_NE(error(c).find("dim = 40 must be a multiple of n_heads = 3"), std::string::npos) << error(c);
+  c = small_configs()[0];
+  c.n_kv_heads = 3;
+  EXPECT_NE(error(c).find("n_heads = 4 must be a multiple of n_kv_heads = 3"), std::string::npos) << error(c);
+  c = small_configs()[0];
+  c.n_heads = 8;
+  EXPECT_NE(error(c).find("head_size = dim / n_heads = 40 / 8 = 5 must be even"), std::string::npos) << error(c);
+  c = small_configs()[0];
+  c.seq_len = 0;
+  EXPECT_NE(error(c).find("seq_len = 0 is not between 1 and 1048576"), std::string::npos) << error(c);
+  c = small_configs()[0];
+  c.hidden_dim = 2000000;
+  EXPECT_NE(error(c).find("hidden_dim = 2000000 is not between 1 and 1048576"), std::string::npos) << error(c);
 }
 
 TEST(Llama2SharedCheckpoint, HeaderMatchesItsReadme) {

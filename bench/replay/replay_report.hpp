@@ -1,0 +1,82 @@
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "drafter_registry.hpp"
+#include "replay_options.hpp"
+#include "replay_runner.hpp"
+#include "serving_sim.hpp"
+#include "token_streams.hpp"
+
+namespace ngramspec::replay {
+
+/// Counts of a set of records replayed one way.
+struct Totals {
+  std::size_t samples = 0;
+  std::size_t generated = 0;
+  std::size_t passes = 0;  ///< per record: decode passes it took part in + its prefill
+  std::size_t drafted = 0;
+  std::size_t accepted = 0;
+  double drafter_ns = 0;
+  std::size_t peak_bytes = 0;
+  /// Overall: the decode passes' cost (ServeResult::simulated_cost); for a category, what its
+  /// records were charged (ServedRecord::cost).
+  double simulated_cost = 0;
+
+  /// A record's counts, and its drafter time and peak heap from `timing`.
+  void add(std::size_t record_generated, std::size_t record_passes, std::size_t record_drafted,
+           std::size_t record_accepted, const RecordResult& timing) {
+    ++samples;
+    generated += record_generated;
+    passes += record_passes;
+    drafted += record_drafted;
+    accepted += record_accepted;
+    drafter_ns += timing.drafter_ns;
+    peak_bytes = std::max(peak_bytes, timing.drafter_peak_bytes);
+  }
+  [[nodiscard]] double mean_accepted_length() const { return passes ? double(generated) / double(passes) : 0.0; }
+  [[nodiscard]] double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
+  // Decode passes carry drafts; the prefill pass does not.
+  [[nodiscard]] double rejected_per_pass() const {
+    return passes > samples ? double(drafted - accepted) / double(passes - samples) : 0.0;
+  }
+  [[nodiscard]] double ns_per_token() const { return generated ? drafter_ns / double(generated) : 0.0; }
+};
+
+/// One line of the report: a drafter at k drafts, served `batch` at a time under `policy`,
+/// priced under the cost `cost`, over the records of `category` ("overall": all of them).
+struct Row {
+  std::string drafter;
+  std::size_t k = 0;  ///< 0 for plain decoding, which drafts nothing
+  std::size_t batch = 1;
+  Policy policy = Policy::gate;
+  std::string cost;  ///< CostCurve::name: "flat", "knee:N" or "table:..."
+  std::string category;
+  Totals totals;
+  /// Simulated cost of plain decoding of the same records at the same batch and cost, divided
+  /// by this row's (1 when both are 0: records of one token have no decode pass).
+  double speedup = 1;
+};
+
+/// Runs every drafter of `drafters` over `streams` (in file order) at every k, batch, cost and
+/// policy of `options`, and returns the rows, for each drafter by cost, batch, k (plain first,
+/// as k 0) and policy, each with a row per category (in order of first appearance) and an
+/// "overall" row when there is more than one category.
+///
+/// Each serving simulation is DrafterEntry::serve; plain decoding is simulated once per batch
+/// (with the first drafter, whose drafts it never asks for) and gives every row its speedup.
+/// The drafter's time and peak heap come from the single-sequence replay of each record
+/// (DrafterEntry::run, or run_ungated for fixed and cost), whatever the batch; plain rows have
+/// none. At batch 1, the fixed and gate simulations must reproduce the single-sequence replay
+/// exactly (each record's generated tokens, passes, drafts and accepted drafts): a difference
+/// throws std::logic_error. Throws std::runtime_error when an output departs from its
+/// recording.
+[[nodiscard]] std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters,
+                                            std::span<const TokenStream> streams, const ReplayOptions& options,
+                                            const HeapMeter& meter = {});
+
+}  // namespace ngramspec::replay
