@@ -327,6 +327,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
   bool has_prompt = false;
   bool speculate = true;
   bool check_flag = false;
+  bool has_k = false;
   llama2::GenerateOptions expected;
   for (std::size_t i = 0; i < args.size() && !wrong && !help; ++i) {
     const std::string_view arg = args[i];
@@ -336,8 +337,8 @@ void fuzz_generate(std::span<const std::string_view> args) {
       speculate = false;
     } else if (arg == "--check") {
       check_flag = true;
-    } else if (arg != "--model" && arg != "--tokenizer" && arg != "--prompt" && kCounts.count(arg) == 0 &&
-               kReals.count(arg) == 0) {
+    } else if (arg != "--model" && arg != "--tokenizer" && arg != "--prompt" && arg != "--cost" &&
+               kCounts.count(arg) == 0 && kReals.count(arg) == 0) {
       wrong = true;
     } else if (i + 1 == args.size()) {
       wrong = true;
@@ -350,6 +351,21 @@ void fuzz_generate(std::span<const std::string_view> args) {
       } else if (arg == "--prompt") {
         expected.prompt = value;
         has_prompt = true;
+      } else if (arg == "--cost") {
+        if (value == "measure") {
+          expected.cost_source = llama2::GenerateOptions::Cost::measure;
+          expected.cost.reset();
+        } else if (value == "none") {
+          expected.cost_source = llama2::GenerateOptions::Cost::none;
+          expected.cost.reset();
+        } else {
+          try {
+            expected.cost = VerifyCost::parse(value);
+            expected.cost_source = llama2::GenerateOptions::Cost::given;
+          } catch (const std::invalid_argument&) {
+            wrong = true;
+          }
+        }
       } else if (kCounts.count(arg) != 0) {
         const auto count = reference_count(value);
         if (!count) {
@@ -358,6 +374,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
           expected.steps = *count;
         } else if (arg == "--k") {
           expected.k = *count;
+          has_k = true;
         } else if (arg == "--top-k") {
           expected.sampling.top_k = *count;
         } else {
@@ -379,6 +396,9 @@ void fuzz_generate(std::span<const std::string_view> args) {
     }
   }
   if (!help && !wrong) {
+    if (!has_k && expected.cost_source == llama2::GenerateOptions::Cost::none) {
+      expected.k = llama2::GenerateOptions::kDefaultKWithoutCost;
+    }
     if (expected.model.empty() || expected.tokenizer.empty() || !has_prompt) wrong = true;
     if (expected.k == 0 || expected.k > kMaxDraftsPerPass) wrong = true;
     try {
@@ -410,6 +430,9 @@ void fuzz_generate(std::span<const std::string_view> args) {
             options.sampling.top_p == expected.sampling.top_p && options.sampling.min_p == expected.sampling.min_p,
         "generate: a real option differs");
   check(options.speculate == speculate && options.check == check_flag, "generate: a flag differs");
+  check(options.cost_source == expected.cost_source && options.cost.has_value() == expected.cost.has_value() &&
+            (!options.cost || options.cost->spec() == expected.cost->spec()),
+        "generate: --cost differs");
   try {
     validate(options.sampling);
   } catch (...) {
