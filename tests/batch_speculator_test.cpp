@@ -18,6 +18,7 @@
 
 #include "ngramspec/speculative_decoder.hpp"
 #include "support/allocation_counter.hpp"
+#include "support/thrown_message.hpp"
 #include "support/mock_models.hpp"
 #include "support/test_drafters.hpp"
 
@@ -26,17 +27,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-/// The message of the std::invalid_argument that `f` throws ("" and a failure if none).
-template <class F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no std::invalid_argument";
-  return "";
-}
 
 /// An estimating drafter whose estimates are garbage (NaN, negative, above 1, increasing):
 /// they may cost passes but never change the output.

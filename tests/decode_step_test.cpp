@@ -18,6 +18,7 @@
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/speculative_decoder.hpp"
 #include "support/allocation_counter.hpp"
+#include "support/thrown_message.hpp"
 #include "support/mock_models.hpp"
 #include "support/test_drafters.hpp"
 
@@ -45,17 +46,6 @@ SequenceState state_with(std::size_t prompt_length, std::size_t generated) {
   return state;
 }
 
-/// The message of the std::invalid_argument that `f` throws ("" and a failure if none).
-template <class F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no std::invalid_argument";
-  return "";
-}
 
 static_assert(noexcept(remaining_tokens(SequenceState{}, DecodeOptions{})));
 static_assert(noexcept(draft_limit(SequenceState{}, DecodeOptions{}, 0)));

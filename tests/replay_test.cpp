@@ -28,6 +28,7 @@
 #include "replay_runner.hpp"
 #include "serving_sim.hpp"
 #include "token_streams.hpp"
+#include "support/thrown_message.hpp"
 
 namespace ngramspec::test {
 namespace {
@@ -51,20 +52,6 @@ std::vector<TokenStream> parse_text(const std::string& text, std::string_view so
   return parse_streams(in, source);
 }
 
-// The message of the exception `f` throws, which must be an E; "" (and a test failure) otherwise.
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw the wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
 
 Tokens whole_sequence(const TokenStream& stream) {
   Tokens all = stream.prompt;

@@ -8,21 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "support/thrown_message.hpp"
+
 namespace ngramspec {
 namespace {
 
 using ::testing::HasSubstr;
+using test::invalid_argument_message;
 
-template <class F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no std::invalid_argument";
-  return "";
-}
 
 TEST(VerifyCost, AKneeIsFlatThenLinearThroughTheOrigin) {
   const VerifyCost cost = VerifyCost::knee(256);
