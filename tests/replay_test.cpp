@@ -983,14 +983,7 @@ const replay::Row& row_of(const std::vector<replay::Row>& rows, std::size_t batc
 
 std::vector<replay::Row> measure(const std::vector<std::string_view>& args) {
   const replay::ReplayOptions options = parse_measure_args(args);
-  std::vector<TokenStream> streams;
-  for (const std::string& text : options.synthetic_specs) {
-    SyntheticSpec spec = parse_synthetic(text);
-    spec.output_length = options.length;
-    spec.samples = options.samples;
-    spec.seed = options.seed;
-    for (TokenStream& s : make_synthetic(spec)) streams.push_back(std::move(s));
-  }
+  const std::vector<TokenStream> streams = replay::load_streams(options);
   std::vector<replay::DrafterEntry> drafters;
   for (const std::string& name : options.drafter_names) drafters.push_back(make_drafter(name, options.defaults));
   return replay::measure_rows(drafters, streams, options);

@@ -218,19 +218,7 @@ int run(int argc, char** argv) {
     std::printf(kUsage, drafter_names_help().c_str());
     return 0;
   }
-  std::vector<TokenStream> streams;
-  for (const std::string& file : options.stream_files) {
-    std::vector<TokenStream> read = read_streams(file);
-    if (options.limit != 0 && read.size() > options.limit) read.resize(options.limit);
-    for (TokenStream& s : read) streams.push_back(std::move(s));
-  }
-  for (const std::string& text : options.synthetic_specs) {
-    SyntheticSpec spec = parse_synthetic(text);
-    spec.output_length = options.length;
-    spec.samples = options.samples;
-    spec.seed = options.seed;
-    for (TokenStream& s : make_synthetic(spec)) streams.push_back(std::move(s));
-  }
+  const std::vector<TokenStream> streams = load_streams(options);
 
   std::vector<DrafterEntry> drafters;
   for (const std::string& name : options.drafter_names) drafters.push_back(make_drafter(name, options.defaults));

@@ -8,6 +8,23 @@
 #include <utility>
 
 namespace ngramspec::replay {
+
+std::vector<TokenStream> load_streams(const ReplayOptions& options) {
+  std::vector<TokenStream> streams;
+  for (const std::string& file : options.stream_files) {
+    std::vector<TokenStream> read = read_streams(file);
+    if (options.limit != 0 && read.size() > options.limit) read.resize(options.limit);
+    for (TokenStream& s : read) streams.push_back(std::move(s));
+  }
+  for (const std::string& text : options.synthetic_specs) {
+    SyntheticSpec spec = parse_synthetic(text);
+    spec.output_length = options.length;
+    spec.samples = options.samples;
+    spec.seed = options.seed;
+    for (TokenStream& s : make_synthetic(spec)) streams.push_back(std::move(s));
+  }
+  return streams;
+}
 namespace {
 
 bool wants(const ReplayOptions& options, Policy policy) {

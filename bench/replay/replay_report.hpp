@@ -14,6 +14,10 @@
 
 namespace ngramspec::replay {
 
+/// The records the options name: every --streams file (its first --limit records), then every
+/// --synthetic spec (--length, --samples, --seed). Throws as read_streams and parse_synthetic do.
+[[nodiscard]] std::vector<TokenStream> load_streams(const ReplayOptions& options);
+
 /// Counts of a set of records replayed one way.
 struct Totals {
   std::size_t samples = 0;
