@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "support/allocation_counter.hpp"
@@ -53,6 +54,30 @@ TEST(AllocationCounter, NestedCountersEachCountFromTheirStart) {
   const std::size_t outer_count = outer.count();  // read before any assertion, which may allocate
   EXPECT_EQ(inner_count, 1U);
   EXPECT_EQ(outer_count, 3U);
+}
+
+TEST(FailingAllocations, LetsTheFirstAllocationsThroughThenThrowsBadAlloc) {
+  std::unique_ptr<int> first;
+  bool threw = false;
+  std::size_t failed = 0;
+  int* nothrow = nullptr;
+  {
+    const FailingAllocations failing(1);
+    first = allocate(1);
+    try {
+      auto second = allocate(2);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    nothrow = new (std::nothrow) int(3);
+    failed = failing.failed();
+  }
+  auto after = allocate(4);  // allocations work again once it is gone
+  EXPECT_NE(first, nullptr);
+  EXPECT_TRUE(threw);
+  EXPECT_EQ(nothrow, nullptr);
+  EXPECT_EQ(failed, 2U);
+  EXPECT_EQ(*after, 4);
 }
 
 }  // namespace

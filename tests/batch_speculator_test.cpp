@@ -427,6 +427,29 @@ TEST(BatchSpeculator, TheTokenBudgetCapsThePass) {
   EXPECT_EQ(spec.propose(ids, drafts, offsets, 8), 0U);  // 8 more tokens of prefill leave no room
 }
 
+// extra_tokens is the engine's number: one near SIZE_MAX must not wrap the pass's token count
+// into "no budget" and let the drafts run past the drafts buffer.
+TEST(BatchSpeculator, HugeExtraTokensNeverLetTheDraftsOverflowTheirBuffer) {
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 1}, MatchConfig{.cap = 64, .count_window = 32, .min_confidence = 0});
+  const std::vector<SequenceId> ids{5};
+  DecodeOptions options;
+  options.max_drafts = 8;
+  spec.begin(5, {1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2}, options);
+  std::vector<StepOutcome> steps(1);
+  spec.accept(ids, std::vector<Token>{3}, std::vector<std::size_t>{0, 1}, steps);
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  constexpr Token kSentinel = 0xDEADBEEF;
+  std::vector<std::size_t> offsets(2);
+  for (const std::size_t extra : {std::size_t{0}, kMax - 3, kMax - 2, kMax - 1, kMax}) {
+    SCOPED_TRACE("extra_tokens " + std::to_string(extra));
+    std::vector<Token> buffer(10, kSentinel);
+    const std::size_t n = spec.propose(ids, std::span<Token>(buffer).first(2), offsets, extra);
+    EXPECT_LE(n, 2U);
+    EXPECT_EQ(offsets[1], n);
+    EXPECT_TRUE(std::all_of(buffer.begin() + 2, buffer.end(), [](Token t) { return t == kSentinel; }));
+  }
+}
+
 TEST(BatchSpeculator, FinishAppendsTheOutputToTheCorpusAndCancelDoesNot) {
   SharedCorpus corpus(SharedCorpus::min_bytes());
   BatchSpeculator<> spec(BatchConfig{.max_sequences = 2, .max_record_tokens = 3}, MatchConfig{.cap = 64}, &corpus);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -210,15 +211,20 @@ class BatchSpeculator {
       lengths_.resize(ids.size());
     }
 
+    // Token counts add up saturating: extra_tokens is the caller's, and a sum that wrapped
+    // would lift the budget that keeps the drafts inside `drafts`.
+    const auto plus = [](std::size_t a, std::size_t b) noexcept {
+      return a > std::numeric_limits<std::size_t>::max() - b ? std::numeric_limits<std::size_t>::max() : a + b;
+    };
     std::size_t base_tokens = extra_tokens;
     std::size_t made = 0;
     candidate_offsets_[0] = 0;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       const Slot& slot = slot_of(ids[i]);
       if (slot.state.generated == 0) {
-        base_tokens += slot.state.prompt_length;
+        base_tokens = plus(base_tokens, slot.state.prompt_length);
       } else {
-        ++base_tokens;
+        base_tokens = plus(base_tokens, 1);
         const std::size_t limit = draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
         made += detail::draft_with_estimates(slot.drafter, std::span<Token>(candidates_).subspan(made, limit),
                                              std::span<float>(probabilities_).subspan(made, limit), slot.rate);
@@ -227,7 +233,7 @@ class BatchSpeculator {
     }
 
     // The drafts buffer is a budget too: the pass carries at most base_tokens + drafts.size().
-    std::size_t budget = base_tokens + drafts.size();
+    std::size_t budget = plus(base_tokens, drafts.size());
     if (config_.max_pass_tokens != 0) budget = std::min(budget, config_.max_pass_tokens);
     const VerifyCost* cost = config_.cost ? &*config_.cost : nullptr;
     planner_.plan(cost, base_tokens, static_cast<double>(ids.size()), budget,

@@ -1,7 +1,9 @@
 # Tests that consume ngramspec the three ways engines do — installed and found with
 # find_package, vendored with add_subdirectory, pulled in with FetchContent — each configuring,
-# building (-Werror) and running tests/consumer/consumer.cpp; plus the checks that the README's
-# code and demo output are what the repository's code is and prints. Top-level builds only.
+# building (-Werror) and running tests/consumer/consumer.cpp; the C ABI's program
+# (tests/consumer/c_api/consumer.c) built against the installed package with find_package and
+# with pkg-config; plus the checks that the README's code and demo output are what the
+# repository's code is and prints. Top-level builds only.
 
 if(NGRAMSPEC_TOP_LEVEL)
   set(_ngramspec_consumer_source ${CMAKE_CURRENT_LIST_DIR})
@@ -55,6 +57,14 @@ if(NGRAMSPEC_TOP_LEVEL)
     else()
       set(_ngramspec_library_files "$<TARGET_FILE_NAME:ngramspec>")
     endif()
+    set(_ngramspec_extra_files "")
+    if(TARGET ngramspec_c)
+      # The C ABI: libngramspec.so, its SONAME link and the real file, and the pkg-config file.
+      string(CONCAT _ngramspec_library_files "${_ngramspec_library_files}$<SEMICOLON>"
+        "$<TARGET_FILE_NAME:ngramspec_c>$<SEMICOLON>$<TARGET_SONAME_FILE_NAME:ngramspec_c>$<SEMICOLON>"
+        "$<TARGET_LINKER_FILE_NAME:ngramspec_c>")
+      set(_ngramspec_extra_files "${CMAKE_INSTALL_LIBDIR}/pkgconfig/ngramspec.pc")
+    endif()
     add_test(NAME consumer.install
       COMMAND ${CMAKE_COMMAND}
         -DBUILD_DIR=${PROJECT_BINARY_DIR}
@@ -65,6 +75,7 @@ if(NGRAMSPEC_TOP_LEVEL)
         -DLIBDIR=${CMAKE_INSTALL_LIBDIR}
         -DDATADIR=${CMAKE_INSTALL_DATADIR}
         "-DLIBRARY_FILES=${_ngramspec_library_files}"
+        "-DEXTRA_FILES=${_ngramspec_extra_files}"
         -P ${_ngramspec_consumer_source}/install_and_check.cmake)
     set_tests_properties(consumer.install PROPERTIES FIXTURES_SETUP ngramspec_installed TIMEOUT 120)
     _ngramspec_consumer_test(find_package REQUIRES ngramspec_installed
@@ -72,6 +83,43 @@ if(NGRAMSPEC_TOP_LEVEL)
         -DCMAKE_PREFIX_PATH=${_ngramspec_consumer_prefix}
         -DNGRAMSPEC_EXPECTED_PREFIX=${_ngramspec_consumer_prefix}
         -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+
+    # The C ABI from C: with find_package (ngramspec::ngramspec_c), and with pkg-config alone.
+    if(TARGET ngramspec_c)
+      list(JOIN NGRAMSPEC_C_SANITIZER_FLAGS " " _ngramspec_c_sanitizers)
+      list(JOIN NGRAMSPEC_C_SANITIZER_LINK_FLAGS " " _ngramspec_c_sanitizer_link)
+      string(STRIP "${CMAKE_C_FLAGS} ${_ngramspec_c_sanitizers}" _ngramspec_consumer_c_flags)
+      string(STRIP "${CMAKE_EXE_LINKER_FLAGS} ${_ngramspec_c_sanitizer_link}" _ngramspec_consumer_c_link_flags)
+      _ngramspec_consumer_test(c_api REQUIRES ngramspec_installed
+        CONFIGURE_ARGS
+          -DCMAKE_C_COMPILER=${CMAKE_C_COMPILER}
+          "-DCMAKE_C_FLAGS=${_ngramspec_consumer_c_flags}"
+          "-DCMAKE_EXE_LINKER_FLAGS=${_ngramspec_consumer_c_link_flags}"
+          -DCMAKE_PREFIX_PATH=${_ngramspec_consumer_prefix}
+          -DNGRAMSPEC_EXPECTED_PREFIX=${_ngramspec_consumer_prefix}
+          -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+      find_program(NGRAMSPEC_PKG_CONFIG NAMES pkg-config pkgconf DOC "pkg-config, for the consumer.pkg_config test")
+      if(NGRAMSPEC_PKG_CONFIG)
+        add_test(NAME consumer.pkg_config
+          COMMAND ${CMAKE_COMMAND}
+            -DPKG_CONFIG=${NGRAMSPEC_PKG_CONFIG}
+            -DPREFIX=${_ngramspec_consumer_prefix}
+            -DLIBDIR=${CMAKE_INSTALL_LIBDIR}
+            -DC_COMPILER=${CMAKE_C_COMPILER}
+            "-DC_FLAGS=${_ngramspec_consumer_c_flags}"
+            "-DLINK_FLAGS=${_ngramspec_c_sanitizer_link}"
+            -DSOURCE=${_ngramspec_consumer_source}/c_api/consumer.c
+            -DBINARY_DIR=${_ngramspec_consumer_binary}/pkg_config
+            -DEXPECTED_VERSION=${PROJECT_VERSION}
+            -P ${_ngramspec_consumer_source}/pkg_config_consumer.cmake)
+        set_tests_properties(consumer.pkg_config PROPERTIES FIXTURES_REQUIRED ngramspec_installed TIMEOUT 120)
+      else()
+        add_test(NAME consumer.pkg_config
+          COMMAND ${CMAKE_COMMAND} -E echo
+            "SKIPPED: pkg-config is not installed (apt-get install pkg-config), so the pkg-config build is not tested")
+        set_tests_properties(consumer.pkg_config PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED:")
+      endif()
+    endif()
   endif()
 
   # As a subproject, ngramspec must not look for its test and benchmark dependencies at all:

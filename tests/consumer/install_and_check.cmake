@@ -1,9 +1,11 @@
 # Installs a built ngramspec tree to a fresh prefix and checks that the prefix holds exactly
-# what a find_package consumer needs: every public header (detail/ included), the library, the
-# package files and the license; nothing from tests, benchmarks or examples.
+# what a consumer needs: every public header (detail/ and the C ABI's ngramspec.h included), the
+# libraries, the package files (and the C ABI's pkg-config file) and the license; nothing from
+# tests, benchmarks or examples.
 #
 # cmake -DBUILD_DIR=<build tree> -DPREFIX=<prefix> -DCONFIG=<config> -DSOURCE_DIR=<source tree>
-#       -DINCLUDEDIR=include -DLIBDIR=lib -DDATADIR=share -DLIBRARY_FILES=<file names> -P install_and_check.cmake
+#       -DINCLUDEDIR=include -DLIBDIR=lib -DDATADIR=share -DLIBRARY_FILES=<file names>
+#       [-DEXTRA_FILES=<paths under the prefix>] -P install_and_check.cmake
 
 cmake_minimum_required(VERSION 3.25)
 
@@ -25,7 +27,7 @@ if(NOT result EQUAL 0)
 endif()
 
 set(package_dir ${LIBDIR}/cmake/ngramspec)
-file(GLOB_RECURSE headers RELATIVE ${SOURCE_DIR}/include ${SOURCE_DIR}/include/*.hpp)
+file(GLOB_RECURSE headers RELATIVE ${SOURCE_DIR}/include ${SOURCE_DIR}/include/*.hpp ${SOURCE_DIR}/include/*.h)
 list(FILTER headers INCLUDE REGEX "^ngramspec/")
 set(expected)
 foreach(header IN LISTS headers)
@@ -34,6 +36,12 @@ endforeach()
 foreach(library IN LISTS LIBRARY_FILES)
   list(APPEND expected ${LIBDIR}/${library})
 endforeach()
+# The Python package and its link to the library (python/CMakeLists.txt lists them).
+if(EXISTS "${BUILD_DIR}/python/installed_files.txt")
+  file(STRINGS "${BUILD_DIR}/python/installed_files.txt" python_files)
+  list(APPEND expected ${python_files})
+endif()
+list(APPEND expected ${EXTRA_FILES})
 list(APPEND expected
   ${package_dir}/ngramspecConfig.cmake
   ${package_dir}/ngramspecConfigVersion.cmake

@@ -20,4 +20,23 @@ class AllocationCounter {
   bool was_active_;
 };
 
+/// Makes this thread's allocations through the global operator new fail while an instance lives:
+/// the first `succeed` of them succeed, every later one throws std::bad_alloc (the nothrow forms
+/// return nullptr). For testing what a call does when memory runs out.
+/// Linking tests/support/allocation_counter.cpp replaces the global allocation functions.
+class FailingAllocations {
+ public:
+  explicit FailingAllocations(std::size_t succeed = 0) noexcept;
+  ~FailingAllocations();
+  FailingAllocations(const FailingAllocations&) = delete;
+  FailingAllocations& operator=(const FailingAllocations&) = delete;
+  /// Allocations refused so far.
+  [[nodiscard]] std::size_t failed() const noexcept;
+
+ private:
+  std::size_t previous_left_;
+  bool previous_failing_;
+  std::size_t failed_start_;
+};
+
 }  // namespace ngramspec::test

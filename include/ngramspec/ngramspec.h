@@ -1,0 +1,245 @@
+/* ngramspec: n-gram speculative decoding, the C ABI.
+ *
+ * One stable binary boundary for engines written in C, Rust, Go, Python (ctypes) and anything else
+ * that calls C. Plain C11; every symbol starts with ngramspec_ / NGRAMSPEC_.
+ *
+ * Conventions
+ * - Objects are opaque handles made by *_create and released by *_free. Passing NULL to *_free does
+ *   nothing; using a handle after freeing it (or freeing it twice) is undefined.
+ * - Every call that can fail returns an ngramspec_status. On failure nothing was changed, and
+ *   ngramspec_last_error() returns a message naming what was wrong and the value (the argument, the
+ *   size, the sequence id), valid on the calling thread until its next failing call.
+ * - No C++ exception crosses this boundary and no bad argument aborts: NULL handles and pointers,
+ *   sizes that disagree and unknown ids are reported as NGRAMSPEC_ERROR_INVALID_ARGUMENT.
+ * - Tokens are uint32_t arrays with explicit lengths; outputs go to caller-owned arrays whose
+ *   capacity is passed in, and counts come back through pointers.
+ * - Hot calls (update, predict, propose, accept) allocate nothing once warm.
+ * - Thread safety is that of the C++ classes: a drafter or batch speculator is driven by one thread
+ *   at a time; a corpus takes drafts from any number of threads while one appends.
+ *
+ * Sections: the stable API below; the EXPERIMENTAL section at the end may change between minor
+ * versions.
+ */
+#ifndef NGRAMSPEC_NGRAMSPEC_H
+#define NGRAMSPEC_NGRAMSPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#if defined(NGRAMSPEC_BUILDING_C_API)
+#define NGRAMSPEC_API __declspec(dllexport)
+#else
+#define NGRAMSPEC_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__) || defined(__clang__)
+#define NGRAMSPEC_API __attribute__((visibility("default")))
+#else
+#define NGRAMSPEC_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Version ---------------------------------------------------------------------------------- */
+
+#define NGRAMSPEC_VERSION_MAJOR 0
+#define NGRAMSPEC_VERSION_MINOR 2
+#define NGRAMSPEC_VERSION_PATCH 0
+/* MAJOR * 10000 + MINOR * 100 + PATCH */
+#define NGRAMSPEC_VERSION_NUMBER (NGRAMSPEC_VERSION_MAJOR * 10000 + NGRAMSPEC_VERSION_MINOR * 100 + NGRAMSPEC_VERSION_PATCH)
+
+/* The version of the library linked at run time, as NGRAMSPEC_VERSION_NUMBER computes it. */
+NGRAMSPEC_API unsigned ngramspec_version_number(void);
+/* "MAJOR.MINOR.PATCH" of the library linked at run time. */
+NGRAMSPEC_API const char* ngramspec_version_string(void);
+
+/* ---- Errors ----------------------------------------------------------------------------------- */
+
+typedef enum ngramspec_status {
+  NGRAMSPEC_OK = 0,
+  NGRAMSPEC_ERROR_INVALID_ARGUMENT = 1, /* a NULL, a size, a value or an id that is wrong */
+  NGRAMSPEC_ERROR_OUT_OF_MEMORY = 2,    /* an allocation failed (create, begin) */
+  NGRAMSPEC_ERROR_INTERNAL = 3          /* anything else; the message says what */
+} ngramspec_status;
+
+/* The status's name, e.g. "NGRAMSPEC_ERROR_INVALID_ARGUMENT"; "unknown status" for other values. */
+NGRAMSPEC_API const char* ngramspec_status_name(ngramspec_status status);
+/* The message of the calling thread's last failing call; "" when none has failed. */
+NGRAMSPEC_API const char* ngramspec_last_error(void);
+
+typedef uint32_t ngramspec_token;
+typedef uint64_t ngramspec_sequence_id;
+
+/* ---- SharedCorpus: earlier requests' outputs ---------------------------------------------------- */
+
+typedef struct ngramspec_corpus ngramspec_corpus;
+
+/* A corpus of at most max_bytes of memory (capacity: the largest power of two of tokens that fits). */
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_create(size_t max_bytes, ngramspec_corpus** out);
+NGRAMSPEC_API void ngramspec_corpus_free(ngramspec_corpus* corpus);
+/* Appends one record (a finished request's output); evicts the oldest tokens beyond the capacity. */
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_append(ngramspec_corpus* corpus, const ngramspec_token* tokens,
+                                                       size_t count);
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_clear(ngramspec_corpus* corpus);
+/* Tokens held, records appended, capacity in tokens, bytes held; 0 for a NULL corpus. */
+NGRAMSPEC_API size_t ngramspec_corpus_size(const ngramspec_corpus* corpus);
+NGRAMSPEC_API uint64_t ngramspec_corpus_records(const ngramspec_corpus* corpus);
+NGRAMSPEC_API size_t ngramspec_corpus_capacity_tokens(const ngramspec_corpus* corpus);
+NGRAMSPEC_API size_t ngramspec_corpus_memory_bytes(const ngramspec_corpus* corpus);
+
+/* ---- MatchDrafter: whole-context copies and n-gram counts (the default drafter) ------------------- */
+
+typedef struct ngramspec_match_config {
+  size_t cap;             /* most tokens the match index holds (default 8192) */
+  size_t copy_min_match;  /* copy after a match of at least this many tokens (default 2) */
+  size_t count_max_order; /* longest n-gram of the counts, 2..4 (default 3) */
+  size_t count_window;    /* the counts slide over this many tokens; 0: the cap (default 2048) */
+  double min_confidence;  /* the gate, in [0, 1) (default 0.03; 0: no gate) */
+} ngramspec_match_config;
+
+/* MatchConfig's defaults. */
+NGRAMSPEC_API ngramspec_match_config ngramspec_match_config_default(void);
+
+typedef struct ngramspec_match_drafter ngramspec_match_drafter;
+
+/* A drafter with `config` (NULL: the defaults) that consults `corpus` when not NULL (the corpus must
+ * outlive it). */
+NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_create(const ngramspec_match_config* config,
+                                                              const ngramspec_corpus* corpus,
+                                                              ngramspec_match_drafter** out);
+NGRAMSPEC_API void ngramspec_match_drafter_free(ngramspec_match_drafter* drafter);
+/* Observes `count` tokens in order (a prompt, or the tokens a pass emitted). */
+NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_update(ngramspec_match_drafter* drafter,
+                                                              const ngramspec_token* tokens, size_t count);
+/* Writes up to `capacity` drafts to `out` and their count to *count; with `probabilities` (NULL:
+ * none; else room for `capacity` floats), the estimated chance that drafts 0..j are all accepted.
+ * Elements past *count (within `capacity`) may be overwritten. */
+NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_predict(const ngramspec_match_drafter* drafter,
+                                                               ngramspec_token* out, size_t capacity,
+                                                               float* probabilities, size_t* count);
+NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_reset(ngramspec_match_drafter* drafter);
+NGRAMSPEC_API size_t ngramspec_match_drafter_memory_bytes(const ngramspec_match_drafter* drafter);
+
+/* ---- NGramPredictor: windowed n-gram counts ----------------------------------------------------- */
+
+typedef struct ngramspec_ngram_config {
+  size_t min_order; /* shortest n-gram, counting the predicted token (default 2) */
+  size_t max_order; /* longest n-gram (default 4) */
+  size_t window;    /* sliding window of recent tokens (default 512) */
+} ngramspec_ngram_config;
+
+/* NGramConfig's defaults. */
+NGRAMSPEC_API ngramspec_ngram_config ngramspec_ngram_config_default(void);
+
+typedef struct ngramspec_ngram_predictor ngramspec_ngram_predictor;
+
+/* A predictor with `config` (NULL: the defaults); the calls below work as the drafter's above. */
+NGRAMSPEC_API ngramspec_status ngramspec_ngram_predictor_create(const ngramspec_ngram_config* config,
+                                                                ngramspec_ngram_predictor** out);
+NGRAMSPEC_API void ngramspec_ngram_predictor_free(ngramspec_ngram_predictor* predictor);
+NGRAMSPEC_API ngramspec_status ngramspec_ngram_predictor_update(ngramspec_ngram_predictor* predictor,
+                                                                const ngramspec_token* tokens, size_t count);
+NGRAMSPEC_API ngramspec_status ngramspec_ngram_predictor_predict(const ngramspec_ngram_predictor* predictor,
+                                                                 ngramspec_token* out, size_t capacity,
+                                                                 float* probabilities, size_t* count);
+NGRAMSPEC_API ngramspec_status ngramspec_ngram_predictor_reset(ngramspec_ngram_predictor* predictor);
+NGRAMSPEC_API size_t ngramspec_ngram_predictor_memory_bytes(const ngramspec_ngram_predictor* predictor);
+
+/* ---- BatchSpeculator: every running sequence of an engine --------------------------------------- */
+
+typedef struct ngramspec_batch_config {
+  size_t max_sequences;     /* sequences running at once; one drafter each, made at creation (default 64) */
+  size_t max_pass_tokens;   /* most tokens one verify pass carries; 0: no limit (default 0) */
+  size_t max_record_tokens; /* output tokens of a sequence kept for the corpus (default 8192) */
+  const char* cost;         /* the verify cost, "knee:N" or "table:T=C,..." (copied); NULL: none (default) */
+  int default_drafter;      /* nonzero: MatchDrafter's defaults, without the gate when there is a cost
+                               (default 1); zero: `drafter` below */
+  ngramspec_match_config drafter;
+} ngramspec_batch_config;
+
+NGRAMSPEC_API ngramspec_batch_config ngramspec_batch_config_default(void);
+
+/* A sequence's limits (DecodeOptions). */
+typedef struct ngramspec_sequence_options {
+  size_t max_new_tokens;                /* default 128 */
+  const ngramspec_token* stop_tokens;   /* copied by begin; NULL when n_stop_tokens is 0 */
+  size_t n_stop_tokens;
+  size_t max_context;                   /* prompt + output; 0: no limit (default 0) */
+  int speculate;                        /* zero: this sequence drafts nothing (default 1) */
+  size_t max_drafts;                    /* most drafts it sends in one pass, up to 1024 (default 4) */
+} ngramspec_sequence_options;
+
+NGRAMSPEC_API ngramspec_sequence_options ngramspec_sequence_options_default(void);
+
+/* Why a sequence finished. */
+typedef enum ngramspec_stop_reason {
+  NGRAMSPEC_STOP_MAX_NEW_TOKENS = 0,
+  NGRAMSPEC_STOP_TOKEN = 1,
+  NGRAMSPEC_STOP_MAX_CONTEXT = 2
+} ngramspec_stop_reason;
+
+/* What one pass decided for one sequence. */
+typedef struct ngramspec_step {
+  size_t emitted;     /* tokens to emit: the first `emitted` of its model tokens */
+  size_t accepted;    /* drafts accepted */
+  size_t rollback_to; /* the length to roll its KV cache back to, when discarded > 0 */
+  size_t discarded;   /* positions the pass wrote beyond rollback_to */
+  int finished;       /* nonzero: the sequence is finished; finish or cancel it */
+  int stop_reason;    /* an ngramspec_stop_reason, when finished */
+} ngramspec_step;
+
+typedef struct ngramspec_batch ngramspec_batch;
+
+/* A batch speculator with `config` (NULL: the defaults); `corpus` (NULL: none) receives finished
+ * outputs and is consulted by the drafters; it must outlive the batch. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_create(const ngramspec_batch_config* config, ngramspec_corpus* corpus,
+                                                      ngramspec_batch** out);
+NGRAMSPEC_API void ngramspec_batch_free(ngramspec_batch* batch);
+/* Starts sequence `id` after the prompt (options NULL: the defaults); its drafter reads the prompt.
+ * A sequence that may emit nothing (max_new_tokens 0, or a prompt of max_context tokens) starts
+ * finished: finish or cancel it without stepping it. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_begin(ngramspec_batch* batch, ngramspec_sequence_id id,
+                                                     const ngramspec_token* prompt, size_t prompt_length,
+                                                     const ngramspec_sequence_options* options);
+/* Drafts for the pass of the sequences ids[0 .. n_ids): ids[i]'s drafts go to
+ * drafts[offsets[i] .. offsets[i + 1]) (offsets has n_ids + 1 elements); the total, at most
+ * drafts_capacity, to *n_drafts. `extra_tokens`: what else the pass carries (prefills). The ids
+ * are distinct running sequences, none finished (so at most max_sequences of them); so are accept's. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_propose(ngramspec_batch* batch, const ngramspec_sequence_id* ids,
+                                                       size_t n_ids, ngramspec_token* drafts,
+                                                       size_t drafts_capacity, size_t* offsets, size_t extra_tokens,
+                                                       size_t* n_drafts);
+/* Decides the pass: model_tokens[offsets[i] .. offsets[i + 1]) are the model's tokens for ids[i]
+ * (one more than the drafts verified; one for a sequence's prefill); writes steps[0 .. n_ids). */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_accept(ngramspec_batch* batch, const ngramspec_sequence_id* ids,
+                                                      size_t n_ids, const ngramspec_token* model_tokens,
+                                                      size_t n_model_tokens, const size_t* offsets,
+                                                      ngramspec_step* steps);
+/* Ends sequence `id`: finish appends its output to the corpus, cancel does not. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_finish(ngramspec_batch* batch, ngramspec_sequence_id id);
+NGRAMSPEC_API ngramspec_status ngramspec_batch_cancel(ngramspec_batch* batch, ngramspec_sequence_id id);
+/* Whether `id` is running (1) or not (0); 0 for a NULL batch. */
+NGRAMSPEC_API int ngramspec_batch_contains(const ngramspec_batch* batch, ngramspec_sequence_id id);
+/* Sequences running; bytes held; 0 for a NULL batch. */
+NGRAMSPEC_API size_t ngramspec_batch_size(const ngramspec_batch* batch);
+NGRAMSPEC_API size_t ngramspec_batch_memory_bytes(const ngramspec_batch* batch);
+
+/* ---- EXPERIMENTAL: may change between minor versions -------------------------------------------- */
+
+/* Totals of a batch: propose calls, drafts verified, drafts accepted, tokens emitted. */
+typedef struct ngramspec_batch_stats {
+  uint64_t proposals;
+  uint64_t drafted;
+  uint64_t accepted;
+  uint64_t emitted;
+} ngramspec_batch_stats;
+
+NGRAMSPEC_API ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* batch, ngramspec_batch_stats* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NGRAMSPEC_NGRAMSPEC_H */

@@ -1,0 +1,344 @@
+"""BatchSpeculator: speculation for every running sequence of an engine."""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import numpy.typing as npt
+
+from ._arrays import (IdsLike, OffsetsLike, Remembered, TokensLike, ids_arg, ids_arg_remembered,
+                      offsets_arg_remembered, out_offsets, out_tokens, size_arg, tokens_arg, tokens_arg_remembered)
+from ._corpus import SharedCorpus
+from ._drafters import match_config
+from ._errors import raise_status
+from ._native import BatchStats as _CBatchStats
+from ._native import SequenceOptions, Step, lib
+
+__all__ = ["BatchSpeculator", "BatchStats", "StopReason", "STEP_DTYPE"]
+
+
+class StopReason(enum.IntEnum):
+    """Why a sequence finished (``ngramspec_stop_reason``)."""
+
+    MAX_NEW_TOKENS = 0  #: it emitted max_new_tokens tokens
+    TOKEN = 1  #: it emitted one of its stop tokens (the stop token is emitted)
+    MAX_CONTEXT = 2  #: prompt + output reached max_context
+
+
+#: The dtype of :meth:`BatchSpeculator.accept`'s result: one record per sequence, laid out as the
+#: C struct ``ngramspec_step`` (so the library writes it directly).
+STEP_DTYPE = np.dtype({
+    "names": ["emitted", "accepted", "rollback_to", "discarded", "finished", "stop_reason"],
+    "formats": [np.uintp, np.uintp, np.uintp, np.uintp, np.int32, np.int32],
+    "offsets": [getattr(Step, name).offset for name in
+                ("emitted", "accepted", "rollback_to", "discarded", "finished", "stop_reason")],
+    "itemsize": ctypes.sizeof(Step),
+})
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """Running totals of a :class:`BatchSpeculator` (``ngramspec_batch_stats``; experimental in the C ABI)."""
+
+    proposals: int  #: propose calls
+    drafted: int  #: drafts verified (those the model tokens of accept covered)
+    accepted: int  #: drafts accepted and emitted
+    emitted: int  #: tokens emitted
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / drafted (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+_MAX_DRAFTS_PER_PASS = 1024  # kMaxDraftsPerPass: begin rejects more
+
+
+class BatchSpeculator:
+    """Speculation for every running sequence of an engine (``ngramspec_batch``): the one object an
+    engine holds for its whole batch.
+
+    The engine names sequences by ids of its own (request ids, slot indices: any 64-bit ints) and
+    drives them in steps around its batched forward::
+
+        spec.begin(seq_id, prompt, max_new_tokens=256)        # its drafter reads the prompt
+        loop:
+            drafts, offsets = spec.propose(ids)               # ids: the sequences of this pass
+            forward, per sequence i: [its last token, drafts[offsets[i]:offsets[i + 1]]]
+                     (a sequence with no output yet: its prompt, the prefill)
+            steps = spec.accept(ids, model_tokens, model_offsets)
+            per sequence i: emit model_tokens[model_offsets[i]:][:steps["emitted"][i]],
+                            roll its KV cache back to steps["rollback_to"][i] when steps["discarded"][i],
+                            and spec.finish(ids[i]) once steps["finished"][i]
+
+    For a greedy model the emitted tokens are exactly plain greedy decoding's, whatever the drafts.
+
+    Buffers: :meth:`propose` and :meth:`accept` return views of arrays this object keeps and
+    reuses; each call overwrites what the previous call of the same method returned (``.copy()``
+    what must outlive it). :meth:`propose_into` writes into the caller's arrays instead.
+
+    Inputs: ids as a list of ints or a uint64/int64 array; tokens as a list of ints or an integer
+    array. C-contiguous uint32/int32 token arrays, uint64/int64 id arrays and uintp/int64 offset
+    arrays are passed to the library in place; anything else is converted (copied) first.
+
+    Errors: a bad argument (an unknown or finished id, offsets that disagree with the tokens, a full
+    pool) raises ``ValueError`` with the library's message, and nothing changes.
+
+    Threads: drive one speculator from one thread at a time; each native call releases the GIL.
+    """
+
+    _handle: int | None = None
+    _corpus: SharedCorpus | None = None
+
+    def __init__(self, *, max_sequences: int = 64, max_pass_tokens: int = 0, max_record_tokens: int = 8192,
+                 cost: str | None = None, drafter: Mapping[str, Any] | None = None,
+                 corpus: SharedCorpus | None = None) -> None:
+        """A speculator with a pool of `max_sequences` MatchDrafters, made now (memory is fixed).
+
+        `max_pass_tokens`: the most tokens one verify pass carries (0: no limit).
+        `max_record_tokens`: output tokens of a sequence kept for the corpus.
+        `cost`: what a verify pass costs, ``"knee:N"`` or ``"table:T=C,..."``; propose then sizes
+        every draft so that the pass's expected tokens per unit of cost is highest. None: every
+        sequence sends what its drafter proposes, up to its max_drafts.
+        `drafter`: MatchDrafter keyword settings for the pool (those left out take MatchDrafter's
+        defaults, the gate included); None: MatchDrafter's defaults, without the gate when there is
+        a cost.
+        `corpus`: a SharedCorpus that :meth:`finish` appends outputs to and the drafters consult.
+        Raises ValueError (the library's message) for an invalid setting or cost."""
+        config = lib.ngramspec_batch_config_default()
+        config.max_sequences = size_arg(max_sequences, "max_sequences")
+        config.max_pass_tokens = size_arg(max_pass_tokens, "max_pass_tokens")
+        config.max_record_tokens = size_arg(max_record_tokens, "max_record_tokens")
+        if cost is not None:
+            if not isinstance(cost, str):
+                raise TypeError(f"cost must be a str such as 'knee:256', or None; not {type(cost).__name__}")
+            config.cost = cost.encode("utf-8")  # kept alive by `config` during the call; the library copies it
+        if drafter is not None:
+            if not isinstance(drafter, Mapping):
+                raise TypeError(f"drafter must be a dict of MatchDrafter settings or None, not "
+                                f"{type(drafter).__name__}")
+            config.default_drafter = 0
+            config.drafter = match_config(**drafter)
+        if corpus is not None and not isinstance(corpus, SharedCorpus):
+            raise TypeError(f"corpus must be a SharedCorpus or None, not {type(corpus).__name__}")
+        native_corpus = corpus._attach() if corpus is not None else None
+        out = ctypes.c_void_p()
+        status = lib.ngramspec_batch_create(ctypes.byref(config), native_corpus, ctypes.byref(out))
+        if status:
+            if corpus is not None:
+                corpus._detach()
+            raise_status(status)
+        self._corpus = corpus
+        self._cost = cost
+        self._max_sequences = config.max_sequences
+        self._handle = out.value
+        self._max_drafts = 4  # the largest max_drafts of any sequence begun: sizes the drafts buffer
+        self._count = ctypes.c_size_t(0)
+        self._count_address = ctypes.addressof(self._count)
+        # Reused output buffers, and their addresses (asking NumPy for one costs more than the call).
+        self._drafts = np.empty(256, np.uint32)
+        self._offsets = np.empty(65, np.uintp)
+        self._steps = np.empty(64, STEP_DTYPE)
+        self._drafts_address = self._drafts.ctypes.data
+        self._offsets_address = self._offsets.ctypes.data
+        self._steps_address = self._steps.ctypes.data
+        # The last ids, model tokens and offsets arrays passed, with their addresses.
+        self._last_ids = Remembered()
+        self._last_tokens = Remembered()
+        self._last_offsets = Remembered()
+        self._options = lib.ngramspec_sequence_options_default()
+        # The hot calls, bound once.
+        self._propose_c = lib.ngramspec_batch_propose
+        self._accept_c = lib.ngramspec_batch_accept
+
+    # ---- Sequences -------------------------------------------------------------------------
+
+    def begin(self, seq_id: int, prompt: TokensLike, *, max_new_tokens: int = 128, stop_tokens: Iterable[int] = (),
+              max_context: int = 0, speculate: bool = True, max_drafts: int = 4) -> None:
+        """Starts sequence `seq_id` after `prompt`; its drafter reads the prompt.
+
+        `max_new_tokens`: the most tokens it emits; `stop_tokens`: it finishes after emitting any
+        of these; `max_context`: the most tokens of prompt + output (0: no limit); `speculate`:
+        False drafts nothing for it; `max_drafts`: the most drafts it sends in one pass (up to 1024).
+        Raises ValueError (the library's message) when the id is running, every pooled drafter is
+        taken, or the prompt is empty or longer than max_context. A sequence that may emit nothing
+        (max_new_tokens 0) starts finished."""
+        prompt_array, prompt_pointer, prompt_length = tokens_arg(prompt, "prompt")
+        stops, stop_pointer, n_stops = tokens_arg(list(stop_tokens) if not isinstance(stop_tokens, np.ndarray)
+                                                  else stop_tokens, "stop_tokens")
+        options = self._options
+        options.max_new_tokens = size_arg(max_new_tokens, "max_new_tokens")
+        options.stop_tokens = stop_pointer if n_stops else None
+        options.n_stop_tokens = n_stops
+        options.max_context = size_arg(max_context, "max_context")
+        options.speculate = 1 if speculate else 0
+        options.max_drafts = size_arg(max_drafts, "max_drafts")
+        status = lib.ngramspec_batch_begin(self._handle, _id(seq_id), prompt_pointer, prompt_length,
+                                           ctypes.byref(options))
+        if status:
+            raise_status(status)
+        if speculate and options.max_drafts > self._max_drafts:
+            self._max_drafts = min(options.max_drafts, _MAX_DRAFTS_PER_PASS)
+
+    def finish(self, seq_id: int) -> None:
+        """Ends sequence `seq_id`, finished or not: appends its output to the corpus, when there is
+        one, and returns its drafter to the pool. ValueError for an id that is not running."""
+        status = lib.ngramspec_batch_finish(self._handle, _id(seq_id))
+        if status:
+            raise_status(status)
+
+    def cancel(self, seq_id: int) -> None:
+        """Ends sequence `seq_id` without adding it to the corpus. ValueError for an id that is not running."""
+        status = lib.ngramspec_batch_cancel(self._handle, _id(seq_id))
+        if status:
+            raise_status(status)
+
+    def __contains__(self, seq_id: object) -> bool:
+        """Whether `seq_id` is running (begun and neither finished nor cancelled)."""
+        if isinstance(seq_id, bool) or not isinstance(seq_id, (int, np.integer)) or not 0 <= seq_id < 1 << 64:
+            return False
+        return bool(lib.ngramspec_batch_contains(self._handle, int(seq_id)))
+
+    def __len__(self) -> int:
+        """Sequences running."""
+        return int(lib.ngramspec_batch_size(self._handle))
+
+    # ---- Steps -----------------------------------------------------------------------------
+
+    def propose(self, ids: IdsLike, *, extra_tokens: int = 0) -> tuple[npt.NDArray[np.uint32],
+                                                                         npt.NDArray[np.uintp]]:
+        """Drafts for the next verify pass of the sequences `ids`, in that order.
+
+        Returns ``(drafts, offsets)``: sequence ``ids[i]``'s drafts are
+        ``drafts[offsets[i]:offsets[i + 1]]``; ``len(offsets) == len(ids) + 1`` and
+        ``len(drafts) == offsets[-1]``. A sequence with no output yet drafts nothing (the pass
+        prefills its prompt). `extra_tokens`: what else the pass carries (other prefills), for the
+        cost. Both arrays are views of buffers this object reuses: the next propose overwrites them.
+        Raises ValueError (the library's message) for an id that is unknown, finished or listed twice."""
+        ids_array, ids_pointer, n = ids_arg_remembered(ids, self._last_ids)
+        if extra_tokens:
+            extra_tokens = size_arg(extra_tokens, "extra_tokens")
+        drafts = self._drafts
+        if drafts.shape[0] < n * self._max_drafts:
+            drafts = self._drafts = np.empty(max(n * self._max_drafts, 2 * drafts.shape[0]), np.uint32)
+            self._drafts_address = drafts.ctypes.data
+        offsets = self._offsets
+        if offsets.shape[0] < n + 1:
+            offsets = self._offsets = np.empty(max(n + 1, 2 * offsets.shape[0]), np.uintp)
+            self._offsets_address = offsets.ctypes.data
+        status = self._propose_c(self._handle, ids_pointer, n, self._drafts_address, drafts.shape[0],
+                                 self._offsets_address, extra_tokens, self._count_address)
+        if status:
+            raise_status(status)
+        return drafts[: self._count.value], offsets[: n + 1]
+
+    def propose_into(self, ids: IdsLike, drafts: npt.NDArray[Any], offsets: npt.NDArray[Any], *,
+                     extra_tokens: int = 0) -> int:
+        """:meth:`propose` into the caller's arrays: `drafts` (uint32 or int32; its size caps the
+        pass's drafts) and `offsets` (uintp/uint64 or int64, exactly ``len(ids) + 1`` elements), both
+        C-contiguous and writable. Returns the number of drafts written."""
+        ids_array, ids_pointer, n = ids_arg(ids)
+        drafts = out_tokens(drafts, "drafts")
+        offsets = out_offsets(offsets, "offsets")
+        if offsets.size != n + 1:
+            raise ValueError(f"offsets has {offsets.size} elements; it needs len(ids) + 1 = {n + 1}")
+        status = self._propose_c(self._handle, ids_pointer, n, drafts.ctypes.data, drafts.size,
+                                 offsets.ctypes.data, size_arg(extra_tokens, "extra_tokens"), self._count_address)
+        if status:
+            raise_status(status)
+        return self._count.value
+
+    def accept(self, ids: IdsLike, model_tokens: TokensLike, offsets: OffsetsLike) -> np.ndarray:
+        """Decides the pass for the sequences `ids`: ``model_tokens[offsets[i]:offsets[i + 1]]`` are
+        the model's tokens after each token fed for ``ids[i]`` (its last token and drafts: one more
+        than the drafts verified; one for a sequence's prefill). Feeds the emitted tokens to the
+        drafters.
+
+        Returns one record per sequence (dtype :data:`STEP_DTYPE`): ``emitted`` (emit the first
+        ``emitted`` of its model tokens), ``accepted`` (drafts accepted), ``rollback_to`` and
+        ``discarded`` (roll its KV cache back to ``rollback_to`` when ``discarded`` > 0),
+        ``finished`` (nonzero: finish or cancel it) and ``stop_reason`` (a :class:`StopReason`,
+        when finished). The array is a view of a buffer this object reuses: the next accept
+        overwrites it. Raises ValueError (the library's message), changing nothing, for bad offsets
+        or an unknown, finished or repeated id."""
+        ids_array, ids_pointer, n = ids_arg_remembered(ids, self._last_ids)
+        tokens_array, tokens_pointer, n_tokens = tokens_arg_remembered(model_tokens, self._last_tokens, "model_tokens")
+        offsets_array, offsets_pointer = offsets_arg_remembered(offsets, n + 1, self._last_offsets)
+        steps = self._steps
+        if steps.shape[0] < n:
+            steps = self._steps = np.empty(max(n, 2 * steps.shape[0]), STEP_DTYPE)
+            self._steps_address = steps.ctypes.data
+        status = self._accept_c(self._handle, ids_pointer, n, tokens_pointer, n_tokens, offsets_pointer,
+                                self._steps_address)
+        if status:
+            raise_status(status)
+        return steps[:n]
+
+    # ---- State -----------------------------------------------------------------------------
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes the native speculator holds: its drafters, records and scratch (fixed at creation
+        but for the scratch, which grows with the largest batch)."""
+        return int(lib.ngramspec_batch_memory_bytes(self._handle))
+
+    @property
+    def stats(self) -> BatchStats:
+        """Running totals: propose calls, drafts verified, drafts accepted, tokens emitted."""
+        out = _CBatchStats()
+        status = lib.ngramspec_batch_stats_get(self._handle, ctypes.byref(out))
+        if status:
+            raise_status(status)
+        return BatchStats(int(out.proposals), int(out.drafted), int(out.accepted), int(out.emitted))
+
+    @property
+    def max_sequences(self) -> int:
+        """Sequences that may run at once (the pool's size)."""
+        return self._max_sequences
+
+    @property
+    def corpus(self) -> SharedCorpus | None:
+        """The corpus :meth:`finish` appends to, or None."""
+        return self._corpus
+
+    def close(self) -> None:
+        """Frees the native speculator now (also done when the object is collected); later calls raise ValueError."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            lib.ngramspec_batch_free(handle)
+            corpus, self._corpus = self._corpus, None
+            if corpus is not None:
+                corpus._detach()
+
+    def __enter__(self) -> "BatchSpeculator":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return "<ngramspec.BatchSpeculator closed>"
+        return (f"<ngramspec.BatchSpeculator {len(self)}/{self._max_sequences} sequences, cost={self._cost!r}, "
+                f"{self.memory_bytes} bytes>")
+
+
+def _id(seq_id: Any) -> int:
+    if isinstance(seq_id, bool) or not isinstance(seq_id, (int, np.integer)):
+        raise TypeError(f"a sequence id must be an int, not {type(seq_id).__name__}")
+    value = int(seq_id)
+    if not 0 <= value < 1 << 64:
+        raise ValueError(f"sequence id {value} is invalid: ids are integers from 0 to 2**64 - 1")
+    return value

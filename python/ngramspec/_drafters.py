@@ -1,0 +1,214 @@
+"""The drafters: MatchDrafter (the default) and NGramPredictor, one sequence each."""
+
+from __future__ import annotations
+
+import ctypes
+from types import TracebackType
+from typing import Any, Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from ._arrays import TokensLike, out_floats, out_tokens, size_arg, tokens_arg
+from ._corpus import SharedCorpus
+from ._errors import raise_status
+from ._native import MatchConfig, NgramConfig, lib
+
+__all__ = ["MatchDrafter", "NGramPredictor"]
+
+
+class _Drafter:
+    """What both drafters share: a native handle, update/predict/reset, and freeing."""
+
+    _handle: int | None = None
+    _corpus: SharedCorpus | None = None
+    _name = ""
+    _free: Callable[[int], None]
+    _update: Callable[..., int]
+    _predict: Callable[..., int]
+    _reset: Callable[[int | None], int]
+    _memory: Callable[[int | None], int]
+
+    def _start(self, handle: int) -> None:
+        self._handle = handle
+        self._count = ctypes.c_size_t(0)
+        self._count_address = ctypes.addressof(self._count)
+
+    def update(self, tokens: TokensLike) -> None:
+        """Observes `tokens` in order (a prompt, or the tokens a pass emitted).
+
+        A C-contiguous uint32 or int32 array is read in place; lists and other arrays are
+        converted first."""
+        array, pointer, count = tokens_arg(tokens)
+        status = self._update(self._handle, pointer, count)
+        if status:
+            raise_status(status)
+
+    def predict(self, max_drafts: int = 4) -> npt.NDArray[np.uint32]:
+        """Up to `max_drafts` drafted tokens to follow what it observed (a new uint32 array; may be empty)."""
+        out = np.empty(size_arg(max_drafts, "max_drafts"), np.uint32)
+        status = self._predict(self._handle, out.ctypes.data, out.shape[0], None, self._count_address)
+        if status:
+            raise_status(status)
+        return out[: self._count.value]
+
+    def predict_with_probabilities(self, max_drafts: int = 4) -> tuple[npt.NDArray[np.uint32],
+                                                                        npt.NDArray[np.float32]]:
+        """(drafts, probabilities): up to `max_drafts` drafts and, for each j, the estimated chance
+        that drafts 0..j are all accepted (non-increasing). New arrays of equal length."""
+        capacity = size_arg(max_drafts, "max_drafts")
+        out = np.empty(capacity, np.uint32)
+        probabilities = np.empty(capacity, np.float32)
+        status = self._predict(self._handle, out.ctypes.data, capacity, probabilities.ctypes.data,
+                               self._count_address)
+        if status:
+            raise_status(status)
+        n = self._count.value
+        return out[:n], probabilities[:n]
+
+    def predict_into(self, out: npt.NDArray[Any], probabilities: npt.NDArray[np.float32] | None = None) -> int:
+        """Writes up to ``out.size`` drafts into `out` (uint32 or int32, C-contiguous, writable) and,
+        when given, their probabilities into `probabilities` (float32, at least ``out.size`` long);
+        returns how many it wrote. No copy and no allocation: the arrays are filled in place."""
+        out = out_tokens(out)
+        capacity = out.size
+        if probabilities is None:
+            probability_pointer = None
+        else:
+            probabilities = out_floats(probabilities)
+            if probabilities.size < capacity:
+                raise ValueError(f"probabilities has room for {probabilities.size} values; out has {capacity}")
+            probability_pointer = probabilities.ctypes.data
+        status = self._predict(self._handle, out.ctypes.data, capacity, probability_pointer, self._count_address)
+        if status:
+            raise_status(status)
+        return self._count.value
+
+    def reset(self) -> None:
+        """Forgets everything observed (its memory stays allocated, for the next sequence)."""
+        status = self._reset(self._handle)
+        if status:
+            raise_status(status)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes it holds (fixed at creation)."""
+        return int(self._memory(self._handle))
+
+    @property
+    def corpus(self) -> SharedCorpus | None:
+        """The corpus it consults, or None."""
+        return self._corpus
+
+    def close(self) -> None:
+        """Frees the native drafter now (also done when the object is collected); later calls raise ValueError."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            type(self)._free(handle)
+            corpus, self._corpus = self._corpus, None
+            if corpus is not None:
+                corpus._detach()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return f"<ngramspec.{self._name} closed>"
+        return f"<ngramspec.{self._name} {self.memory_bytes} bytes>"
+
+
+class MatchDrafter(_Drafter):
+    """The default drafter (``ngramspec_match_drafter``): copies the continuation of the longest
+    earlier match of the recent tokens anywhere in the context (and the corpus, when given), else
+    drafts from n-gram counts over a sliding window; a confidence gate drops unlikely drafts.
+
+    One drafter follows one sequence: :meth:`update` it with the prompt, then with the tokens each
+    pass emits, and :meth:`predict` the next drafts. Drive it from one thread at a time; separate
+    drafters run in parallel on separate threads (each native call releases the GIL).
+    """
+
+    _name = "MatchDrafter"
+    _free = staticmethod(lib.ngramspec_match_drafter_free)
+    _update = staticmethod(lib.ngramspec_match_drafter_update)
+    _predict = staticmethod(lib.ngramspec_match_drafter_predict)
+    _reset = staticmethod(lib.ngramspec_match_drafter_reset)
+    _memory = staticmethod(lib.ngramspec_match_drafter_memory_bytes)
+
+    def __init__(self, *, cap: int = 8192, copy_min_match: int = 2, count_max_order: int = 3,
+                 count_window: int = 2048, min_confidence: float = 0.03,
+                 corpus: SharedCorpus | None = None) -> None:
+        """A drafter whose match index holds at most `cap` tokens; it copies after a match of at least
+        `copy_min_match` tokens, else counts n-grams of orders 2..`count_max_order` (2 to 4) over the
+        last `count_window` tokens (0: the cap), and drafts only while the estimated chance of
+        acceptance is at least `min_confidence` (in [0, 1); 0: no gate). With `corpus` it also
+        copies from earlier requests' outputs. Raises ValueError (the library's message) for an
+        invalid setting."""
+        config = match_config(cap=cap, copy_min_match=copy_min_match, count_max_order=count_max_order,
+                              count_window=count_window, min_confidence=min_confidence)
+        if corpus is not None and not isinstance(corpus, SharedCorpus):
+            raise TypeError(f"corpus must be a SharedCorpus or None, not {type(corpus).__name__}")
+        native_corpus = corpus._attach() if corpus is not None else None
+        out = ctypes.c_void_p()
+        status = lib.ngramspec_match_drafter_create(ctypes.byref(config), native_corpus, ctypes.byref(out))
+        if status:
+            if corpus is not None:
+                corpus._detach()
+            raise_status(status)
+        self._corpus = corpus
+        self._start(out.value)
+
+
+class NGramPredictor(_Drafter):
+    """A drafter from n-gram counts over a sliding window of recent tokens (``ngramspec_ngram_predictor``):
+    the most frequent continuation of the longest context seen, from `max_order` down to
+    `min_order`. Same methods as :class:`MatchDrafter`; one thread at a time per predictor.
+    """
+
+    _name = "NGramPredictor"
+    _free = staticmethod(lib.ngramspec_ngram_predictor_free)
+    _update = staticmethod(lib.ngramspec_ngram_predictor_update)
+    _predict = staticmethod(lib.ngramspec_ngram_predictor_predict)
+    _reset = staticmethod(lib.ngramspec_ngram_predictor_reset)
+    _memory = staticmethod(lib.ngramspec_ngram_predictor_memory_bytes)
+
+    def __init__(self, *, min_order: int = 2, max_order: int = 4, window: int = 512) -> None:
+        """A predictor of n-grams of `min_order` to `max_order` tokens (the predicted one included)
+        over the last `window` tokens. Raises ValueError (the library's message) for an invalid
+        setting."""
+        config = NgramConfig(size_arg(min_order, "min_order"), size_arg(max_order, "max_order"),
+                             size_arg(window, "window"))
+        out = ctypes.c_void_p()
+        status = lib.ngramspec_ngram_predictor_create(ctypes.byref(config), ctypes.byref(out))
+        if status:
+            raise_status(status)
+        self._start(out.value)
+
+
+_MATCH_KEYS = ("cap", "copy_min_match", "count_max_order", "count_window", "min_confidence")
+
+
+def match_config(**settings: Any) -> MatchConfig:
+    """An ngramspec_match_config: the library's defaults with `settings` (MatchDrafter's keywords) over them."""
+    unknown = sorted(set(settings) - set(_MATCH_KEYS))
+    if unknown:
+        raise TypeError(f"unknown MatchDrafter setting {unknown[0]!r}; the settings are {', '.join(_MATCH_KEYS)}")
+    config = lib.ngramspec_match_config_default()
+    for key, value in settings.items():
+        if key == "min_confidence":
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+                raise TypeError(f"min_confidence must be a float, not {type(value).__name__}")
+            config.min_confidence = float(value)
+        else:
+            setattr(config, key, size_arg(value, key))
+    return config

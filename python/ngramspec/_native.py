@@ -1,0 +1,261 @@
+"""Finding and loading the native library (the C ABI, ``libngramspec.so``) and declaring its functions.
+
+The library is looked for, in order:
+
+1. ``NGRAMSPEC_LIBRARY``: the path of the library, when that environment variable is set (and only
+   there: a path that does not load is an error, not a reason to look elsewhere);
+2. ``libngramspec.so*`` inside the package's own directory (the install layout: ``cmake --install``
+   puts a link to the installed library there);
+3. the repository's build trees, ``<repository>/build/*/libngramspec.so*`` (and one folder deeper),
+   the most recently built first, when the package is imported from ``<repository>/python``;
+4. the system's loader search for ``libngramspec.so.<major>.<minor>`` (``LD_LIBRARY_PATH``,
+   ``ld.so.cache``).
+
+A library that does not load (a sanitizer build, another architecture) or is not the C ABI of a
+compatible version is passed over with the reason noted; when none is left, ``ImportError`` names
+every place looked and why each failed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import POINTER, Structure, c_char_p, c_double, c_int, c_size_t, c_uint, c_uint64, c_void_p
+from pathlib import Path
+
+__all__ = ["lib", "library_path", "ABI_MAJOR", "ABI_MINOR"]
+
+# The C ABI this package is written against: ngramspec.h 0.2. A library of the same major version
+# and this minor version or a later one is accepted.
+ABI_MAJOR = 0
+ABI_MINOR = 2
+_SONAME = f"libngramspec.so.{ABI_MAJOR}.{ABI_MINOR}"
+_ENV = "NGRAMSPEC_LIBRARY"
+
+
+# ---- The C structs (ngramspec.h); field order and types as declared there. ----------------------
+
+
+class MatchConfig(Structure):
+    """ngramspec_match_config."""
+
+    _fields_ = [
+        ("cap", c_size_t),
+        ("copy_min_match", c_size_t),
+        ("count_max_order", c_size_t),
+        ("count_window", c_size_t),
+        ("min_confidence", c_double),
+    ]
+
+
+class NgramConfig(Structure):
+    """ngramspec_ngram_config."""
+
+    _fields_ = [("min_order", c_size_t), ("max_order", c_size_t), ("window", c_size_t)]
+
+
+class BatchConfig(Structure):
+    """ngramspec_batch_config."""
+
+    _fields_ = [
+        ("max_sequences", c_size_t),
+        ("max_pass_tokens", c_size_t),
+        ("max_record_tokens", c_size_t),
+        ("cost", c_char_p),
+        ("default_drafter", c_int),
+        ("drafter", MatchConfig),
+    ]
+
+
+class SequenceOptions(Structure):
+    """ngramspec_sequence_options."""
+
+    _fields_ = [
+        ("max_new_tokens", c_size_t),
+        ("stop_tokens", c_void_p),
+        ("n_stop_tokens", c_size_t),
+        ("max_context", c_size_t),
+        ("speculate", c_int),
+        ("max_drafts", c_size_t),
+    ]
+
+
+class Step(Structure):
+    """ngramspec_step."""
+
+    _fields_ = [
+        ("emitted", c_size_t),
+        ("accepted", c_size_t),
+        ("rollback_to", c_size_t),
+        ("discarded", c_size_t),
+        ("finished", c_int),
+        ("stop_reason", c_int),
+    ]
+
+
+class BatchStats(Structure):
+    """ngramspec_batch_stats."""
+
+    _fields_ = [("proposals", c_uint64), ("drafted", c_uint64), ("accepted", c_uint64), ("emitted", c_uint64)]
+
+
+# ---- Signatures. Pointers are c_void_p so that plain integers (NumPy data addresses) pass fast. --
+
+_P = c_void_p  # any pointer: a handle, an array's address, or None for NULL
+_S = c_size_t
+_STATUS = c_int
+
+_SIGNATURES: dict[str, tuple[object, list[object]]] = {
+    "ngramspec_version_number": (c_uint, []),
+    "ngramspec_version_string": (c_char_p, []),
+    "ngramspec_status_name": (c_char_p, [c_int]),
+    "ngramspec_last_error": (c_char_p, []),
+    # SharedCorpus
+    "ngramspec_corpus_create": (_STATUS, [_S, _P]),
+    "ngramspec_corpus_free": (None, [_P]),
+    "ngramspec_corpus_append": (_STATUS, [_P, _P, _S]),
+    "ngramspec_corpus_clear": (_STATUS, [_P]),
+    "ngramspec_corpus_size": (_S, [_P]),
+    "ngramspec_corpus_records": (c_uint64, [_P]),
+    "ngramspec_corpus_capacity_tokens": (_S, [_P]),
+    "ngramspec_corpus_memory_bytes": (_S, [_P]),
+    # MatchDrafter
+    "ngramspec_match_config_default": (MatchConfig, []),
+    "ngramspec_match_drafter_create": (_STATUS, [POINTER(MatchConfig), _P, _P]),
+    "ngramspec_match_drafter_free": (None, [_P]),
+    "ngramspec_match_drafter_update": (_STATUS, [_P, _P, _S]),
+    "ngramspec_match_drafter_predict": (_STATUS, [_P, _P, _S, _P, _P]),
+    "ngramspec_match_drafter_reset": (_STATUS, [_P]),
+    "ngramspec_match_drafter_memory_bytes": (_S, [_P]),
+    # NGramPredictor
+    "ngramspec_ngram_config_default": (NgramConfig, []),
+    "ngramspec_ngram_predictor_create": (_STATUS, [POINTER(NgramConfig), _P]),
+    "ngramspec_ngram_predictor_free": (None, [_P]),
+    "ngramspec_ngram_predictor_update": (_STATUS, [_P, _P, _S]),
+    "ngramspec_ngram_predictor_predict": (_STATUS, [_P, _P, _S, _P, _P]),
+    "ngramspec_ngram_predictor_reset": (_STATUS, [_P]),
+    "ngramspec_ngram_predictor_memory_bytes": (_S, [_P]),
+    # BatchSpeculator
+    "ngramspec_batch_config_default": (BatchConfig, []),
+    "ngramspec_sequence_options_default": (SequenceOptions, []),
+    "ngramspec_batch_create": (_STATUS, [POINTER(BatchConfig), _P, _P]),
+    "ngramspec_batch_free": (None, [_P]),
+    "ngramspec_batch_begin": (_STATUS, [_P, c_uint64, _P, _S, POINTER(SequenceOptions)]),
+    "ngramspec_batch_propose": (_STATUS, [_P, _P, _S, _P, _S, _P, _S, _P]),
+    "ngramspec_batch_accept": (_STATUS, [_P, _P, _S, _P, _S, _P, _P]),
+    "ngramspec_batch_finish": (_STATUS, [_P, c_uint64]),
+    "ngramspec_batch_cancel": (_STATUS, [_P, c_uint64]),
+    "ngramspec_batch_contains": (c_int, [_P, c_uint64]),
+    "ngramspec_batch_size": (_S, [_P]),
+    "ngramspec_batch_memory_bytes": (_S, [_P]),
+    "ngramspec_batch_stats_get": (_STATUS, [_P, POINTER(BatchStats)]),
+}
+
+
+def _declare(library: ctypes.CDLL) -> None:
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        function = getattr(library, name)
+        function.restype = restype
+        function.argtypes = argtypes
+
+
+def _check(library: ctypes.CDLL) -> str | None:
+    """None when `library` is a compatible C ABI, else why not."""
+    missing = [name for name in _SIGNATURES if not hasattr(library, name)]
+    if missing:
+        return f"not the ngramspec C ABI (no {missing[0]})"
+    library.ngramspec_version_number.restype = c_uint
+    library.ngramspec_version_number.argtypes = []
+    number = int(library.ngramspec_version_number())
+    major, minor = number // 10000, number // 100 % 100
+    if major != ABI_MAJOR or minor < ABI_MINOR:
+        return (f"version {major}.{minor}.{number % 100}; this package needs {ABI_MAJOR}.{ABI_MINOR} or a later "
+                f"{ABI_MAJOR}.x")
+    return None
+
+
+def _try(path: str, looked: list[str], where: str) -> ctypes.CDLL | None:
+    if os.sep in path and not os.path.isfile(path):
+        looked.append(f"{where}: {path}: no such file" + (" (a broken link)" if os.path.islink(path) else ""))
+        return None
+    try:
+        library = ctypes.CDLL(path)
+    except OSError as error:
+        looked.append(f"{where}: {path}: does not load ({error})")
+        return None
+    why = _check(library)
+    if why is not None:
+        looked.append(f"{where}: {path}: {why}")
+        return None
+    return library
+
+
+def _in_directory(directory: Path) -> list[Path]:
+    """The library files of one directory, the preferred name first: libngramspec.so, the soname, others."""
+    found = [p for p in directory.glob("libngramspec.so*") if not p.name.endswith(".debug")]
+    order = {"libngramspec.so": 0, _SONAME: 1}
+    return sorted(found, key=lambda p: (order.get(p.name, 2), p.name))
+
+
+def _build_tree_candidates(repository: Path) -> list[Path]:
+    """One library per build directory under <repository>/build, the most recently built first."""
+    directories = {p.parent for pattern in ("*/libngramspec.so*", "*/*/libngramspec.so*")
+                   for p in (repository / "build").glob(pattern)}
+    best = []
+    for directory in directories:
+        files = [p for p in _in_directory(directory) if p.exists()]
+        if files:
+            best.append((files[0].stat().st_mtime, files[0]))
+    return [path for _, path in sorted(best, key=lambda item: -item[0])]
+
+
+def _load() -> tuple[ctypes.CDLL, str]:
+    looked: list[str] = []
+    explicit = os.environ.get(_ENV)
+    if explicit:
+        library = _try(explicit, looked, _ENV)
+        if library is None:
+            raise ImportError(f"ngramspec: {looked[0]}; set {_ENV} to the path of a libngramspec.so built from "
+                              f"this version, or unset it to search the usual places")
+        return library, explicit
+    looked.append(f"{_ENV}: not set")
+
+    package = Path(__file__).resolve().parent
+    beside = _in_directory(package)
+    if not beside:
+        looked.append(f"beside the package: no {package}/libngramspec.so*")
+    for path in beside:
+        library = _try(str(path), looked, "beside the package")
+        if library is not None:
+            return library, str(path)
+
+    repository = package.parent.parent
+    if (repository / "include" / "ngramspec" / "ngramspec.h").is_file():
+        built = _build_tree_candidates(repository)
+        if not built:
+            looked.append(f"build trees: no {repository}/build/*/libngramspec.so*")
+    else:
+        built = []
+        looked.append(f"build trees: none, the package is not in a source tree ({repository})")
+    for path in built:
+        library = _try(str(path), looked, "build tree")
+        if library is not None:
+            return library, str(path)
+
+    library = _try(_SONAME, looked, "system loader path")
+    if library is not None:
+        return library, _SONAME
+
+    places = "\n  - ".join(looked)
+    raise ImportError(
+        "ngramspec: cannot find the native library libngramspec.so (the ngramspec C ABI). Looked at:\n  - "
+        f"{places}\nBuild it (cmake --build <build-dir> --target ngramspec_c) or set {_ENV} to its path.")
+
+
+lib, _path = _load()
+_declare(lib)
+
+
+def library_path() -> str:
+    """The path (or, when the system loader found it, the name) of the native library in use."""
+    return _path

@@ -1,0 +1,159 @@
+"""The package: its version, how it finds the native library, and what errors become."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ngramspec
+from ngramspec import _native
+
+PYTHON_DIR = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(ngramspec.__file__).resolve().parent
+
+
+def run_python(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without NGRAMSPEC_LIBRARY or a PYTHONPATH to the source tree."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NGRAMSPEC_LIBRARY", "PYTHONPATH", "LD_LIBRARY_PATH")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra)
+    return env
+
+
+def test_version_is_the_library_version() -> None:
+    assert re.fullmatch(r"\d+\.\d+\.\d+", ngramspec.__version__)
+    assert ngramspec.version() == ngramspec.__version__
+    major, minor, patch = (int(part) for part in ngramspec.__version__.split("."))
+    assert int(_native.lib.ngramspec_version_number()) == major * 10000 + minor * 100 + patch
+    assert (major, minor) >= (_native.ABI_MAJOR, _native.ABI_MINOR)
+
+
+def test_pyproject_version_matches_the_library() -> None:
+    pyproject = PYTHON_DIR / "pyproject.toml"
+    if not pyproject.exists():
+        pytest.skip("no pyproject.toml beside the package (an installed copy)")
+    match = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.MULTILINE)
+    assert match, "pyproject.toml has no version"
+    assert match.group(1) == ngramspec.__version__
+
+
+def test_public_names() -> None:
+    for name in ngramspec.__all__:
+        assert hasattr(ngramspec, name), name
+    for cls in (ngramspec.SharedCorpus, ngramspec.MatchDrafter, ngramspec.NGramPredictor, ngramspec.BatchSpeculator):
+        assert cls.__doc__
+        for attribute, member in vars(cls).items():
+            if not attribute.startswith("_") and callable(member):
+                assert member.__doc__, f"{cls.__name__}.{attribute} has no docstring"
+
+
+def test_library_path_is_a_loaded_file() -> None:
+    path = ngramspec.library_path()
+    assert "libngramspec.so" in path
+    if os.environ.get("NGRAMSPEC_LIBRARY"):
+        assert path == os.environ["NGRAMSPEC_LIBRARY"]
+
+
+def test_a_bad_NGRAMSPEC_LIBRARY_is_an_import_error_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "libngramspec.so.0.2"
+    result = run_python("import ngramspec", clean_env(NGRAMSPEC_LIBRARY=str(missing), PYTHONPATH=str(PYTHON_DIR)),
+                        tmp_path)
+    assert result.returncode != 0
+    assert "ImportError" in result.stderr
+    assert str(missing) in result.stderr
+    assert "NGRAMSPEC_LIBRARY" in result.stderr
+
+
+def test_a_library_that_is_not_the_c_abi_is_refused(tmp_path: Path) -> None:
+    libm = None
+    for candidate in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib64/libm.so.6"):
+        if os.path.exists(candidate):
+            libm = candidate
+    if libm is None:
+        pytest.skip("no libm.so.6 at a known place")
+    result = run_python("import ngramspec", clean_env(NGRAMSPEC_LIBRARY=libm, PYTHONPATH=str(PYTHON_DIR)), tmp_path)
+    assert result.returncode != 0
+    assert "not the ngramspec C ABI" in result.stderr
+
+
+def copy_package(destination: Path) -> Path:
+    """A copy of the package's Python files in destination/ngramspec, away from any build tree."""
+    target = destination / "ngramspec"
+    shutil.copytree(PACKAGE_DIR, target, ignore=shutil.ignore_patterns("__pycache__", "libngramspec.so*"))
+    return target
+
+
+def test_without_a_library_the_import_error_names_every_place_looked(tmp_path: Path) -> None:
+    copy_package(tmp_path)
+    result = run_python("import ngramspec", clean_env(PYTHONPATH=str(tmp_path)), tmp_path)
+    if result.returncode == 0:
+        pytest.skip("a libngramspec.so is on the system's library path")
+    message = result.stderr
+    assert "ImportError" in message
+    assert "NGRAMSPEC_LIBRARY: not set" in message
+    assert f"{tmp_path / 'ngramspec'}/libngramspec.so*" in message
+    assert "build trees" in message
+    assert "system loader path" in message
+    assert "--target ngramspec_c" in message
+
+
+def test_a_library_beside_the_package_is_found(tmp_path: Path) -> None:
+    package = copy_package(tmp_path)
+    real = Path(ngramspec.library_path()).resolve()
+    (package / "libngramspec.so.0.2").symlink_to(real)
+    result = run_python("import ngramspec; print(ngramspec.library_path()); print(ngramspec.__version__)",
+                        clean_env(PYTHONPATH=str(tmp_path)), tmp_path)
+    assert result.returncode == 0, result.stderr
+    path, version = result.stdout.split()
+    assert path == str(package / "libngramspec.so.0.2")
+    assert version == ngramspec.__version__
+
+
+def test_a_build_tree_library_is_found(tmp_path: Path) -> None:
+    # The layout of the repository: <root>/python/ngramspec and <root>/build/<dir>/libngramspec.so.
+    package = copy_package(tmp_path / "python")
+    (tmp_path / "include" / "ngramspec").mkdir(parents=True)
+    (tmp_path / "include" / "ngramspec" / "ngramspec.h").write_text("/* the source tree's header */\n")
+    build = tmp_path / "build" / "somewhere"
+    build.mkdir(parents=True)
+    real = Path(ngramspec.library_path()).resolve()
+    (build / "libngramspec.so").symlink_to(real)
+    result = run_python("import ngramspec; print(ngramspec.library_path())",
+                        clean_env(PYTHONPATH=str(package.parent)), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(build / "libngramspec.so")
+
+
+def test_errors_carry_the_library_message() -> None:
+    with pytest.raises(ValueError, match="count_max_order"):
+        ngramspec.MatchDrafter(count_max_order=9)
+    # The message is the calling thread's last error, so a later success does not clear what was raised.
+    try:
+        ngramspec.NGramPredictor(min_order=5, max_order=3)
+    except ValueError as error:
+        assert "order" in str(error)
+    else:
+        raise AssertionError("NGramPredictor(min_order=5, max_order=3) did not raise")
+
+
+def test_internal_errors_are_ngramspec_errors() -> None:
+    assert issubclass(ngramspec.NgramspecError, RuntimeError)
+    from ngramspec._errors import raise_status
+
+    with pytest.raises(ngramspec.NgramspecError):
+        raise_status(3)
+    with pytest.raises(MemoryError):
+        raise_status(2)
+    with pytest.raises(ValueError):
+        raise_status(1)

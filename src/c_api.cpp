@@ -1,0 +1,560 @@
+// The C ABI (include/ngramspec/ngramspec.h) over the C++ classes.
+//
+// Every entry point checks its handles, pointers and sizes itself, then calls the C++ object
+// inside a try block, so no exception crosses the boundary. The C++ calls validate all of their
+// arguments before they change anything, so a call that fails changes nothing. A failure writes
+// its message to a fixed thread-local buffer: reporting never allocates, not even after an
+// allocation failed.
+
+#include "ngramspec/ngramspec.h"
+
+#include <cinttypes>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <span>
+#include <stdexcept>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "ngramspec/batch_speculator.hpp"
+#include "ngramspec/decode_options.hpp"
+#include "ngramspec/decode_step.hpp"
+#include "ngramspec/match_drafter.hpp"
+#include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/shared_corpus.hpp"
+#include "ngramspec/token.hpp"
+#include "ngramspec/verify_cost.hpp"
+#include "ngramspec/version.hpp"
+
+static_assert(NGRAMSPEC_VERSION_MAJOR == ngramspec::kVersionMajor && NGRAMSPEC_VERSION_MINOR == ngramspec::kVersionMinor &&
+                  NGRAMSPEC_VERSION_PATCH == ngramspec::kVersionPatch,
+              "ngramspec.h's NGRAMSPEC_VERSION_* and ngramspec/version.hpp disagree");
+static_assert(std::is_same_v<ngramspec_token, ngramspec::Token>);
+static_assert(std::is_same_v<ngramspec_sequence_id, ngramspec::SequenceId>);
+
+#define NGRAMSPEC_C_API_STRING_(x) #x
+#define NGRAMSPEC_C_API_STRING(x) NGRAMSPEC_C_API_STRING_(x)
+
+namespace {
+
+constexpr const char* kVersionString = NGRAMSPEC_C_API_STRING(NGRAMSPEC_VERSION_MAJOR) "." NGRAMSPEC_C_API_STRING(
+    NGRAMSPEC_VERSION_MINOR) "." NGRAMSPEC_C_API_STRING(NGRAMSPEC_VERSION_PATCH);
+#ifdef NGRAMSPEC_PROJECT_VERSION
+static_assert(std::string_view(kVersionString) == NGRAMSPEC_PROJECT_VERSION,
+              "ngramspec.h's NGRAMSPEC_VERSION_* and the CMake project version disagree");
+#endif
+
+}  // namespace
+
+// The handles: the C++ objects, and for the batch the scratch its calls convert through.
+
+struct ngramspec_corpus {
+  explicit ngramspec_corpus(std::size_t max_bytes) : corpus(max_bytes) {}
+  ngramspec::SharedCorpus corpus;
+};
+
+struct ngramspec_match_drafter {
+  ngramspec::MatchDrafter drafter;
+};
+
+struct ngramspec_ngram_predictor {
+  ngramspec::NGramPredictor predictor;
+};
+
+struct ngramspec_batch {
+  ngramspec_batch(const ngramspec::BatchConfig& config, const ngramspec::MatchConfig& drafter,
+                  ngramspec::SharedCorpus* corpus)
+      : spec(config, drafter, corpus), steps(spec.config().max_sequences) {}
+  ngramspec::BatchSpeculator<ngramspec::MatchDrafter> spec;
+  // accept()'s outcomes before they become ngramspec_steps: one per sequence of the pool, the
+  // most a valid call steps (its ids are distinct running sequences).
+  std::vector<ngramspec::StepOutcome> steps;
+  // begin()'s options; its stop tokens keep their capacity from call to call.
+  ngramspec::DecodeOptions options;
+};
+
+namespace {
+
+// ---- Errors ------------------------------------------------------------------------------------
+
+constexpr std::size_t kErrorBytes = 1024;
+thread_local char t_last_error[kErrorBytes] = "";
+
+// Writes the calling thread's last error (cut to the buffer, ending "..." when cut); returns
+// `status`.
+[[gnu::format(printf, 2, 3)]] ngramspec_status fail(ngramspec_status status, const char* format, ...) noexcept {
+  va_list args;
+  va_start(args, format);
+  const int length = std::vsnprintf(t_last_error, kErrorBytes, format, args);
+  va_end(args);
+  if (length < 0) {
+    std::snprintf(t_last_error, kErrorBytes, "ngramspec: a call failed and its message could not be formatted");
+  } else if (static_cast<std::size_t>(length) >= kErrorBytes) {
+    std::memcpy(t_last_error + kErrorBytes - 4, "...", 4);
+  }
+  return status;
+}
+
+ngramspec_status null_argument(const char* where, const char* name) noexcept {
+  return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", where, name);
+}
+
+ngramspec_status null_array(const char* where, const char* name, const char* count_name, std::size_t count) noexcept {
+  return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but %s = %zu", where, name, count_name, count);
+}
+
+// A C++ message, less the prefix naming the C++ function that the C function's name replaces
+// ("ngramspec::BatchSpeculator::propose: ", or the step functions' "ngramspec: "). `generic`:
+// the message was the step functions', which do not name the sequence.
+const char* c_message(const char* message, bool& generic) noexcept {
+  constexpr std::string_view kSpeculator = "ngramspec::BatchSpeculator::";
+  constexpr std::string_view kSteps = "ngramspec: ";
+  const std::string_view text(message);
+  generic = false;
+  if (text.starts_with(kSpeculator)) {
+    const std::size_t colon = text.find(": ");
+    if (colon != std::string_view::npos) return message + colon + 2;
+  } else if (text.starts_with(kSteps)) {
+    generic = true;
+    return message + kSteps.size();
+  }
+  return message;
+}
+
+// The status and message of the exception being handled; call it only from a catch block.
+// `subject` ("sequence 7: ") goes before a message that does not name it.
+ngramspec_status translate_exception(const char* where, const char* subject = "") noexcept {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return fail(NGRAMSPEC_ERROR_OUT_OF_MEMORY, "%s: %sout of memory", where, subject);
+  } catch (const std::invalid_argument& e) {
+    bool generic = false;
+    const char* message = c_message(e.what(), generic);
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: %s%s", where, generic ? subject : "", message);
+  } catch (const std::exception& e) {
+    return fail(NGRAMSPEC_ERROR_INTERNAL, "%s: %s%s", where, subject, e.what());
+  } catch (...) {
+    return fail(NGRAMSPEC_ERROR_INTERNAL, "%s: %san exception that is not a std::exception", where, subject);
+  }
+}
+
+// ---- Conversions ---------------------------------------------------------------------------------
+
+ngramspec::MatchConfig to_cpp(const ngramspec_match_config& c) noexcept {
+  ngramspec::MatchConfig config;
+  config.cap = c.cap;
+  config.copy_min_match = c.copy_min_match;
+  config.count_max_order = c.count_max_order;
+  config.count_window = c.count_window;
+  config.min_confidence = c.min_confidence;
+  return config;
+}
+
+ngramspec_match_config to_c(const ngramspec::MatchConfig& config) noexcept {
+  ngramspec_match_config c;
+  c.cap = config.cap;
+  c.copy_min_match = config.copy_min_match;
+  c.count_max_order = config.count_max_order;
+  c.count_window = config.count_window;
+  c.min_confidence = config.min_confidence;
+  return c;
+}
+
+ngramspec::NGramConfig to_cpp(const ngramspec_ngram_config& c) noexcept {
+  ngramspec::NGramConfig config;
+  config.min_order = c.min_order;
+  config.max_order = c.max_order;
+  config.window = c.window;
+  return config;
+}
+
+int to_c(ngramspec::StopReason reason) noexcept {
+  switch (reason) {
+    case ngramspec::StopReason::max_new_tokens: return NGRAMSPEC_STOP_MAX_NEW_TOKENS;
+    case ngramspec::StopReason::stop_token: return NGRAMSPEC_STOP_TOKEN;
+    case ngramspec::StopReason::max_context: return NGRAMSPEC_STOP_MAX_CONTEXT;
+    case ngramspec::StopReason::callback: break;  // the decoders' token callback: never a batch's
+  }
+  return NGRAMSPEC_STOP_MAX_NEW_TOKENS;
+}
+
+ngramspec_step to_c(const ngramspec::StepOutcome& outcome) noexcept {
+  ngramspec_step step;
+  step.emitted = outcome.emitted;
+  step.accepted = outcome.accepted;
+  step.rollback_to = outcome.rollback_to;
+  step.discarded = outcome.discarded;
+  step.finished = outcome.finished ? 1 : 0;
+  step.stop_reason = to_c(outcome.stop_reason);
+  return step;
+}
+
+// The ids of one pass are distinct running sequences, so there are at most max_sequences of
+// them; more (a count that is wrong, or ids listed twice) is refused before any array is read.
+ngramspec_status too_many_ids(const char* where, std::size_t n_ids, const ngramspec_batch& batch) noexcept {
+  return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+              "%s: n_ids = %zu is more than max_sequences = %zu; ids must name distinct running sequences", where,
+              n_ids, batch.steps.size());
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- Version and errors ------------------------------------------------------------------------
+
+unsigned ngramspec_version_number(void) {
+  return static_cast<unsigned>(ngramspec::kVersionMajor * 10000 + ngramspec::kVersionMinor * 100 +
+                               ngramspec::kVersionPatch);
+}
+
+const char* ngramspec_version_string(void) { return kVersionString; }
+
+const char* ngramspec_status_name(ngramspec_status status) {
+  // Read as an int: a C caller may pass any value, which C++ may not hold in the enum.
+  int value = 0;
+  static_assert(sizeof value == sizeof status);
+  std::memcpy(&value, &status, sizeof value);
+  switch (value) {
+    case NGRAMSPEC_OK: return "NGRAMSPEC_OK";
+    case NGRAMSPEC_ERROR_INVALID_ARGUMENT: return "NGRAMSPEC_ERROR_INVALID_ARGUMENT";
+    case NGRAMSPEC_ERROR_OUT_OF_MEMORY: return "NGRAMSPEC_ERROR_OUT_OF_MEMORY";
+    case NGRAMSPEC_ERROR_INTERNAL: return "NGRAMSPEC_ERROR_INTERNAL";
+    default: return "unknown status";
+  }
+}
+
+const char* ngramspec_last_error(void) { return t_last_error; }
+
+// ---- SharedCorpus --------------------------------------------------------------------------------
+
+ngramspec_status ngramspec_corpus_create(size_t max_bytes, ngramspec_corpus** out) {
+  if (out == nullptr) return null_argument(__func__, "out");
+  try {
+    *out = new ngramspec_corpus(max_bytes);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+void ngramspec_corpus_free(ngramspec_corpus* corpus) { delete corpus; }
+
+ngramspec_status ngramspec_corpus_append(ngramspec_corpus* corpus, const ngramspec_token* tokens, size_t count) {
+  if (corpus == nullptr) return null_argument(__func__, "corpus");
+  if (tokens == nullptr && count != 0) return null_array(__func__, "tokens", "count", count);
+  try {
+    corpus->corpus.append(std::span<const ngramspec::Token>(tokens, count));
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+ngramspec_status ngramspec_corpus_clear(ngramspec_corpus* corpus) {
+  if (corpus == nullptr) return null_argument(__func__, "corpus");
+  try {
+    corpus->corpus.clear();
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+size_t ngramspec_corpus_size(const ngramspec_corpus* corpus) {
+  if (corpus == nullptr) return 0;
+  try {
+    return corpus->corpus.size();
+  } catch (...) {  // the lock failed
+    translate_exception(__func__);
+    return 0;
+  }
+}
+
+uint64_t ngramspec_corpus_records(const ngramspec_corpus* corpus) {
+  if (corpus == nullptr) return 0;
+  try {
+    return corpus->corpus.records();
+  } catch (...) {
+    translate_exception(__func__);
+    return 0;
+  }
+}
+
+size_t ngramspec_corpus_capacity_tokens(const ngramspec_corpus* corpus) {
+  return corpus == nullptr ? 0 : corpus->corpus.capacity_tokens();
+}
+
+size_t ngramspec_corpus_memory_bytes(const ngramspec_corpus* corpus) {
+  return corpus == nullptr ? 0 : corpus->corpus.memory_bytes();
+}
+
+// ---- MatchDrafter --------------------------------------------------------------------------------
+
+ngramspec_match_config ngramspec_match_config_default(void) { return to_c(ngramspec::MatchConfig{}); }
+
+ngramspec_status ngramspec_match_drafter_create(const ngramspec_match_config* config, const ngramspec_corpus* corpus,
+                                                ngramspec_match_drafter** out) {
+  if (out == nullptr) return null_argument(__func__, "out");
+  try {
+    const ngramspec::MatchConfig cpp = config != nullptr ? to_cpp(*config) : ngramspec::MatchConfig{};
+    *out = new ngramspec_match_drafter{ngramspec::MatchDrafter(cpp, corpus != nullptr ? &corpus->corpus : nullptr)};
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+void ngramspec_match_drafter_free(ngramspec_match_drafter* drafter) { delete drafter; }
+
+ngramspec_status ngramspec_match_drafter_update(ngramspec_match_drafter* drafter, const ngramspec_token* tokens,
+                                                size_t count) {
+  if (drafter == nullptr) return null_argument(__func__, "drafter");
+  if (tokens == nullptr && count != 0) return null_array(__func__, "tokens", "count", count);
+  drafter->drafter.update(std::span<const ngramspec::Token>(tokens, count));  // noexcept
+  return NGRAMSPEC_OK;
+}
+
+ngramspec_status ngramspec_match_drafter_predict(const ngramspec_match_drafter* drafter, ngramspec_token* out,
+                                                 size_t capacity, float* probabilities, size_t* count) {
+  if (drafter == nullptr) return null_argument(__func__, "drafter");
+  if (out == nullptr && capacity != 0) return null_array(__func__, "out", "capacity", capacity);
+  if (count == nullptr) return null_argument(__func__, "count");
+  const std::span<ngramspec::Token> drafts(out, capacity);
+  *count = probabilities != nullptr ? drafter->drafter.predict(drafts, std::span<float>(probabilities, capacity))
+                                    : drafter->drafter.predict(drafts);  // noexcept
+  return NGRAMSPEC_OK;
+}
+
+ngramspec_status ngramspec_match_drafter_reset(ngramspec_match_drafter* drafter) {
+  if (drafter == nullptr) return null_argument(__func__, "drafter");
+  drafter->drafter.reset();  // noexcept
+  return NGRAMSPEC_OK;
+}
+
+size_t ngramspec_match_drafter_memory_bytes(const ngramspec_match_drafter* drafter) {
+  return drafter == nullptr ? 0 : drafter->drafter.memory_bytes();
+}
+
+// ---- NGramPredictor ------------------------------------------------------------------------------
+
+ngramspec_ngram_config ngramspec_ngram_config_default(void) {
+  const ngramspec::NGramConfig config;
+  ngramspec_ngram_config c;
+  c.min_order = config.min_order;
+  c.max_order = config.max_order;
+  c.window = config.window;
+  return c;
+}
+
+ngramspec_status ngramspec_ngram_predictor_create(const ngramspec_ngram_config* config,
+                                                  ngramspec_ngram_predictor** out) {
+  if (out == nullptr) return null_argument(__func__, "out");
+  try {
+    const ngramspec::NGramConfig cpp = config != nullptr ? to_cpp(*config) : ngramspec::NGramConfig{};
+    *out = new ngramspec_ngram_predictor{ngramspec::NGramPredictor(cpp)};
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+void ngramspec_ngram_predictor_free(ngramspec_ngram_predictor* predictor) { delete predictor; }
+
+ngramspec_status ngramspec_ngram_predictor_update(ngramspec_ngram_predictor* predictor, const ngramspec_token* tokens,
+                                                  size_t count) {
+  if (predictor == nullptr) return null_argument(__func__, "predictor");
+  if (tokens == nullptr && count != 0) return null_array(__func__, "tokens", "count", count);
+  predictor->predictor.update(std::span<const ngramspec::Token>(tokens, count));  // noexcept
+  return NGRAMSPEC_OK;
+}
+
+ngramspec_status ngramspec_ngram_predictor_predict(const ngramspec_ngram_predictor* predictor, ngramspec_token* out,
+                                                   size_t capacity, float* probabilities, size_t* count) {
+  if (predictor == nullptr) return null_argument(__func__, "predictor");
+  if (out == nullptr && capacity != 0) return null_array(__func__, "out", "capacity", capacity);
+  if (count == nullptr) return null_argument(__func__, "count");
+  const std::span<ngramspec::Token> drafts(out, capacity);
+  *count = probabilities != nullptr ? predictor->predictor.predict(drafts, std::span<float>(probabilities, capacity))
+                                    : predictor->predictor.predict(drafts);  // noexcept
+  return NGRAMSPEC_OK;
+}
+
+ngramspec_status ngramspec_ngram_predictor_reset(ngramspec_ngram_predictor* predictor) {
+  if (predictor == nullptr) return null_argument(__func__, "predictor");
+  predictor->predictor.reset();  // noexcept
+  return NGRAMSPEC_OK;
+}
+
+size_t ngramspec_ngram_predictor_memory_bytes(const ngramspec_ngram_predictor* predictor) {
+  return predictor == nullptr ? 0 : predictor->predictor.memory_bytes();
+}
+
+// ---- BatchSpeculator -----------------------------------------------------------------------------
+
+ngramspec_batch_config ngramspec_batch_config_default(void) {
+  const ngramspec::BatchConfig config;
+  ngramspec_batch_config c;
+  c.max_sequences = config.max_sequences;
+  c.max_pass_tokens = config.max_pass_tokens;
+  c.max_record_tokens = config.max_record_tokens;
+  c.cost = nullptr;
+  c.default_drafter = 1;
+  c.drafter = to_c(ngramspec::MatchConfig{});
+  return c;
+}
+
+ngramspec_sequence_options ngramspec_sequence_options_default(void) {
+  const ngramspec::DecodeOptions options;
+  ngramspec_sequence_options c;
+  c.max_new_tokens = options.max_new_tokens;
+  c.stop_tokens = nullptr;
+  c.n_stop_tokens = 0;
+  c.max_context = options.max_context;
+  c.speculate = options.speculate ? 1 : 0;
+  c.max_drafts = options.max_drafts;
+  return c;
+}
+
+ngramspec_status ngramspec_batch_create(const ngramspec_batch_config* config, ngramspec_corpus* corpus,
+                                        ngramspec_batch** out) {
+  if (out == nullptr) return null_argument(__func__, "out");
+  try {
+    const ngramspec_batch_config c = config != nullptr ? *config : ngramspec_batch_config_default();
+    ngramspec::BatchConfig batch;
+    batch.max_sequences = c.max_sequences;
+    batch.max_pass_tokens = c.max_pass_tokens;
+    batch.max_record_tokens = c.max_record_tokens;
+    if (c.cost != nullptr) batch.cost = ngramspec::VerifyCost::parse(c.cost);
+    const ngramspec::MatchConfig drafter = c.default_drafter != 0
+                                               ? ngramspec::BatchSpeculator<>::default_drafter(batch)
+                                               : to_cpp(c.drafter);
+    *out = new ngramspec_batch(batch, drafter, corpus != nullptr ? &corpus->corpus : nullptr);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+void ngramspec_batch_free(ngramspec_batch* batch) { delete batch; }
+
+ngramspec_status ngramspec_batch_begin(ngramspec_batch* batch, ngramspec_sequence_id id, const ngramspec_token* prompt,
+                                       size_t prompt_length, const ngramspec_sequence_options* options) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  if (prompt == nullptr && prompt_length != 0) return null_array(__func__, "prompt", "prompt_length", prompt_length);
+  const ngramspec_sequence_options o = options != nullptr ? *options : ngramspec_sequence_options_default();
+  if (o.stop_tokens == nullptr && o.n_stop_tokens != 0) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: sequence %" PRIu64 ": options->stop_tokens is NULL but options->n_stop_tokens = %zu", __func__, id,
+                o.n_stop_tokens);
+  }
+  try {
+    ngramspec::DecodeOptions& d = batch->options;
+    d.max_new_tokens = o.max_new_tokens;
+    d.stop_tokens.assign(o.stop_tokens, o.stop_tokens + o.n_stop_tokens);
+    d.max_context = o.max_context;
+    d.speculate = o.speculate != 0;
+    d.max_drafts = o.max_drafts;
+    batch->spec.begin(id, std::span<const ngramspec::Token>(prompt, prompt_length), d);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    char subject[48];
+    std::snprintf(subject, sizeof subject, "sequence %" PRIu64 ": ", id);
+    return translate_exception(__func__, subject);
+  }
+}
+
+ngramspec_status ngramspec_batch_propose(ngramspec_batch* batch, const ngramspec_sequence_id* ids, size_t n_ids,
+                                         ngramspec_token* drafts, size_t drafts_capacity, size_t* offsets,
+                                         size_t extra_tokens, size_t* n_drafts) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  if (ids == nullptr && n_ids != 0) return null_array(__func__, "ids", "n_ids", n_ids);
+  if (drafts == nullptr && drafts_capacity != 0) return null_array(__func__, "drafts", "drafts_capacity", drafts_capacity);
+  if (offsets == nullptr) return null_argument(__func__, "offsets");
+  if (n_drafts == nullptr) return null_argument(__func__, "n_drafts");
+  if (n_ids > batch->steps.size()) return too_many_ids(__func__, n_ids, *batch);
+  try {
+    *n_drafts = batch->spec.propose(std::span<const ngramspec::SequenceId>(ids, n_ids),
+                                    std::span<ngramspec::Token>(drafts, drafts_capacity),
+                                    std::span<std::size_t>(offsets, n_ids + 1), extra_tokens);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+ngramspec_status ngramspec_batch_accept(ngramspec_batch* batch, const ngramspec_sequence_id* ids, size_t n_ids,
+                                        const ngramspec_token* model_tokens, size_t n_model_tokens,
+                                        const size_t* offsets, ngramspec_step* steps) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  if (ids == nullptr && n_ids != 0) return null_array(__func__, "ids", "n_ids", n_ids);
+  if (model_tokens == nullptr && n_model_tokens != 0) {
+    return null_array(__func__, "model_tokens", "n_model_tokens", n_model_tokens);
+  }
+  if (offsets == nullptr) return null_argument(__func__, "offsets");
+  if (steps == nullptr && n_ids != 0) return null_array(__func__, "steps", "n_ids", n_ids);
+  if (n_ids > batch->steps.size()) return too_many_ids(__func__, n_ids, *batch);
+  try {
+    const std::span<ngramspec::StepOutcome> outcomes = std::span<ngramspec::StepOutcome>(batch->steps).first(n_ids);
+    batch->spec.accept(std::span<const ngramspec::SequenceId>(ids, n_ids),
+                       std::span<const ngramspec::Token>(model_tokens, n_model_tokens),
+                       std::span<const std::size_t>(offsets, n_ids + 1), outcomes);
+    for (std::size_t i = 0; i < n_ids; ++i) steps[i] = to_c(outcomes[i]);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+ngramspec_status ngramspec_batch_finish(ngramspec_batch* batch, ngramspec_sequence_id id) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  try {
+    batch->spec.finish(id);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+ngramspec_status ngramspec_batch_cancel(ngramspec_batch* batch, ngramspec_sequence_id id) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  try {
+    batch->spec.cancel(id);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+int ngramspec_batch_contains(const ngramspec_batch* batch, ngramspec_sequence_id id) {
+  return batch != nullptr && batch->spec.contains(id) ? 1 : 0;
+}
+
+size_t ngramspec_batch_size(const ngramspec_batch* batch) { return batch == nullptr ? 0 : batch->spec.size(); }
+
+size_t ngramspec_batch_memory_bytes(const ngramspec_batch* batch) {
+  if (batch == nullptr) return 0;
+  return batch->spec.memory_bytes() + sizeof(ngramspec_batch) - sizeof(batch->spec) +
+         batch->steps.capacity() * sizeof(ngramspec::StepOutcome) +
+         batch->options.stop_tokens.capacity() * sizeof(ngramspec::Token);
+}
+
+ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* batch, ngramspec_batch_stats* out) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  if (out == nullptr) return null_argument(__func__, "out");
+  const ngramspec::BatchStats& stats = batch->spec.stats();
+  out->proposals = stats.proposals;
+  out->drafted = stats.drafted;
+  out->accepted = stats.accepted;
+  out->emitted = stats.emitted;
+  return NGRAMSPEC_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,143 @@
+/* ngramspec.h as plain C11 (-std=c11 -Wall -Wextra -pedantic -Werror): a drafter created, fed,
+ * asked and freed, and a batch driven through a few passes of a toy greedy model. Exits 0 when
+ * every call did what the header says. */
+
+#include <ngramspec/ngramspec.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#define CHECK(call)                                                                              \
+  do {                                                                                           \
+    ngramspec_status check_status_ = (call);                                                     \
+    if (check_status_ != NGRAMSPEC_OK) {                                                         \
+      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,                          \
+              ngramspec_status_name(check_status_), ngramspec_last_error());                      \
+      return 1;                                                                                  \
+    }                                                                                            \
+  } while (0)
+
+#define EXPECT(condition)                                                                        \
+  do {                                                                                           \
+    if (!(condition)) {                                                                          \
+      fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #condition);                    \
+      return 1;                                                                                  \
+    }                                                                                            \
+  } while (0)
+
+/* The toy model: each token is followed by (token + 1) mod 5. */
+static ngramspec_token next_token(ngramspec_token t) { return (t + 1) % 5; }
+
+static int drafter(void) {
+  const ngramspec_token prompt[] = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1};
+  ngramspec_token drafts[4];
+  float probabilities[4];
+  size_t count = 99;
+  ngramspec_match_drafter* match = NULL;
+  ngramspec_ngram_predictor* ngram = NULL;
+  ngramspec_match_config config = ngramspec_match_config_default();
+
+  config.min_confidence = 0;
+  CHECK(ngramspec_match_drafter_create(&config, NULL, &match));
+  CHECK(ngramspec_match_drafter_update(match, prompt, sizeof prompt / sizeof prompt[0]));
+  CHECK(ngramspec_match_drafter_predict(match, drafts, 4, probabilities, &count));
+  EXPECT(count == 4 && drafts[0] == 2 && drafts[1] == 3 && drafts[2] == 4 && drafts[3] == 0);
+  EXPECT(probabilities[0] > 0 && probabilities[3] <= probabilities[0]);
+  EXPECT(ngramspec_match_drafter_memory_bytes(match) > 0);
+  ngramspec_match_drafter_free(match);
+
+  CHECK(ngramspec_ngram_predictor_create(NULL, &ngram));
+  CHECK(ngramspec_ngram_predictor_update(ngram, prompt, sizeof prompt / sizeof prompt[0]));
+  CHECK(ngramspec_ngram_predictor_predict(ngram, drafts, 4, NULL, &count));
+  EXPECT(count == 4 && drafts[0] == 2);
+  ngramspec_ngram_predictor_free(ngram);
+
+  /* A bad call says why and changes nothing. */
+  EXPECT(ngramspec_match_drafter_update(NULL, prompt, 1) == NGRAMSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(ngramspec_last_error(), "drafter is NULL") != NULL);
+  return 0;
+}
+
+static int batch(void) {
+  enum { kSequences = 2, kMaxDrafts = 4 };
+  const ngramspec_sequence_id ids[kSequences] = {7, 8};
+  const ngramspec_token prompt[] = {0, 1, 2, 3, 4, 0, 1};
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  ngramspec_sequence_options options = ngramspec_sequence_options_default();
+  ngramspec_batch* spec = NULL;
+  ngramspec_token drafts[kSequences * kMaxDrafts];
+  ngramspec_token model_tokens[kSequences * (kMaxDrafts + 1)];
+  ngramspec_token last[kSequences];
+  size_t offsets[kSequences + 1];
+  size_t model_offsets[kSequences + 1];
+  ngramspec_step steps[kSequences];
+  ngramspec_batch_stats stats;
+  size_t emitted[kSequences] = {0, 0};
+  size_t n_drafts = 0;
+  size_t i;
+  size_t j;
+  int pass;
+
+  config.max_sequences = kSequences;
+  config.cost = "knee:64";
+  options.max_new_tokens = 30;
+  options.max_drafts = kMaxDrafts;
+  CHECK(ngramspec_batch_create(&config, NULL, &spec));
+  for (i = 0; i < kSequences; ++i) {
+    CHECK(ngramspec_batch_begin(spec, ids[i], prompt, sizeof prompt / sizeof prompt[0], &options));
+    last[i] = prompt[sizeof prompt / sizeof prompt[0] - 1];
+  }
+  EXPECT(ngramspec_batch_size(spec) == kSequences && ngramspec_batch_contains(spec, 8));
+
+  for (pass = 0; pass < 30 && ngramspec_batch_size(spec) > 0; ++pass) {
+    CHECK(ngramspec_batch_propose(spec, ids, kSequences, drafts, sizeof drafts / sizeof drafts[0], offsets, 0,
+                                  &n_drafts));
+    EXPECT(offsets[kSequences] == n_drafts);
+    model_offsets[0] = 0;
+    for (i = 0; i < kSequences; ++i) { /* the forward of [last token, drafts...] */
+      ngramspec_token fed = last[i];
+      size_t n = model_offsets[i];
+      for (j = offsets[i]; j <= offsets[i + 1]; ++j) {
+        model_tokens[n++] = next_token(fed);
+        if (j < offsets[i + 1]) fed = drafts[j];
+      }
+      model_offsets[i + 1] = n;
+    }
+    CHECK(ngramspec_batch_accept(spec, ids, kSequences, model_tokens, model_offsets[kSequences], model_offsets,
+                                 steps));
+    for (i = 0; i < kSequences; ++i) {
+      for (j = 0; j < steps[i].emitted; ++j) { /* plain greedy decoding, token for token */
+        EXPECT(model_tokens[model_offsets[i] + j] == next_token(last[i]));
+        last[i] = model_tokens[model_offsets[i] + j];
+      }
+      emitted[i] += steps[i].emitted;
+      if (steps[i].finished) {
+        EXPECT(steps[i].stop_reason == NGRAMSPEC_STOP_MAX_NEW_TOKENS);
+        CHECK(ngramspec_batch_finish(spec, ids[i]));
+      }
+    }
+    if (steps[0].finished || steps[1].finished) break;
+  }
+  EXPECT(emitted[0] == 30 && emitted[1] == 30);
+  EXPECT(ngramspec_batch_size(spec) == 0);
+  CHECK(ngramspec_batch_stats_get(spec, &stats));
+  EXPECT(stats.emitted == 60 && stats.accepted > 0 && stats.proposals < 30);
+  ngramspec_batch_free(spec);
+  return 0;
+}
+
+int main(void) {
+  EXPECT(ngramspec_version_number() == NGRAMSPEC_VERSION_NUMBER);
+  EXPECT(strcmp(ngramspec_status_name(NGRAMSPEC_ERROR_OUT_OF_MEMORY), "NGRAMSPEC_ERROR_OUT_OF_MEMORY") == 0);
+  /* C may hold any int in the enum; the name says so. */
+  EXPECT(strcmp(ngramspec_status_name((ngramspec_status)42), "unknown status") == 0);
+  EXPECT(strcmp(ngramspec_status_name((ngramspec_status)-1), "unknown status") == 0);
+  EXPECT(strcmp(ngramspec_last_error(), "") == 0);
+  ngramspec_match_drafter_free(NULL);
+  ngramspec_ngram_predictor_free(NULL);
+  ngramspec_corpus_free(NULL);
+  ngramspec_batch_free(NULL);
+  if (drafter() != 0 || batch() != 0) return 1;
+  printf("ngramspec %s: the C API works from C11\n", ngramspec_version_string());
+  return 0;
+}

@@ -1,0 +1,1346 @@
+// The C ABI (ngramspec.h, compiled here as C++) through libngramspec.so: every entry point with
+// bad arguments (the right status, a message naming the argument and its value, nothing
+// changed, the object still usable), out of memory, the drafters against the C++ ones, a batch
+// served through it against plain greedy decoding and the C++ BatchSpeculator, and the hot
+// calls' allocations.
+
+#include "ngramspec/ngramspec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ngramspec/batch_speculator.hpp"
+#include "ngramspec/match_drafter.hpp"
+#include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/shared_corpus.hpp"
+#include "ngramspec/version.hpp"
+#include "support/allocation_counter.hpp"
+#include "support/mock_models.hpp"
+#include "support/test_drafters.hpp"
+
+namespace ngramspec::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+// ---- Owning handles ------------------------------------------------------------------------------
+
+struct CorpusFree {
+  void operator()(ngramspec_corpus* p) const noexcept { ngramspec_corpus_free(p); }
+};
+struct MatchFree {
+  void operator()(ngramspec_match_drafter* p) const noexcept { ngramspec_match_drafter_free(p); }
+};
+struct NGramFree {
+  void operator()(ngramspec_ngram_predictor* p) const noexcept { ngramspec_ngram_predictor_free(p); }
+};
+struct BatchFree {
+  void operator()(ngramspec_batch* p) const noexcept { ngramspec_batch_free(p); }
+};
+using CorpusPtr = std::unique_ptr<ngramspec_corpus, CorpusFree>;
+using MatchPtr = std::unique_ptr<ngramspec_match_drafter, MatchFree>;
+using NGramPtr = std::unique_ptr<ngramspec_ngram_predictor, NGramFree>;
+using BatchPtr = std::unique_ptr<ngramspec_batch, BatchFree>;
+
+CorpusPtr make_corpus(std::size_t max_bytes) {
+  ngramspec_corpus* p = nullptr;
+  EXPECT_EQ(ngramspec_corpus_create(max_bytes, &p), NGRAMSPEC_OK) << ngramspec_last_error();
+  return CorpusPtr(p);
+}
+MatchPtr make_match(const ngramspec_match_config* config, const ngramspec_corpus* corpus = nullptr) {
+  ngramspec_match_drafter* p = nullptr;
+  EXPECT_EQ(ngramspec_match_drafter_create(config, corpus, &p), NGRAMSPEC_OK) << ngramspec_last_error();
+  return MatchPtr(p);
+}
+NGramPtr make_ngram(const ngramspec_ngram_config* config) {
+  ngramspec_ngram_predictor* p = nullptr;
+  EXPECT_EQ(ngramspec_ngram_predictor_create(config, &p), NGRAMSPEC_OK) << ngramspec_last_error();
+  return NGramPtr(p);
+}
+BatchPtr make_batch(const ngramspec_batch_config* config, ngramspec_corpus* corpus = nullptr) {
+  ngramspec_batch* p = nullptr;
+  EXPECT_EQ(ngramspec_batch_create(config, corpus, &p), NGRAMSPEC_OK) << ngramspec_last_error();
+  return BatchPtr(p);
+}
+
+// ---- Checks --------------------------------------------------------------------------------------
+
+/// `status` is `expected`, and the calling thread's last error contains every piece.
+::testing::AssertionResult fails_with(ngramspec_status status, ngramspec_status expected,
+                                      std::initializer_list<std::string> pieces) {
+  const std::string message = ngramspec_last_error();
+  if (status != expected) {
+    return ::testing::AssertionFailure() << "status " << ngramspec_status_name(status) << ", expected "
+                                         << ngramspec_status_name(expected) << " (last error: \"" << message << "\")";
+  }
+  for (const std::string& piece : pieces) {
+    if (message.find(piece) == std::string::npos) {
+      return ::testing::AssertionFailure() << "the last error \"" << message << "\" does not contain \"" << piece
+                                           << "\"";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+#define EXPECT_INVALID(call, ...) EXPECT_TRUE(fails_with((call), NGRAMSPEC_ERROR_INVALID_ARGUMENT, {__VA_ARGS__}))
+#define EXPECT_C_OK(call) EXPECT_EQ((call), NGRAMSPEC_OK) << ngramspec_last_error()
+#define ASSERT_C_OK(call) ASSERT_EQ((call), NGRAMSPEC_OK) << ngramspec_last_error()
+
+/// A pointer no call may write: outputs keep it when a call fails.
+template <class T>
+T* sentinel_handle() {
+  static int object;
+  return reinterpret_cast<T*>(&object);
+}
+
+/// A stream with repeats: a motif over a small alphabet, with noise, so drafters draft.
+std::vector<Token> motif_stream(std::mt19937_64& rng, std::size_t length) {
+  const Token alphabet = static_cast<Token>(2 + rng() % 11);
+  std::vector<Token> motif(1 + rng() % 12);
+  for (Token& t : motif) t = static_cast<Token>(rng() % alphabet);
+  std::vector<Token> stream(length);
+  for (std::size_t i = 0; i < length; ++i) {
+    stream[i] = rng() % 10 == 0 ? static_cast<Token>(rng() % alphabet) : motif[i % motif.size()];
+  }
+  if (rng() % 4 == 0) stream.back() = 0xFFFFFFFFU;  // the top of the id range
+  return stream;
+}
+
+// ---- Version, errors, NULL handles -----------------------------------------------------------------
+
+TEST(CApiVersion, MacrosRuntimeCxxConstantsAndCMakeProjectAgree) {
+  EXPECT_EQ(NGRAMSPEC_VERSION_MAJOR, kVersionMajor);
+  EXPECT_EQ(NGRAMSPEC_VERSION_MINOR, kVersionMinor);
+  EXPECT_EQ(NGRAMSPEC_VERSION_PATCH, kVersionPatch);
+  EXPECT_EQ(NGRAMSPEC_VERSION_NUMBER, kVersionMajor * 10000 + kVersionMinor * 100 + kVersionPatch);
+  EXPECT_EQ(ngramspec_version_number(), static_cast<unsigned>(NGRAMSPEC_VERSION_NUMBER));
+  const std::string version = std::to_string(kVersionMajor) + "." + std::to_string(kVersionMinor) + "." +
+                              std::to_string(kVersionPatch);
+  EXPECT_EQ(std::string(ngramspec_version_string()), version);
+  EXPECT_EQ(std::string(ngramspec_version_string()), NGRAMSPEC_PROJECT_VERSION);  // CMakeLists.txt's project()
+}
+
+TEST(CApiErrors, EveryStatusHasItsName) {
+  EXPECT_STREQ(ngramspec_status_name(NGRAMSPEC_OK), "NGRAMSPEC_OK");
+  EXPECT_STREQ(ngramspec_status_name(NGRAMSPEC_ERROR_INVALID_ARGUMENT), "NGRAMSPEC_ERROR_INVALID_ARGUMENT");
+  EXPECT_STREQ(ngramspec_status_name(NGRAMSPEC_ERROR_OUT_OF_MEMORY), "NGRAMSPEC_ERROR_OUT_OF_MEMORY");
+  EXPECT_STREQ(ngramspec_status_name(NGRAMSPEC_ERROR_INTERNAL), "NGRAMSPEC_ERROR_INTERNAL");
+  // Values outside the enum ("unknown status") are C's to pass: tests/c_api/c11_compile.c checks them.
+}
+
+TEST(CApiErrors, TheLastErrorIsPerThreadAndLastsUntilTheNextFailure) {
+  std::string initial;
+  std::string after_failure;
+  std::string after_success;
+  std::string after_other_thread;
+  std::thread([&] {
+    initial = ngramspec_last_error();
+    (void)ngramspec_corpus_clear(nullptr);
+    after_failure = ngramspec_last_error();
+    ngramspec_ngram_predictor* predictor = nullptr;
+    if (ngramspec_ngram_predictor_create(nullptr, &predictor) == NGRAMSPEC_OK) ngramspec_ngram_predictor_free(predictor);
+    after_success = ngramspec_last_error();
+    std::thread([] { (void)ngramspec_batch_finish(nullptr, 1); }).join();
+    after_other_thread = ngramspec_last_error();
+  }).join();
+  EXPECT_EQ(initial, "");
+  EXPECT_EQ(after_failure, "ngramspec_corpus_clear: corpus is NULL");
+  EXPECT_EQ(after_success, after_failure);
+  EXPECT_EQ(after_other_thread, after_failure);
+}
+
+TEST(CApiErrors, ALongMessageIsCutToTheBufferAndSaysSo) {
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  const std::string cost = "table:" + std::string(3000, 'x');
+  config.cost = cost.c_str();
+  ngramspec_batch* out = sentinel_handle<ngramspec_batch>();
+  EXPECT_INVALID(ngramspec_batch_create(&config, nullptr, &out), "ngramspec_batch_create: ", "xxxxxxxx");
+  EXPECT_EQ(out, sentinel_handle<ngramspec_batch>());
+  const std::string message = ngramspec_last_error();
+  EXPECT_EQ(message.size(), 1023U);
+  EXPECT_THAT(message, ::testing::EndsWith("..."));
+}
+
+TEST(CApiErrors, FreeingNullDoesNothingAndQueriesOfNullAreZero) {
+  ngramspec_corpus_free(nullptr);
+  ngramspec_match_drafter_free(nullptr);
+  ngramspec_ngram_predictor_free(nullptr);
+  ngramspec_batch_free(nullptr);
+  EXPECT_EQ(ngramspec_corpus_size(nullptr), 0U);
+  EXPECT_EQ(ngramspec_corpus_records(nullptr), 0U);
+  EXPECT_EQ(ngramspec_corpus_capacity_tokens(nullptr), 0U);
+  EXPECT_EQ(ngramspec_corpus_memory_bytes(nullptr), 0U);
+  EXPECT_EQ(ngramspec_match_drafter_memory_bytes(nullptr), 0U);
+  EXPECT_EQ(ngramspec_ngram_predictor_memory_bytes(nullptr), 0U);
+  EXPECT_EQ(ngramspec_batch_contains(nullptr, 1), 0);
+  EXPECT_EQ(ngramspec_batch_size(nullptr), 0U);
+  EXPECT_EQ(ngramspec_batch_memory_bytes(nullptr), 0U);
+}
+
+TEST(CApiConfigs, DefaultsAreTheCppDefaults) {
+  const MatchConfig match;
+  const ngramspec_match_config c = ngramspec_match_config_default();
+  EXPECT_EQ(c.cap, match.cap);
+  EXPECT_EQ(c.copy_min_match, match.copy_min_match);
+  EXPECT_EQ(c.count_max_order, match.count_max_order);
+  EXPECT_EQ(c.count_window, match.count_window);
+  EXPECT_EQ(c.min_confidence, match.min_confidence);
+
+  const NGramConfig ngram;
+  const ngramspec_ngram_config n = ngramspec_ngram_config_default();
+  EXPECT_EQ(n.min_order, ngram.min_order);
+  EXPECT_EQ(n.max_order, ngram.max_order);
+  EXPECT_EQ(n.window, ngram.window);
+
+  const BatchConfig batch;
+  const ngramspec_batch_config b = ngramspec_batch_config_default();
+  EXPECT_EQ(b.max_sequences, batch.max_sequences);
+  EXPECT_EQ(b.max_pass_tokens, batch.max_pass_tokens);
+  EXPECT_EQ(b.max_record_tokens, batch.max_record_tokens);
+  EXPECT_EQ(b.cost, nullptr);
+  EXPECT_NE(b.default_drafter, 0);
+  EXPECT_EQ(b.drafter.cap, match.cap);
+  EXPECT_EQ(b.drafter.min_confidence, match.min_confidence);
+
+  const DecodeOptions options;
+  const ngramspec_sequence_options o = ngramspec_sequence_options_default();
+  EXPECT_EQ(o.max_new_tokens, options.max_new_tokens);
+  EXPECT_EQ(o.stop_tokens, nullptr);
+  EXPECT_EQ(o.n_stop_tokens, 0U);
+  EXPECT_EQ(o.max_context, options.max_context);
+  EXPECT_EQ(o.speculate, 1);
+  EXPECT_EQ(o.max_drafts, options.max_drafts);
+}
+
+// ---- SharedCorpus --------------------------------------------------------------------------------
+
+TEST(CApiCorpus, BadArgumentsAreReportedAndChangeNothing) {
+  const std::size_t bytes = SharedCorpus::min_bytes();
+  EXPECT_INVALID(ngramspec_corpus_create(bytes, nullptr), "ngramspec_corpus_create: out is NULL");
+  ngramspec_corpus* out = sentinel_handle<ngramspec_corpus>();
+  EXPECT_INVALID(ngramspec_corpus_create(10, &out), "ngramspec_corpus_create: ", "max_bytes = 10 is invalid");
+  EXPECT_EQ(out, sentinel_handle<ngramspec_corpus>());
+
+  const CorpusPtr corpus = make_corpus(bytes);
+  const std::vector<Token> record = {1, 2, 3, 4, 5};
+  EXPECT_C_OK(ngramspec_corpus_append(corpus.get(), record.data(), record.size()));
+  EXPECT_INVALID(ngramspec_corpus_append(nullptr, record.data(), record.size()),
+                 "ngramspec_corpus_append: corpus is NULL");
+  EXPECT_INVALID(ngramspec_corpus_append(corpus.get(), nullptr, 3),
+                 "ngramspec_corpus_append: tokens is NULL but count = 3");
+  EXPECT_INVALID(ngramspec_corpus_clear(nullptr), "ngramspec_corpus_clear: corpus is NULL");
+  EXPECT_EQ(ngramspec_corpus_size(corpus.get()), 5U);
+  EXPECT_EQ(ngramspec_corpus_records(corpus.get()), 1U);
+  // No tokens is a record of none: nothing changes.
+  EXPECT_C_OK(ngramspec_corpus_append(corpus.get(), nullptr, 0));
+  EXPECT_EQ(ngramspec_corpus_records(corpus.get()), 1U);
+}
+
+TEST(CApiCorpus, ReportsWhatTheCppCorpusDoes) {
+  const std::size_t bytes = SharedCorpus::bytes_for(512) + 100;
+  SharedCorpus cpp(bytes);
+  const CorpusPtr c = make_corpus(bytes);
+  EXPECT_EQ(ngramspec_corpus_capacity_tokens(c.get()), cpp.capacity_tokens());
+  EXPECT_EQ(ngramspec_corpus_memory_bytes(c.get()), cpp.memory_bytes());
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 40; ++i) {
+    const std::vector<Token> record = motif_stream(rng, 1 + rng() % 60);
+    cpp.append(record);
+    ASSERT_C_OK(ngramspec_corpus_append(c.get(), record.data(), record.size()));
+    ASSERT_EQ(ngramspec_corpus_size(c.get()), cpp.size());
+    ASSERT_EQ(ngramspec_corpus_records(c.get()), cpp.records());
+  }
+  EXPECT_C_OK(ngramspec_corpus_clear(c.get()));
+  cpp.clear();
+  EXPECT_EQ(ngramspec_corpus_size(c.get()), 0U);
+  EXPECT_EQ(ngramspec_corpus_records(c.get()), 0U);
+  EXPECT_EQ(ngramspec_corpus_memory_bytes(c.get()), cpp.memory_bytes());
+}
+
+// ---- Drafters ------------------------------------------------------------------------------------
+
+/// What a drafter drafts for `capacity` (with probabilities or without), through the C API.
+struct CDrafts {
+  std::vector<Token> tokens;
+  std::vector<float> probabilities;
+};
+
+template <class Predict>
+CDrafts c_drafts(Predict predict, std::size_t capacity, bool with_probabilities) {
+  CDrafts d;
+  d.tokens.assign(capacity, 0);
+  d.probabilities.assign(capacity, -1.0f);
+  std::size_t count = std::numeric_limits<std::size_t>::max();
+  EXPECT_C_OK(predict(d.tokens.data(), capacity, with_probabilities ? d.probabilities.data() : nullptr, &count));
+  EXPECT_LE(count, capacity);
+  d.tokens.resize(std::min(count, capacity));
+  d.probabilities.resize(with_probabilities ? d.tokens.size() : 0);
+  return d;
+}
+
+template <class D>
+CDrafts cpp_drafts(const D& drafter, std::size_t capacity, bool with_probabilities) {
+  CDrafts d;
+  d.tokens.assign(capacity, 0);
+  d.probabilities.assign(capacity, -1.0f);
+  const std::size_t count = with_probabilities ? drafter.predict(std::span<Token>(d.tokens), std::span<float>(d.probabilities))
+                                               : drafter.predict(std::span<Token>(d.tokens));
+  d.tokens.resize(count);
+  d.probabilities.resize(with_probabilities ? count : 0);
+  return d;
+}
+
+TEST(CApiMatchDrafter, BadArgumentsAreReportedAndChangeNothing) {
+  EXPECT_INVALID(ngramspec_match_drafter_create(nullptr, nullptr, nullptr), "ngramspec_match_drafter_create: out is NULL");
+  struct BadConfig {
+    ngramspec_match_config config;
+    std::string names;
+  };
+  std::vector<BadConfig> bad;
+  const ngramspec_match_config defaults = ngramspec_match_config_default();
+  bad.push_back({defaults, "cap = 1 is invalid"});
+  bad.back().config.cap = 1;
+  bad.push_back({defaults, "cap = 16777217 is invalid"});
+  bad.back().config.cap = MatchDrafter::kMaxCap + 1;
+  bad.push_back({defaults, "copy_min_match = 0 is invalid"});
+  bad.back().config.copy_min_match = 0;
+  bad.push_back({defaults, "count_max_order = 5 is invalid"});
+  bad.back().config.count_max_order = 5;
+  bad.push_back({defaults, "count_max_order = 1 is invalid"});
+  bad.back().config.count_max_order = 1;
+  bad.push_back({defaults, "count_window = 2 is invalid"});
+  bad.back().config.count_window = 2;
+  bad.push_back({defaults, "min_confidence = 1.5"});
+  bad.back().config.min_confidence = 1.5;
+  bad.push_back({defaults, "min_confidence = nan"});
+  bad.back().config.min_confidence = std::nan("");
+  for (const BadConfig& b : bad) {
+    ngramspec_match_drafter* out = sentinel_handle<ngramspec_match_drafter>();
+    EXPECT_INVALID(ngramspec_match_drafter_create(&b.config, nullptr, &out), "ngramspec_match_drafter_create: ",
+                   "MatchConfig: " + b.names);
+    EXPECT_EQ(out, sentinel_handle<ngramspec_match_drafter>());
+  }
+
+  ngramspec_match_config config = defaults;
+  config.min_confidence = 0;
+  const MatchPtr drafter = make_match(&config);
+  const std::vector<Token> prompt = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
+  ASSERT_C_OK(ngramspec_match_drafter_update(drafter.get(), prompt.data(), prompt.size()));
+  const auto predict = [&](ngramspec_token* out, std::size_t capacity, float* p, std::size_t* count) {
+    return ngramspec_match_drafter_predict(drafter.get(), out, capacity, p, count);
+  };
+  const CDrafts before = c_drafts(predict, 8, true);
+  ASSERT_EQ(before.tokens, (std::vector<Token>{3, 4, 1, 2, 3, 4, 1, 2}));
+
+  EXPECT_INVALID(ngramspec_match_drafter_update(nullptr, prompt.data(), 1), "ngramspec_match_drafter_update: drafter is NULL");
+  EXPECT_INVALID(ngramspec_match_drafter_update(drafter.get(), nullptr, 2),
+                 "ngramspec_match_drafter_update: tokens is NULL but count = 2");
+  std::array<Token, 4> out{7, 7, 7, 7};
+  std::size_t count = 99;
+  EXPECT_INVALID(ngramspec_match_drafter_predict(nullptr, out.data(), 4, nullptr, &count),
+                 "ngramspec_match_drafter_predict: drafter is NULL");
+  EXPECT_INVALID(ngramspec_match_drafter_predict(drafter.get(), nullptr, 4, nullptr, &count),
+                 "ngramspec_match_drafter_predict: out is NULL but capacity = 4");
+  EXPECT_INVALID(ngramspec_match_drafter_predict(drafter.get(), out.data(), 4, nullptr, nullptr),
+                 "ngramspec_match_drafter_predict: count is NULL");
+  EXPECT_INVALID(ngramspec_match_drafter_reset(nullptr), "ngramspec_match_drafter_reset: drafter is NULL");
+  EXPECT_EQ(count, 99U);
+  EXPECT_EQ(out, (std::array<Token, 4>{7, 7, 7, 7}));
+  const CDrafts after = c_drafts(predict, 8, true);
+  EXPECT_EQ(after.tokens, before.tokens);
+  EXPECT_EQ(after.probabilities, before.probabilities);
+
+  // No room is no drafts, not an error.
+  EXPECT_C_OK(ngramspec_match_drafter_predict(drafter.get(), nullptr, 0, nullptr, &count));
+  EXPECT_EQ(count, 0U);
+  EXPECT_C_OK(ngramspec_match_drafter_update(drafter.get(), nullptr, 0));
+  EXPECT_C_OK(ngramspec_match_drafter_reset(drafter.get()));
+  EXPECT_TRUE(c_drafts(predict, 8, false).tokens.empty());
+}
+
+TEST(CApiNGramPredictor, BadArgumentsAreReportedAndChangeNothing) {
+  EXPECT_INVALID(ngramspec_ngram_predictor_create(nullptr, nullptr), "ngramspec_ngram_predictor_create: out is NULL");
+  const ngramspec_ngram_config defaults = ngramspec_ngram_config_default();
+  struct BadConfig {
+    ngramspec_ngram_config config;
+    std::string names;
+  };
+  std::vector<BadConfig> bad;
+  bad.push_back({defaults, "min_order = 1 is invalid"});
+  bad.back().config.min_order = 1;
+  bad.push_back({defaults, "max_order = 1 is invalid"});
+  bad.back().config.max_order = 1;
+  bad.push_back({defaults, "max_order = 9 is invalid"});
+  bad.back().config.max_order = 9;
+  bad.push_back({defaults, "window = 3 is invalid"});
+  bad.back().config.window = 3;
+  bad.push_back({defaults, "window = 16777217 is invalid"});
+  bad.back().config.window = NGramPredictor::kMaxWindow + 1;
+  for (const BadConfig& b : bad) {
+    ngramspec_ngram_predictor* out = sentinel_handle<ngramspec_ngram_predictor>();
+    EXPECT_INVALID(ngramspec_ngram_predictor_create(&b.config, &out), "ngramspec_ngram_predictor_create: ",
+                   "NGramConfig: " + b.names);
+    EXPECT_EQ(out, sentinel_handle<ngramspec_ngram_predictor>());
+  }
+
+  const NGramPtr predictor = make_ngram(nullptr);
+  const std::vector<Token> prompt = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
+  ASSERT_C_OK(ngramspec_ngram_predictor_update(predictor.get(), prompt.data(), prompt.size()));
+  const auto predict = [&](ngramspec_token* out, std::size_t capacity, float* p, std::size_t* count) {
+    return ngramspec_ngram_predictor_predict(predictor.get(), out, capacity, p, count);
+  };
+  const CDrafts before = c_drafts(predict, 6, true);
+  ASSERT_EQ(before.tokens, (std::vector<Token>{3, 4, 1, 2, 3, 4}));
+
+  EXPECT_INVALID(ngramspec_ngram_predictor_update(nullptr, prompt.data(), 1),
+                 "ngramspec_ngram_predictor_update: predictor is NULL");
+  EXPECT_INVALID(ngramspec_ngram_predictor_update(predictor.get(), nullptr, 5),
+                 "ngramspec_ngram_predictor_update: tokens is NULL but count = 5");
+  std::array<Token, 4> out{7, 7, 7, 7};
+  std::size_t count = 99;
+  EXPECT_INVALID(ngramspec_ngram_predictor_predict(nullptr, out.data(), 4, nullptr, &count),
+                 "ngramspec_ngram_predictor_predict: predictor is NULL");
+  EXPECT_INVALID(ngramspec_ngram_predictor_predict(predictor.get(), nullptr, 4, nullptr, &count),
+                 "ngramspec_ngram_predictor_predict: out is NULL but capacity = 4");
+  EXPECT_INVALID(ngramspec_ngram_predictor_predict(predictor.get(), out.data(), 4, nullptr, nullptr),
+                 "ngramspec_ngram_predictor_predict: count is NULL");
+  EXPECT_INVALID(ngramspec_ngram_predictor_reset(nullptr), "ngramspec_ngram_predictor_reset: predictor is NULL");
+  EXPECT_EQ(count, 99U);
+  EXPECT_EQ(out, (std::array<Token, 4>{7, 7, 7, 7}));
+  const CDrafts after = c_drafts(predict, 6, true);
+  EXPECT_EQ(after.tokens, before.tokens);
+  EXPECT_EQ(after.probabilities, before.probabilities);
+  EXPECT_C_OK(ngramspec_ngram_predictor_reset(predictor.get()));
+  EXPECT_TRUE(c_drafts(predict, 6, false).tokens.empty());
+}
+
+// The C drafters are the C++ ones: over random configurations and streams, with and without a
+// corpus, resets and corpus appends along the way, every prediction (with probabilities and
+// without, any room) is the C++ drafter's, bit for bit.
+TEST(CApiProperty, TheDraftersDraftExactlyWhatTheCppOnesDo) {
+  std::size_t drafted = 0;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(scramble(seed));
+    ngramspec_match_config mc = ngramspec_match_config_default();
+    mc.cap = 4 + rng() % 300;
+    mc.copy_min_match = 1 + rng() % 4;
+    mc.count_max_order = 2 + rng() % 3;
+    mc.count_window = rng() % 2 == 0 ? 0 : 4 + rng() % (mc.cap - 3);
+    static constexpr double kGates[] = {0, 0.03, 0.2};
+    mc.min_confidence = kGates[rng() % 3];
+    ngramspec_ngram_config nc;
+    nc.min_order = 2 + rng() % 2;
+    nc.max_order = nc.min_order + rng() % 3;
+    nc.window = nc.max_order + rng() % 128;
+
+    const bool with_corpus = rng() % 2 == 0;
+    const std::size_t corpus_bytes = SharedCorpus::bytes_for(256);
+    SharedCorpus cpp_corpus(corpus_bytes);
+    const CorpusPtr c_corpus = make_corpus(corpus_bytes);
+    MatchConfig cpp_mc;
+    cpp_mc.cap = mc.cap;
+    cpp_mc.copy_min_match = mc.copy_min_match;
+    cpp_mc.count_max_order = mc.count_max_order;
+    cpp_mc.count_window = mc.count_window;
+    cpp_mc.min_confidence = mc.min_confidence;
+    MatchDrafter cpp_match(cpp_mc, with_corpus ? &cpp_corpus : nullptr);
+    NGramPredictor cpp_ngram(NGramConfig{.min_order = nc.min_order, .max_order = nc.max_order, .window = nc.window});
+    const MatchPtr c_match = make_match(&mc, with_corpus ? c_corpus.get() : nullptr);
+    const NGramPtr c_ngram = make_ngram(&nc);
+    ASSERT_TRUE(c_match && c_ngram);
+    EXPECT_EQ(ngramspec_match_drafter_memory_bytes(c_match.get()), cpp_match.memory_bytes());
+    EXPECT_EQ(ngramspec_ngram_predictor_memory_bytes(c_ngram.get()), cpp_ngram.memory_bytes());
+
+    const std::vector<Token> stream = motif_stream(rng, 200 + rng() % 200);
+    const auto match_predict = [&](ngramspec_token* out, std::size_t capacity, float* p, std::size_t* count) {
+      return ngramspec_match_drafter_predict(c_match.get(), out, capacity, p, count);
+    };
+    const auto ngram_predict = [&](ngramspec_token* out, std::size_t capacity, float* p, std::size_t* count) {
+      return ngramspec_ngram_predictor_predict(c_ngram.get(), out, capacity, p, count);
+    };
+    for (std::size_t at = 0; at < stream.size();) {
+      const std::size_t n = std::min<std::size_t>(1 + rng() % 5, stream.size() - at);
+      const std::span<const Token> chunk(stream.data() + at, n);
+      at += n;
+      cpp_match.update(chunk);
+      cpp_ngram.update(chunk);
+      ASSERT_C_OK(ngramspec_match_drafter_update(c_match.get(), chunk.data(), chunk.size()));
+      ASSERT_C_OK(ngramspec_ngram_predictor_update(c_ngram.get(), chunk.data(), chunk.size()));
+
+      const std::size_t capacity = rng() % 25;
+      const bool with_probabilities = rng() % 2 == 0;
+      const CDrafts c_m = c_drafts(match_predict, capacity, with_probabilities);
+      const CDrafts cpp_m = cpp_drafts(cpp_match, capacity, with_probabilities);
+      ASSERT_EQ(c_m.tokens, cpp_m.tokens) << "MatchDrafter at " << at;
+      ASSERT_EQ(c_m.probabilities, cpp_m.probabilities) << "MatchDrafter at " << at;
+      const CDrafts c_n = c_drafts(ngram_predict, capacity, with_probabilities);
+      const CDrafts cpp_n = cpp_drafts(cpp_ngram, capacity, with_probabilities);
+      ASSERT_EQ(c_n.tokens, cpp_n.tokens) << "NGramPredictor at " << at;
+      ASSERT_EQ(c_n.probabilities, cpp_n.probabilities) << "NGramPredictor at " << at;
+      drafted += c_m.tokens.size() + c_n.tokens.size();
+
+      switch (rng() % 60) {
+        case 0:
+          cpp_match.reset();
+          cpp_ngram.reset();
+          ASSERT_C_OK(ngramspec_match_drafter_reset(c_match.get()));
+          ASSERT_C_OK(ngramspec_ngram_predictor_reset(c_ngram.get()));
+          break;
+        case 1:
+        case 2:
+        case 3: {  // an earlier request's output: the stream's recent tokens, or new ones
+          const std::vector<Token> record =
+              rng() % 2 == 0 ? std::vector<Token>(stream.begin() + static_cast<std::ptrdiff_t>(at - std::min<std::size_t>(at, 30)),
+                                                  stream.begin() + static_cast<std::ptrdiff_t>(at))
+                             : motif_stream(rng, 1 + rng() % 40);
+          cpp_corpus.append(record);
+          ASSERT_C_OK(ngramspec_corpus_append(c_corpus.get(), record.data(), record.size()));
+          break;
+        }
+        case 4:
+          cpp_corpus.clear();
+          ASSERT_C_OK(ngramspec_corpus_clear(c_corpus.get()));
+          break;
+        default: break;
+      }
+    }
+  }
+  EXPECT_GT(drafted, 10000U) << "the streams must draft for the comparison to say anything";
+}
+
+// ---- BatchSpeculator: bad calls ------------------------------------------------------------------
+
+/// The model of the batch tests: next = (3 * last + 1) mod 7, a cycle the drafters learn.
+Token affine_next(Token t) { return static_cast<Token>((3 * std::uint64_t{t} + 1) % 7); }
+
+/// The model's tokens for a pass: ids[i] was fed [last[i], drafts[offsets[i] .. offsets[i + 1])).
+void forward(std::span<const Token> last, std::span<const Token> drafts, std::span<const std::size_t> offsets,
+             std::vector<Token>& model_tokens, std::vector<std::size_t>& model_offsets) {
+  model_tokens.clear();
+  model_offsets.assign(1, 0);
+  for (std::size_t i = 0; i < last.size(); ++i) {
+    Token fed = last[i];
+    for (std::size_t j = offsets[i]; j <= offsets[i + 1]; ++j) {
+      model_tokens.push_back(affine_next(fed));
+      if (j < offsets[i + 1]) fed = drafts[j];
+    }
+    model_offsets.push_back(model_tokens.size());
+  }
+}
+
+bool same_step(const ngramspec_step& a, const ngramspec_step& b) {
+  return a.emitted == b.emitted && a.accepted == b.accepted && a.rollback_to == b.rollback_to &&
+         a.discarded == b.discarded && a.finished == b.finished && a.stop_reason == b.stop_reason;
+}
+
+bool same_stats(const ngramspec_batch* a, const ngramspec_batch* b) {
+  ngramspec_batch_stats x{};
+  ngramspec_batch_stats y{};
+  EXPECT_C_OK(ngramspec_batch_stats_get(a, &x));
+  EXPECT_C_OK(ngramspec_batch_stats_get(b, &y));
+  return x.proposals == y.proposals && x.drafted == y.drafted && x.accepted == y.accepted && x.emitted == y.emitted;
+}
+
+ngramspec_batch_config small_batch_config(std::size_t max_sequences) {
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  config.max_sequences = max_sequences;
+  config.cost = "knee:16";
+  config.default_drafter = 0;
+  config.drafter.cap = 64;
+  config.drafter.count_window = 32;
+  config.drafter.min_confidence = 0;
+  return config;
+}
+
+TEST(CApiBatch, CreateRejectsBadConfigsNamingTheFieldAndValue) {
+  EXPECT_INVALID(ngramspec_batch_create(nullptr, nullptr, nullptr), "ngramspec_batch_create: out is NULL");
+  struct BadConfig {
+    ngramspec_batch_config config;
+    std::vector<std::string> pieces;
+  };
+  const ngramspec_batch_config base = small_batch_config(2);
+  std::vector<BadConfig> bad;
+  bad.push_back({base, {"max_sequences = 0 is invalid"}});
+  bad.back().config.max_sequences = 0;
+  bad.push_back({base, {"max_pass_tokens = 1 is invalid"}});
+  bad.back().config.max_pass_tokens = 1;
+  bad.push_back({base, {"'knee:0' is not a cost"}});
+  bad.back().config.cost = "knee:0";
+  bad.push_back({base, {"'fast' is not a cost", "unknown form 'fast'"}});
+  bad.back().config.cost = "fast";
+  bad.push_back({base, {"'' is not a cost"}});
+  bad.back().config.cost = "";
+  bad.push_back({base, {"'table:2=1,1=2' is not a cost"}});
+  bad.back().config.cost = "table:2=1,1=2";
+  bad.push_back({base, {"MatchConfig: cap = 2 is invalid"}});
+  bad.back().config.drafter.cap = 2;
+  bad.push_back({base, {"MatchConfig: min_confidence = -1"}});
+  bad.back().config.drafter.min_confidence = -1;
+  for (const BadConfig& b : bad) {
+    ngramspec_batch* out = sentinel_handle<ngramspec_batch>();
+    const std::string first = b.pieces.front();
+    const std::string second = b.pieces.size() > 1 ? b.pieces[1] : first;
+    EXPECT_INVALID(ngramspec_batch_create(&b.config, nullptr, &out), "ngramspec_batch_create: ", first, second);
+    EXPECT_EQ(out, sentinel_handle<ngramspec_batch>());
+  }
+  // With the default drafter its configuration is not used, however wrong.
+  ngramspec_batch_config defaults = base;
+  defaults.default_drafter = 1;
+  defaults.drafter.cap = 0;
+  EXPECT_NE(make_batch(&defaults), nullptr);
+  // NULL: BatchConfig's defaults (64 default MatchDrafters).
+  const BatchPtr batch = make_batch(nullptr);
+  ASSERT_NE(batch, nullptr);
+  EXPECT_GE(ngramspec_batch_memory_bytes(batch.get()), 64 * MatchDrafter(MatchConfig{}).memory_bytes());
+}
+
+// Two batches in lockstep, the second also taking every kind of bad call between its propose
+// and accept: each bad call is reported naming what is wrong, writes no output, and the two
+// batches go on to draft, step and finish identically.
+TEST(CApiBatch, BadCallsNameWhatIsWrongChangeNothingAndTheBatchGoesOn) {
+  const ngramspec_batch_config config = small_batch_config(3);
+  const BatchPtr control = make_batch(&config);
+  const BatchPtr abused = make_batch(&config);
+  ngramspec_batch* a = control.get();
+  ngramspec_batch* b = abused.get();
+  const std::vector<Token> prompt = {0, 1, 4, 6, 5, 2, 0, 1, 4};
+  ngramspec_sequence_options options = ngramspec_sequence_options_default();
+  options.max_new_tokens = 40;
+  ngramspec_sequence_options short_options = options;
+  short_options.max_new_tokens = 1;  // finished by its prefill
+  for (ngramspec_batch* batch : {a, b}) {
+    ASSERT_C_OK(ngramspec_batch_begin(batch, 7, prompt.data(), prompt.size(), &options));
+    ASSERT_C_OK(ngramspec_batch_begin(batch, 8, prompt.data(), prompt.size(), &short_options));
+  }
+
+  // The prefill pass of both sequences.
+  const std::vector<ngramspec_sequence_id> both = {7, 8};
+  std::vector<Token> drafts(16);
+  std::vector<std::size_t> offsets(3);
+  std::vector<Token> model_tokens;
+  std::vector<std::size_t> model_offsets;
+  std::vector<ngramspec_step> steps_a(2);
+  std::vector<ngramspec_step> steps_b(2);
+  std::size_t n_drafts = 0;
+  for (ngramspec_batch* batch : {a, b}) {
+    ASSERT_C_OK(ngramspec_batch_propose(batch, both.data(), 2, drafts.data(), drafts.size(), offsets.data(), 0, &n_drafts));
+    ASSERT_EQ(n_drafts, 0U);
+  }
+  const std::vector<Token> last_of_prompt = {prompt.back(), prompt.back()};
+  forward(last_of_prompt, drafts, offsets, model_tokens, model_offsets);
+  ASSERT_C_OK(ngramspec_batch_accept(a, both.data(), 2, model_tokens.data(), model_tokens.size(), model_offsets.data(),
+                                     steps_a.data()));
+  ASSERT_C_OK(ngramspec_batch_accept(b, both.data(), 2, model_tokens.data(), model_tokens.size(), model_offsets.data(),
+                                     steps_b.data()));
+  ASSERT_TRUE(same_step(steps_a[0], steps_b[0]) && same_step(steps_a[1], steps_b[1]));
+  ASSERT_EQ(steps_a[1].finished, 1);
+  ASSERT_EQ(steps_a[1].stop_reason, NGRAMSPEC_STOP_MAX_NEW_TOKENS);
+  ASSERT_EQ(steps_a[0].finished, 0);
+  Token last = model_tokens[0];
+
+  // Sequence 7 proposes; then the abused batch takes every bad call.
+  const std::vector<ngramspec_sequence_id> seven = {7};
+  std::vector<Token> drafts_a(8);
+  std::vector<Token> drafts_b(8);
+  std::vector<std::size_t> offsets_a(2);
+  std::vector<std::size_t> offsets_b(2);
+  std::size_t n_a = 0;
+  std::size_t n_b = 0;
+  ASSERT_C_OK(ngramspec_batch_propose(a, seven.data(), 1, drafts_a.data(), drafts_a.size(), offsets_a.data(), 0, &n_a));
+  ASSERT_C_OK(ngramspec_batch_propose(b, seven.data(), 1, drafts_b.data(), drafts_b.size(), offsets_b.data(), 0, &n_b));
+  ASSERT_EQ(n_a, n_b);
+  ASSERT_GT(n_a, 0U);
+  ASSERT_EQ(drafts_a, drafts_b);
+  const std::size_t pending = n_a;
+
+  {  // begin
+    const Token stops[] = {3, 5};
+    ngramspec_sequence_options o = options;
+    EXPECT_INVALID(ngramspec_batch_begin(nullptr, 9, prompt.data(), prompt.size(), &o),
+                   "ngramspec_batch_begin: batch is NULL");
+    EXPECT_INVALID(ngramspec_batch_begin(b, 9, nullptr, 3, &o), "ngramspec_batch_begin: prompt is NULL but prompt_length = 3");
+    o.n_stop_tokens = 2;
+    EXPECT_INVALID(ngramspec_batch_begin(b, 9, prompt.data(), prompt.size(), &o),
+                   "ngramspec_batch_begin: sequence 9: options->stop_tokens is NULL but options->n_stop_tokens = 2");
+    o.stop_tokens = stops;
+    EXPECT_INVALID(ngramspec_batch_begin(b, 7, prompt.data(), prompt.size(), &o),
+                   "ngramspec_batch_begin: sequence 7 is already running");
+    EXPECT_INVALID(ngramspec_batch_begin(b, 8, prompt.data(), prompt.size(), &o),
+                   "ngramspec_batch_begin: sequence 8 is already running");
+    EXPECT_INVALID(ngramspec_batch_begin(b, 9, prompt.data(), 0, &o),
+                   "ngramspec_batch_begin: sequence 9: the prompt is empty");
+    o.max_context = 3;
+    EXPECT_INVALID(ngramspec_batch_begin(b, 9, prompt.data(), 5, &o),
+                   "ngramspec_batch_begin: sequence 9: the prompt has 5 tokens, more than max_context = 3");
+    o.max_context = 0;
+    o.max_drafts = 2000;
+    EXPECT_INVALID(ngramspec_batch_begin(b, 9, prompt.data(), prompt.size(), &o),
+                   "ngramspec_batch_begin: sequence 9: max_drafts = 2000 is more than kMaxDraftsPerPass = 1024");
+    EXPECT_EQ(ngramspec_batch_contains(b, 9), 0);
+    EXPECT_EQ(ngramspec_batch_size(b), 2U);
+  }
+  {  // propose
+    constexpr Token kUnwritten = 0xABABABAB;
+    std::vector<Token> d(8, kUnwritten);
+    std::vector<std::size_t> o(3, 777);
+    std::size_t n = 555;
+    const std::vector<ngramspec_sequence_id> unknown = {7, 99};
+    const std::vector<ngramspec_sequence_id> twice = {7, 7};
+    const std::vector<ngramspec_sequence_id> finished = {8};
+    const std::vector<ngramspec_sequence_id> four = {7, 8, 9, 10};
+    EXPECT_INVALID(ngramspec_batch_propose(nullptr, seven.data(), 1, d.data(), d.size(), o.data(), 0, &n),
+                   "ngramspec_batch_propose: batch is NULL");
+    EXPECT_INVALID(ngramspec_batch_propose(b, nullptr, 1, d.data(), d.size(), o.data(), 0, &n),
+                   "ngramspec_batch_propose: ids is NULL but n_ids = 1");
+    EXPECT_INVALID(ngramspec_batch_propose(b, seven.data(), 1, nullptr, 8, o.data(), 0, &n),
+                   "ngramspec_batch_propose: drafts is NULL but drafts_capacity = 8");
+    EXPECT_INVALID(ngramspec_batch_propose(b, seven.data(), 1, d.data(), d.size(), nullptr, 0, &n),
+                   "ngramspec_batch_propose: offsets is NULL");
+    EXPECT_INVALID(ngramspec_batch_propose(b, seven.data(), 1, d.data(), d.size(), o.data(), 0, nullptr),
+                   "ngramspec_batch_propose: n_drafts is NULL");
+    EXPECT_INVALID(ngramspec_batch_propose(b, four.data(), 4, d.data(), d.size(), o.data(), 0, &n),
+                   "ngramspec_batch_propose: n_ids = 4 is more than max_sequences = 3");
+    EXPECT_INVALID(ngramspec_batch_propose(b, unknown.data(), 2, d.data(), d.size(), o.data(), 0, &n),
+                   "ngramspec_batch_propose: sequence 99 is not running");
+    EXPECT_INVALID(ngramspec_batch_propose(b, twice.data(), 2, d.data(), d.size(), o.data(), 0, &n),
+                   "ngramspec_batch_propose: sequence 7 is listed twice (ids[1])");
+    EXPECT_INVALID(ngramspec_batch_propose(b, finished.data(), 1, d.data(), d.size(), o.data(), 0, &n),
+                   "ngramspec_batch_propose: sequence 8 (ids[0]) is finished (max_new_tokens)");
+    EXPECT_EQ(n, 555U);
+    EXPECT_THAT(d, ::testing::Each(kUnwritten));
+    EXPECT_THAT(o, ::testing::Each(777U));
+  }
+  {  // accept
+    ngramspec_step unwritten{};
+    unwritten.emitted = 12345;
+    std::vector<ngramspec_step> s(4, unwritten);
+    const std::vector<Token> tokens(pending + 3, 1);
+    const std::vector<ngramspec_sequence_id> unknown = {99};
+    const std::vector<ngramspec_sequence_id> twice = {7, 7};
+    const std::vector<ngramspec_sequence_id> finished = {8};
+    const std::vector<ngramspec_sequence_id> four = {7, 8, 9, 10};
+    const std::vector<std::size_t> one = {0, 1};
+    const std::vector<std::size_t> two = {0, 1, 2};
+    const std::vector<std::size_t> decreasing = {2, 1};
+    const std::vector<std::size_t> past_the_tokens = {0, tokens.size() + 1};
+    const std::vector<std::size_t> none = {0, 0};
+    const std::vector<std::size_t> too_many = {0, pending + 2};
+    const std::vector<std::size_t> five(5, 0);
+    EXPECT_INVALID(ngramspec_batch_accept(nullptr, seven.data(), 1, tokens.data(), 1, one.data(), s.data()),
+                   "ngramspec_batch_accept: batch is NULL");
+    EXPECT_INVALID(ngramspec_batch_accept(b, nullptr, 1, tokens.data(), 1, one.data(), s.data()),
+                   "ngramspec_batch_accept: ids is NULL but n_ids = 1");
+    EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, nullptr, 2, one.data(), s.data()),
+                   "ngramspec_batch_accept: model_tokens is NULL but n_model_tokens = 2");
+    EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), 1, nullptr, s.data()),
+                   "ngramspec_batch_accept: offsets is NULL");
+    EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), 1, one.data(), nullptr),
+                   "ngramspec_batch_accept: steps is NULL but n_ids = 1");
+    EXPECT_INVALID(ngramspec_batch_accept(b, four.data(), 4, tokens.data(), 0, five.data(), s.data()),
+                   "ngramspec_batch_accept: n_ids = 4 is more than max_sequences = 3");
+    EXPECT_INVALID(ngramspec_batch_accept(b, unknown.data(), 1, tokens.data(), 1, one.data(), s.data()),
+                   "ngramspec_batch_accept: sequence 99 is not running");
+    EXPECT_INVALID(ngramspec_batch_accept(b, twice.data(), 2, tokens.data(), 2, two.data(), s.data()),
+                   "ngramspec_batch_accept: sequence 7 is listed twice (ids[1])");
+    EXPECT_INVALID(ngramspec_batch_accept(b, finished.data(), 1, tokens.data(), 1, one.data(), s.data()),
+                   "ngramspec_batch_accept: sequence 8 (ids[0]) is finished (max_new_tokens)");
+    EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), tokens.size(), decreasing.data(), s.data()),
+                   "ngramspec_batch_accept: offsets[1] = 1 is invalid: offsets[0] = 2");
+    EXPECT_INVALID(
+        ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), tokens.size(), past_the_tokens.data(), s.data()),
+        "ngramspec_batch_accept: offsets[1] = " + std::to_string(tokens.size() + 1) + " is invalid",
+        "there are " + std::to_string(tokens.size()) + " model tokens");
+    EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), tokens.size(), none.data(), s.data()),
+                   "ngramspec_batch_accept: sequence 7 has 0 model tokens; it needs 1 to " + std::to_string(pending + 1));
+    EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), tokens.size(), too_many.data(), s.data()),
+                   "ngramspec_batch_accept: sequence 7 has " + std::to_string(pending + 2) + " model tokens");
+    for (const ngramspec_step& step : s) EXPECT_EQ(step.emitted, 12345U);
+  }
+  {  // finish, cancel, stats
+    ngramspec_batch_stats stats{};
+    stats.proposals = 4242;
+    EXPECT_INVALID(ngramspec_batch_finish(nullptr, 7), "ngramspec_batch_finish: batch is NULL");
+    EXPECT_INVALID(ngramspec_batch_cancel(nullptr, 7), "ngramspec_batch_cancel: batch is NULL");
+    EXPECT_INVALID(ngramspec_batch_finish(b, 42), "ngramspec_batch_finish: sequence 42 is not running");
+    EXPECT_INVALID(ngramspec_batch_cancel(b, 42), "ngramspec_batch_cancel: sequence 42 is not running");
+    EXPECT_INVALID(ngramspec_batch_stats_get(nullptr, &stats), "ngramspec_batch_stats_get: batch is NULL");
+    EXPECT_INVALID(ngramspec_batch_stats_get(b, nullptr), "ngramspec_batch_stats_get: out is NULL");
+    EXPECT_EQ(stats.proposals, 4242U);
+  }
+  EXPECT_TRUE(same_stats(a, b));
+  EXPECT_EQ(ngramspec_batch_size(b), 2U);
+
+  // Both go on alike to the end of sequence 7.
+  ASSERT_C_OK(ngramspec_batch_finish(a, 8));
+  ASSERT_C_OK(ngramspec_batch_finish(b, 8));
+  std::size_t emitted = 1;
+  for (int pass = 0; pass < 60; ++pass) {
+    if (pass > 0) {
+      ASSERT_C_OK(ngramspec_batch_propose(a, seven.data(), 1, drafts_a.data(), drafts_a.size(), offsets_a.data(), 0, &n_a));
+      ASSERT_C_OK(ngramspec_batch_propose(b, seven.data(), 1, drafts_b.data(), drafts_b.size(), offsets_b.data(), 0, &n_b));
+      ASSERT_EQ(n_a, n_b);
+      ASSERT_EQ(drafts_a, drafts_b);
+    }
+    const std::vector<Token> lasts = {last};
+    forward(lasts, drafts_a, offsets_a, model_tokens, model_offsets);
+    ASSERT_C_OK(ngramspec_batch_accept(a, seven.data(), 1, model_tokens.data(), model_tokens.size(),
+                                       model_offsets.data(), steps_a.data()));
+    ASSERT_C_OK(ngramspec_batch_accept(b, seven.data(), 1, model_tokens.data(), model_tokens.size(),
+                                       model_offsets.data(), steps_b.data()));
+    ASSERT_TRUE(same_step(steps_a[0], steps_b[0]));
+    emitted += steps_a[0].emitted;
+    last = model_tokens[steps_a[0].emitted - 1];
+    if (steps_a[0].finished) break;
+  }
+  EXPECT_EQ(steps_a[0].finished, 1);
+  EXPECT_EQ(emitted, 40U);
+  EXPECT_TRUE(same_stats(a, b));
+  EXPECT_C_OK(ngramspec_batch_finish(a, 7));
+  EXPECT_C_OK(ngramspec_batch_finish(b, 7));
+  EXPECT_EQ(ngramspec_batch_size(a), 0U);
+  EXPECT_EQ(ngramspec_batch_size(b), 0U);
+}
+
+TEST(CApiBatch, AFullPoolRefusesAnotherSequenceUntilOneEnds) {
+  const ngramspec_batch_config config = small_batch_config(1);
+  const BatchPtr batch = make_batch(&config);
+  const std::vector<Token> prompt = {1, 2, 3};
+  ASSERT_C_OK(ngramspec_batch_begin(batch.get(), 1, prompt.data(), prompt.size(), nullptr));
+  EXPECT_INVALID(ngramspec_batch_begin(batch.get(), 2, prompt.data(), prompt.size(), nullptr),
+                 "ngramspec_batch_begin: sequence 2: all 1 sequences of the pool", "max_sequences");
+  EXPECT_EQ(ngramspec_batch_contains(batch.get(), 2), 0);
+  EXPECT_C_OK(ngramspec_batch_cancel(batch.get(), 1));
+  EXPECT_C_OK(ngramspec_batch_begin(batch.get(), 2, prompt.data(), prompt.size(), nullptr));
+  EXPECT_EQ(ngramspec_batch_contains(batch.get(), 2), 1);
+  EXPECT_EQ(ngramspec_batch_contains(batch.get(), 1), 0);
+}
+
+TEST(CApiBatch, ASequenceThatMayEmitNothingStartsFinished) {
+  const ngramspec_batch_config config = small_batch_config(2);
+  const BatchPtr batch = make_batch(&config);
+  const std::vector<Token> prompt = {1, 2, 3};
+  ngramspec_sequence_options none = ngramspec_sequence_options_default();
+  none.max_new_tokens = 0;
+  ngramspec_sequence_options full = ngramspec_sequence_options_default();
+  full.max_context = prompt.size();
+  ASSERT_C_OK(ngramspec_batch_begin(batch.get(), 1, prompt.data(), prompt.size(), &none));
+  ASSERT_C_OK(ngramspec_batch_begin(batch.get(), 2, prompt.data(), prompt.size(), &full));
+  const std::vector<ngramspec_sequence_id> ids = {1, 2};
+  std::vector<std::size_t> offsets(2);
+  std::size_t n = 0;
+  EXPECT_INVALID(ngramspec_batch_propose(batch.get(), ids.data(), 1, nullptr, 0, offsets.data(), 0, &n),
+                 "sequence 1 (ids[0]) is finished (max_new_tokens)");
+  EXPECT_INVALID(ngramspec_batch_propose(batch.get(), ids.data() + 1, 1, nullptr, 0, offsets.data(), 0, &n),
+                 "sequence 2 (ids[0]) is finished (max_context)");
+  EXPECT_C_OK(ngramspec_batch_finish(batch.get(), 1));
+  EXPECT_C_OK(ngramspec_batch_cancel(batch.get(), 2));
+  EXPECT_EQ(ngramspec_batch_size(batch.get()), 0U);
+}
+
+TEST(CApiBatch, FinishAppendsTheOutputToTheCorpusAndCancelDoesNot) {
+  const CorpusPtr corpus = make_corpus(SharedCorpus::min_bytes());
+  ngramspec_batch_config config = small_batch_config(2);
+  config.max_record_tokens = 5;
+  const BatchPtr batch = make_batch(&config, corpus.get());
+  const std::vector<Token> prompt = {1, 2, 3};
+  ngramspec_sequence_options options = ngramspec_sequence_options_default();
+  options.max_new_tokens = 8;
+  options.speculate = 0;
+  const std::vector<ngramspec_sequence_id> ids = {1, 2};
+  for (const ngramspec_sequence_id id : ids) {
+    ASSERT_C_OK(ngramspec_batch_begin(batch.get(), id, prompt.data(), prompt.size(), &options));
+  }
+  std::vector<std::size_t> offsets(3);
+  std::size_t n = 0;
+  const std::vector<std::size_t> model_offsets = {0, 1, 2};
+  const std::vector<Token> model_tokens = {4, 4};
+  std::vector<ngramspec_step> steps(2);
+  for (int pass = 0; pass < 8; ++pass) {
+    ASSERT_C_OK(ngramspec_batch_propose(batch.get(), ids.data(), 2, nullptr, 0, offsets.data(), 0, &n));
+    ASSERT_EQ(n, 0U);  // speculate = 0
+    ASSERT_C_OK(ngramspec_batch_accept(batch.get(), ids.data(), 2, model_tokens.data(), 2, model_offsets.data(),
+                                       steps.data()));
+  }
+  EXPECT_EQ(steps[0].finished, 1);
+  EXPECT_C_OK(ngramspec_batch_cancel(batch.get(), 2));
+  EXPECT_EQ(ngramspec_corpus_records(corpus.get()), 0U);
+  EXPECT_C_OK(ngramspec_batch_finish(batch.get(), 1));
+  EXPECT_EQ(ngramspec_corpus_records(corpus.get()), 1U);
+  EXPECT_EQ(ngramspec_corpus_size(corpus.get()), 5U);  // max_record_tokens
+}
+
+// ---- BatchSpeculator: serving through the C API ----------------------------------------------------
+
+/// One running sequence: its case, the model that answers for it, what it emitted.
+struct CLane {
+  DecodeCase c;
+  ngramspec_sequence_id id = 0;
+  GreedyModel model{NextTokenRule{}, GreedyModel::kUnlimitedBatch};
+  GreedyReference reference;
+  std::vector<Token> output;
+};
+
+ngramspec_stop_reason c_reason(StopReason reason) {
+  switch (reason) {
+    case StopReason::max_new_tokens: return NGRAMSPEC_STOP_MAX_NEW_TOKENS;
+    case StopReason::stop_token: return NGRAMSPEC_STOP_TOKEN;
+    case StopReason::max_context: return NGRAMSPEC_STOP_MAX_CONTEXT;
+    case StopReason::callback: break;
+  }
+  ADD_FAILURE() << "a batch never stops for a callback";
+  return NGRAMSPEC_STOP_MAX_NEW_TOKENS;
+}
+
+/// Serves random sequences through a C batch and, in lockstep, the C++ BatchSpeculator it wraps:
+/// sequences join and leave (finished or cancelled), each pass steps a random subset in random
+/// order, sometimes with a small drafts buffer, extra prefill tokens or drafts trimmed by the
+/// engine. Every C result must be the C++ one and every output plain greedy decoding.
+void serve_through_c(std::uint64_t seed, std::size_t& finished_total, std::size_t& drafted_total) {
+  SCOPED_TRACE("serving seed " + std::to_string(seed));
+  std::mt19937_64 rng(scramble(seed));
+  static constexpr const char* kCosts[] = {nullptr, "knee:1", "knee:8", "knee:256",
+                                           "table:1=1,2=1.25,3=1.71,5=2.77,9=5.06", "table:4=1,16=1.1,64=3"};
+  static constexpr std::size_t kPools[] = {1, 2, 3, 7, 16};
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  config.max_sequences = kPools[rng() % std::size(kPools)];
+  config.max_pass_tokens = rng() % 3 == 0 ? 2 + rng() % (8 * config.max_sequences) : 0;
+  config.max_record_tokens = 16 + rng() % 64;
+  config.cost = kCosts[rng() % std::size(kCosts)];
+  config.default_drafter = rng() % 3 == 0 ? 1 : 0;
+  config.drafter.cap = 8 + rng() % 120;
+  config.drafter.count_window = rng() % 2 == 0 ? 0 : 4 + rng() % (config.drafter.cap - 3);
+  config.drafter.copy_min_match = 1 + rng() % 3;
+  config.drafter.min_confidence = rng() % 2 == 0 ? 0 : 0.03;
+  SCOPED_TRACE(std::string("cost ") + (config.cost ? config.cost : "none") + ", pool " +
+               std::to_string(config.max_sequences) + ", default drafter " + std::to_string(config.default_drafter));
+
+  const bool with_corpus = rng() % 2 == 0;
+  SharedCorpus cpp_corpus(SharedCorpus::min_bytes());
+  const CorpusPtr c_corpus = make_corpus(SharedCorpus::min_bytes());
+  const BatchPtr batch = make_batch(&config, with_corpus ? c_corpus.get() : nullptr);
+  ASSERT_NE(batch, nullptr);
+  BatchConfig cpp_config;
+  cpp_config.max_sequences = config.max_sequences;
+  cpp_config.max_pass_tokens = config.max_pass_tokens;
+  cpp_config.max_record_tokens = config.max_record_tokens;
+  if (config.cost != nullptr) cpp_config.cost = VerifyCost::parse(config.cost);
+  MatchConfig cpp_drafter;
+  cpp_drafter.cap = config.drafter.cap;
+  cpp_drafter.count_window = config.drafter.count_window;
+  cpp_drafter.copy_min_match = config.drafter.copy_min_match;
+  cpp_drafter.min_confidence = config.drafter.min_confidence;
+  if (config.default_drafter != 0) cpp_drafter = BatchSpeculator<>::default_drafter(cpp_config);
+  BatchSpeculator<> cpp(cpp_config, cpp_drafter, with_corpus ? &cpp_corpus : nullptr);
+
+  const std::size_t pool = config.max_sequences;
+  const std::size_t total = pool * 3 + 4;
+  std::vector<std::unique_ptr<CLane>> lanes;
+  std::size_t started = 0;
+  std::vector<ngramspec_sequence_id> ids;
+  std::vector<CLane*> pass;
+  std::vector<Token> drafts, cpp_drafts_buffer;
+  std::vector<std::size_t> offsets, cpp_offsets;
+  std::vector<Token> model_tokens;
+  std::vector<std::size_t> model_offsets;
+  std::vector<ngramspec_step> steps;
+  std::vector<StepOutcome> cpp_steps;
+
+  const auto retire = [&](std::size_t index, bool cancel) {
+    CLane& lane = *lanes[index];
+    EXPECT_THAT(lane.model.violations(), ::testing::IsEmpty()) << lane.c.describe();
+    if (cancel) {
+      EXPECT_C_OK(ngramspec_batch_cancel(batch.get(), lane.id));
+      cpp.cancel(lane.id);
+    } else {
+      EXPECT_C_OK(ngramspec_batch_finish(batch.get(), lane.id));
+      cpp.finish(lane.id);
+      ++finished_total;
+    }
+    EXPECT_EQ(ngramspec_batch_contains(batch.get(), lane.id), 0);
+    lanes.erase(lanes.begin() + static_cast<std::ptrdiff_t>(index));
+  };
+
+  for (std::size_t iteration = 0; started < total || !lanes.empty(); ++iteration) {
+    ASSERT_LT(iteration, 100000U) << "serving did not end";
+    while (lanes.size() < pool && started < total && (lanes.empty() || rng() % 4 != 0)) {
+      auto lane = std::make_unique<CLane>();
+      lane->c = random_decode_case(seed * 100003 + started);
+      lane->id = scramble(seed + started) | 1;
+      ++started;
+      const DecodeOptions& o = lane->c.options;
+      ngramspec_sequence_options options;
+      options.max_new_tokens = o.max_new_tokens;
+      options.stop_tokens = o.stop_tokens.empty() ? nullptr : o.stop_tokens.data();
+      options.n_stop_tokens = o.stop_tokens.size();
+      options.max_context = o.max_context;
+      options.speculate = o.speculate ? 1 : 0;
+      options.max_drafts = o.max_drafts;
+      const ngramspec_status status =
+          ngramspec_batch_begin(batch.get(), lane->id, lane->c.prompt.data(), lane->c.prompt.size(), &options);
+      if (o.max_drafts > kMaxDraftsPerPass) {  // a case the C++ refuses too
+        EXPECT_INVALID(status, "max_drafts = " + std::to_string(o.max_drafts));
+        EXPECT_THROW(cpp.begin(lane->id, lane->c.prompt, o), std::invalid_argument);
+        continue;
+      }
+      ASSERT_EQ(status, NGRAMSPEC_OK) << ngramspec_last_error() << " " << lane->c.describe();
+      cpp.begin(lane->id, lane->c.prompt, o);
+      lane->model = GreedyModel(lane->c.rule.rule, GreedyModel::kUnlimitedBatch);
+      lane->reference = plain_greedy(lane->c.rule.rule, lane->c.prompt, o);
+      // The header's rule for a sequence that starts finished, which a C caller cannot query.
+      const bool starts_finished =
+          o.max_new_tokens == 0 || (o.max_context != 0 && lane->c.prompt.size() >= o.max_context);
+      ASSERT_EQ(cpp.state(lane->id).finished, starts_finished) << lane->c.describe();
+      if (starts_finished) {
+        EXPECT_TRUE(lane->reference.tokens.empty()) << lane->c.describe();
+        ASSERT_C_OK(ngramspec_batch_finish(batch.get(), lane->id));
+        cpp.finish(lane->id);
+        continue;
+      }
+      lanes.push_back(std::move(lane));
+    }
+    ASSERT_EQ(ngramspec_batch_size(batch.get()), cpp.size());
+    if (lanes.empty()) continue;
+
+    pass.clear();
+    for (const auto& lane : lanes) {
+      if (rng() % 8 != 0) pass.push_back(lane.get());
+    }
+    if (pass.empty()) pass.push_back(lanes[rng() % lanes.size()].get());
+    std::shuffle(pass.begin(), pass.end(), rng);
+    ids.clear();
+    for (const CLane* lane : pass) ids.push_back(lane->id);
+
+    std::size_t room = 0;
+    for (const CLane* lane : pass) room += std::min<std::size_t>(lane->c.options.max_drafts, 64);
+    if (rng() % 5 == 0) room = rng() % (room + 1);
+    const std::size_t extra = rng() % 6 == 0 ? rng() % 40 : 0;
+    drafts.assign(room, 0);
+    cpp_drafts_buffer.assign(room, 0);
+    offsets.assign(ids.size() + 1, 0);
+    cpp_offsets.assign(ids.size() + 1, 0);
+    std::size_t n_drafts = 0;
+    ASSERT_C_OK(ngramspec_batch_propose(batch.get(), ids.data(), ids.size(), drafts.data(), drafts.size(),
+                                        offsets.data(), extra, &n_drafts));
+    const std::size_t cpp_n = cpp.propose(ids, cpp_drafts_buffer, cpp_offsets, extra);
+    ASSERT_EQ(n_drafts, cpp_n);
+    ASSERT_EQ(offsets, cpp_offsets);
+    ASSERT_EQ(drafts, cpp_drafts_buffer);
+    ASSERT_LE(n_drafts, room);
+
+    model_tokens.clear();
+    model_offsets.assign(1, 0);
+    for (std::size_t i = 0; i < pass.size(); ++i) {
+      CLane& lane = *pass[i];
+      const std::size_t n = offsets[i + 1] - offsets[i];
+      std::vector<Token> next;
+      if (lane.output.empty()) {
+        ASSERT_EQ(n, 0U) << "a sequence drafts before its prefill";
+        next.resize(lane.c.prompt.size());
+        lane.model.forward(0, lane.c.prompt, next);
+        model_tokens.push_back(next.back());
+      } else {
+        const std::size_t verified = rng() % 10 == 0 ? static_cast<std::size_t>(rng() % (n + 1)) : n;
+        std::vector<Token> fed{lane.output.back()};
+        fed.insert(fed.end(), drafts.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
+                   drafts.begin() + static_cast<std::ptrdiff_t>(offsets[i] + verified));
+        next.resize(fed.size());
+        const std::size_t cache = lane.c.prompt.size() + lane.output.size() - 1;
+        lane.model.forward(cache, fed, next);
+        model_tokens.insert(model_tokens.end(), next.begin(), next.end());
+        drafted_total += verified;
+      }
+      model_offsets.push_back(model_tokens.size());
+    }
+
+    steps.assign(ids.size(), ngramspec_step{});
+    cpp_steps.assign(ids.size(), StepOutcome{});
+    ASSERT_C_OK(ngramspec_batch_accept(batch.get(), ids.data(), ids.size(), model_tokens.data(), model_tokens.size(),
+                                       model_offsets.data(), steps.data()));
+    cpp.accept(ids, model_tokens, model_offsets, cpp_steps);
+    for (std::size_t i = 0; i < pass.size(); ++i) {
+      CLane& lane = *pass[i];
+      const ngramspec_step& step = steps[i];
+      const StepOutcome& expected = cpp_steps[i];
+      ASSERT_EQ(step.emitted, expected.emitted);
+      ASSERT_EQ(step.accepted, expected.accepted);
+      ASSERT_EQ(step.rollback_to, expected.rollback_to);
+      ASSERT_EQ(step.discarded, expected.discarded);
+      ASSERT_EQ(step.finished, expected.finished ? 1 : 0);
+      if (step.finished != 0) {
+        ASSERT_EQ(step.stop_reason, c_reason(expected.stop_reason));
+      }
+      ASSERT_GE(step.emitted, 1U);
+      lane.output.insert(lane.output.end(), model_tokens.begin() + static_cast<std::ptrdiff_t>(model_offsets[i]),
+                         model_tokens.begin() + static_cast<std::ptrdiff_t>(model_offsets[i] + step.emitted));
+      if (step.discarded != 0) lane.model.rollback(step.rollback_to);
+      ASSERT_EQ(lane.model.length(), lane.c.prompt.size() + lane.output.size() - 1) << lane.c.describe();
+      const std::size_t common = std::min(lane.output.size(), lane.reference.tokens.size());
+      ASSERT_TRUE(std::equal(lane.output.begin(), lane.output.begin() + static_cast<std::ptrdiff_t>(common),
+                             lane.reference.tokens.begin()))
+          << lane.c.describe();
+      if (step.finished != 0) {
+        EXPECT_EQ(lane.output, lane.reference.tokens) << lane.c.describe();
+        EXPECT_EQ(step.stop_reason, c_reason(lane.reference.stop_reason)) << lane.c.describe();
+      } else {
+        EXPECT_LT(lane.output.size(), lane.reference.tokens.size()) << lane.c.describe();
+      }
+    }
+    for (std::size_t i = lanes.size(); i-- > 0;) {
+      if (cpp.state(lanes[i]->id).finished) {
+        retire(i, rng() % 5 == 0);
+      } else if (rng() % 60 == 0) {
+        retire(i, true);
+      }
+    }
+  }
+  EXPECT_EQ(ngramspec_batch_size(batch.get()), 0U);
+  ngramspec_batch_stats stats{};
+  ASSERT_C_OK(ngramspec_batch_stats_get(batch.get(), &stats));
+  EXPECT_EQ(stats.proposals, cpp.stats().proposals);
+  EXPECT_EQ(stats.drafted, cpp.stats().drafted);
+  EXPECT_EQ(stats.accepted, cpp.stats().accepted);
+  EXPECT_EQ(stats.emitted, cpp.stats().emitted);
+  EXPECT_EQ(ngramspec_corpus_size(c_corpus.get()), cpp_corpus.size());
+  EXPECT_EQ(ngramspec_corpus_records(c_corpus.get()), cpp_corpus.records());
+}
+
+TEST(CApiProperty, ABatchServedThroughTheCApiEmitsPlainGreedyDecodingAndWhatTheCppBatchDoes) {
+  std::size_t finished = 0;
+  std::size_t drafted = 0;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) serve_through_c(seed, finished, drafted);
+  EXPECT_GT(finished, 150U);
+  EXPECT_GT(drafted, 500U) << "the runs must speculate for the invariant to say anything";
+}
+
+// ---- Allocation ----------------------------------------------------------------------------------
+
+TEST(CApiAllocation, HotCallsAllocateNothingOnceWarm) {
+  const CorpusPtr corpus = make_corpus(SharedCorpus::min_bytes());
+  ngramspec_match_config mc = ngramspec_match_config_default();
+  mc.cap = 256;
+  const MatchPtr match = make_match(&mc, corpus.get());
+  const NGramPtr ngram = make_ngram(nullptr);
+  std::mt19937_64 rng(3);
+  const std::vector<Token> stream = motif_stream(rng, 600);
+  std::array<Token, 16> out{};
+  std::array<float, 16> probabilities{};
+  std::size_t count = 0;
+  // Warm: the first pass over the stream.
+  for (std::size_t i = 0; i + 3 <= 300; i += 3) {
+    ASSERT_C_OK(ngramspec_match_drafter_update(match.get(), stream.data() + i, 3));
+    ASSERT_C_OK(ngramspec_ngram_predictor_update(ngram.get(), stream.data() + i, 3));
+  }
+  std::size_t drafters = 0;
+  std::size_t drafted = 0;
+  {
+    const AllocationCounter counter;
+    for (std::size_t i = 300; i + 3 <= stream.size(); i += 3) {
+      (void)ngramspec_match_drafter_update(match.get(), stream.data() + i, 3);
+      (void)ngramspec_ngram_predictor_update(ngram.get(), stream.data() + i, 3);
+      (void)ngramspec_match_drafter_predict(match.get(), out.data(), out.size(), probabilities.data(), &count);
+      drafted += count;
+      (void)ngramspec_match_drafter_predict(match.get(), out.data(), out.size(), nullptr, &count);
+      (void)ngramspec_ngram_predictor_predict(ngram.get(), out.data(), out.size(), probabilities.data(), &count);
+      drafted += count;
+      (void)ngramspec_ngram_predictor_predict(ngram.get(), out.data(), out.size(), nullptr, &count);
+      if (i % 90 == 0) (void)ngramspec_corpus_append(corpus.get(), stream.data() + i - 30, 30);
+    }
+    (void)ngramspec_match_drafter_reset(match.get());
+    (void)ngramspec_ngram_predictor_reset(ngram.get());
+    // A bad argument is caught before anything that could allocate.
+    (void)ngramspec_match_drafter_update(nullptr, stream.data(), 1);
+    (void)ngramspec_batch_propose(nullptr, nullptr, 0, nullptr, 0, nullptr, 0, nullptr);
+    drafters = counter.count();
+  }
+  EXPECT_EQ(drafters, 0U);
+  EXPECT_GT(drafted, 100U);
+  {  // The counter sees the library's allocations: a create allocates.
+    const AllocationCounter counter;
+    ngramspec_ngram_predictor* p = nullptr;
+    (void)ngramspec_ngram_predictor_create(nullptr, &p);
+    const std::size_t created = counter.count();
+    ngramspec_ngram_predictor_free(p);
+    EXPECT_GT(created, 0U);
+  }
+
+  // A batch: three sequences through passes, finishing and beginning again.
+  ngramspec_batch_config config = small_batch_config(3);
+  config.max_pass_tokens = 12;
+  const BatchPtr batch = make_batch(&config, corpus.get());
+  constexpr std::size_t kSequences = 3;
+  std::array<ngramspec_sequence_id, kSequences> ids = {11, 12, 13};
+  const std::array<Token, 9> prompt = {0, 1, 4, 6, 5, 2, 0, 1, 4};
+  const std::array<Token, 2> stops = {60, 61};  // never emitted
+  ngramspec_sequence_options options = ngramspec_sequence_options_default();
+  options.max_new_tokens = 24;
+  options.stop_tokens = stops.data();
+  options.n_stop_tokens = stops.size();
+  std::array<Token, 32> drafts{};
+  std::array<std::size_t, kSequences + 1> offsets{};
+  std::array<Token, 64> model_tokens{};
+  std::array<std::size_t, kSequences + 1> model_offsets{};
+  std::array<ngramspec_step, kSequences> steps{};
+  std::array<Token, kSequences> last{};
+  std::size_t n_drafts = 0;
+  std::size_t failures = 0;
+  std::size_t finished = 0;
+  const auto run = [&](std::size_t passes) {
+    for (std::size_t pass = 0; pass < passes; ++pass) {
+      failures += ngramspec_batch_propose(batch.get(), ids.data(), kSequences, drafts.data(), drafts.size(),
+                                          offsets.data(), 0, &n_drafts) != NGRAMSPEC_OK;
+      std::size_t n = 0;
+      model_offsets[0] = 0;
+      for (std::size_t i = 0; i < kSequences; ++i) {
+        Token fed = last[i];
+        for (std::size_t j = offsets[i]; j <= offsets[i + 1]; ++j) {
+          model_tokens[n++] = affine_next(fed);
+          if (j < offsets[i + 1]) fed = drafts[j];
+        }
+        model_offsets[i + 1] = n;
+      }
+      failures += ngramspec_batch_accept(batch.get(), ids.data(), kSequences, model_tokens.data(), n,
+                                         model_offsets.data(), steps.data()) != NGRAMSPEC_OK;
+      for (std::size_t i = 0; i < kSequences; ++i) {
+        last[i] = model_tokens[model_offsets[i] + steps[i].emitted - 1];
+        if (steps[i].finished != 0) {  // the next request takes its place
+          ++finished;
+          failures += ngramspec_batch_finish(batch.get(), ids[i]) != NGRAMSPEC_OK;
+          ids[i] += kSequences;
+          failures += ngramspec_batch_begin(batch.get(), ids[i], prompt.data(), prompt.size(), &options) != NGRAMSPEC_OK;
+          last[i] = prompt.back();
+        }
+      }
+    }
+  };
+  for (std::size_t i = 0; i < kSequences; ++i) {
+    ASSERT_C_OK(ngramspec_batch_begin(batch.get(), ids[i], prompt.data(), prompt.size(), &options));
+    last[i] = prompt.back();
+  }
+  run(40);  // warm: every sequence has finished and begun again
+  ASSERT_EQ(failures, 0U) << ngramspec_last_error();
+  ASSERT_GE(finished, kSequences);
+  std::size_t batch_allocations = 0;
+  {
+    const AllocationCounter counter;
+    run(60);
+    batch_allocations = counter.count();
+  }
+  EXPECT_EQ(failures, 0U) << ngramspec_last_error();
+  EXPECT_EQ(batch_allocations, 0U);
+  EXPECT_GE(finished, 3 * kSequences);
+  ngramspec_batch_stats stats{};
+  ASSERT_C_OK(ngramspec_batch_stats_get(batch.get(), &stats));
+  EXPECT_GT(stats.accepted, 0U);
+}
+
+// ---- Out of memory -------------------------------------------------------------------------------
+
+// Every allocation a call makes, failed in turn: the call reports NGRAMSPEC_ERROR_OUT_OF_MEMORY,
+// changes nothing (`unchanged` checks, after each failure) and leaks nothing (ASan's leak check
+// in the sanitizer build). Ends once the call succeeds.
+template <class Call, class Unchanged>
+void expect_out_of_memory_reported(const char* name, Call call, Unchanged unchanged) {
+  SCOPED_TRACE(name);
+  for (std::size_t succeed = 0;; ++succeed) {
+    ASSERT_LT(succeed, 10000U) << "never succeeded";
+    ngramspec_status status = NGRAMSPEC_OK;
+    std::size_t failed = 0;
+    {
+      const FailingAllocations failing(succeed);
+      status = call();
+      failed = failing.failed();
+    }
+    if (failed == 0) {
+      ASSERT_EQ(status, NGRAMSPEC_OK) << ngramspec_last_error();
+      // The library's allocations go through the replaced operator new: it did fail some.
+      EXPECT_GT(succeed, 0U) << "the call made no allocation that could fail";
+      return;
+    }
+    ASSERT_TRUE(fails_with(status, NGRAMSPEC_ERROR_OUT_OF_MEMORY, {std::string(name) + ": ", "out of memory"}))
+        << "with the first " << succeed << " allocations allowed";
+    unchanged();
+  }
+}
+
+TEST(CApiOutOfMemory, CreateReportsItLeavesOutAloneAndLeaksNothing) {
+  ngramspec_corpus* corpus = sentinel_handle<ngramspec_corpus>();
+  expect_out_of_memory_reported(
+      "ngramspec_corpus_create", [&] { return ngramspec_corpus_create(SharedCorpus::min_bytes(), &corpus); },
+      [&] { EXPECT_EQ(corpus, sentinel_handle<ngramspec_corpus>()); });
+  const CorpusPtr corpus_owner(corpus);
+
+  ngramspec_match_drafter* match = sentinel_handle<ngramspec_match_drafter>();
+  ngramspec_match_config mc = ngramspec_match_config_default();
+  mc.cap = 128;
+  expect_out_of_memory_reported(
+      "ngramspec_match_drafter_create", [&] { return ngramspec_match_drafter_create(&mc, corpus, &match); },
+      [&] { EXPECT_EQ(match, sentinel_handle<ngramspec_match_drafter>()); });
+  const MatchPtr match_owner(match);
+
+  ngramspec_ngram_predictor* ngram = sentinel_handle<ngramspec_ngram_predictor>();
+  expect_out_of_memory_reported(
+      "ngramspec_ngram_predictor_create", [&] { return ngramspec_ngram_predictor_create(nullptr, &ngram); },
+      [&] { EXPECT_EQ(ngram, sentinel_handle<ngramspec_ngram_predictor>()); });
+  const NGramPtr ngram_owner(ngram);
+
+  ngramspec_batch* batch = sentinel_handle<ngramspec_batch>();
+  const ngramspec_batch_config config = small_batch_config(3);
+  expect_out_of_memory_reported(
+      "ngramspec_batch_create", [&] { return ngramspec_batch_create(&config, corpus, &batch); },
+      [&] { EXPECT_EQ(batch, sentinel_handle<ngramspec_batch>()); });
+  const BatchPtr batch_owner(batch);
+  EXPECT_EQ(ngramspec_batch_size(batch), 0U);
+}
+
+TEST(CApiOutOfMemory, BeginReportsItAndTheBatchGoesOn) {
+  const ngramspec_batch_config config = small_batch_config(2);
+  const BatchPtr batch = make_batch(&config);
+  const std::vector<Token> prompt = {1, 2, 3, 1, 2, 3};
+  ASSERT_C_OK(ngramspec_batch_begin(batch.get(), 1, prompt.data(), prompt.size(), nullptr));
+  // More stop tokens and drafts than any slot held before: begin must allocate.
+  const std::vector<Token> stops(50, 9);
+  ngramspec_sequence_options options = ngramspec_sequence_options_default();
+  options.stop_tokens = stops.data();
+  options.n_stop_tokens = stops.size();
+  options.max_drafts = 100;
+  expect_out_of_memory_reported(
+      "ngramspec_batch_begin",
+      [&] { return ngramspec_batch_begin(batch.get(), 2, prompt.data(), prompt.size(), &options); },
+      [&] {
+        EXPECT_EQ(ngramspec_batch_contains(batch.get(), 2), 0);
+        EXPECT_EQ(ngramspec_batch_size(batch.get()), 1U);
+        EXPECT_THAT(std::string(ngramspec_last_error()), HasSubstr("sequence 2: out of memory"));
+      });
+  EXPECT_EQ(ngramspec_batch_contains(batch.get(), 2), 1);
+  // Both sequences step.
+  const std::vector<ngramspec_sequence_id> ids = {1, 2};
+  std::vector<std::size_t> offsets(3);
+  std::size_t n = 0;
+  ASSERT_C_OK(ngramspec_batch_propose(batch.get(), ids.data(), 2, nullptr, 0, offsets.data(), 0, &n));
+  const std::vector<Token> model_tokens = {1, 1};
+  const std::vector<std::size_t> model_offsets = {0, 1, 2};
+  std::vector<ngramspec_step> steps(2);
+  EXPECT_C_OK(ngramspec_batch_accept(batch.get(), ids.data(), 2, model_tokens.data(), 2, model_offsets.data(),
+                                     steps.data()));
+  EXPECT_EQ(steps[0].emitted, 1U);
+  EXPECT_EQ(steps[1].emitted, 1U);
+}
+
+}  // namespace
+}  // namespace ngramspec::test

@@ -1,0 +1,762 @@
+// Fuzz target: the C ABI (ngramspec.h, through libngramspec.so) under arbitrary calls.
+//
+// The input decodes into a script of calls to every entry point with arguments the contract says
+// are checked: NULL handles, NULL pointers with nonzero counts, NULL outputs, counts and offsets
+// that disagree, unknown, duplicate and finished sequence ids, invalid configurations and cost
+// specs (arbitrary bytes among them), huge extra_tokens. It never passes a dangling pointer nor an
+// array shorter than its count: those are outside the contract. What must hold:
+// - every call returns a status the header names; a failing call leaves a message that starts
+//   with its function's name, and writes no output (sentinels survive);
+// - the batch's calls succeed exactly when their arguments are valid, as computed here from the
+//   sequences the script has begun, stepped and ended (begin, propose, accept, finish, cancel);
+// - a successful propose keeps its drafts within the buffer, each sequence's max_drafts and
+//   remaining tokens, and none for a sequence before its prefill; a successful accept emits 1 to
+//   n tokens per sequence, rolls back to prompt + output - 1, and, when the model tokens come
+//   from the script's greedy model, emits exactly that model's greedy decoding;
+// - predict never returns more than its room, nor writes past it, with non-increasing
+//   probabilities in [0, 1];
+// - sizes, stats and corpus records agree with what the script did.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fuzz_input.hpp"
+#include "ngramspec/ngramspec.h"
+
+namespace ngramspec::test {
+namespace {
+
+constexpr Token kSentinel = 0xABABABABU;
+constexpr std::size_t kSizeSentinel = 0xDEADBEEFU;
+constexpr std::size_t kSlots = 2;
+
+// The script's greedy model: a 13-token cycle.
+Token model_after(Token t) noexcept { return static_cast<Token>((std::uint64_t{t} * 5 + 3) % 13); }
+
+bool known_status(ngramspec_status status) noexcept {
+  return status == NGRAMSPEC_OK || status == NGRAMSPEC_ERROR_INVALID_ARGUMENT ||
+         status == NGRAMSPEC_ERROR_OUT_OF_MEMORY || status == NGRAMSPEC_ERROR_INTERNAL;
+}
+
+// Checks a call's status: known, and on failure a message naming the function.
+bool check_status(ngramspec_status status, const char* function) {
+  if (!known_status(status)) fuzz_fail("a call returned a status the header does not name");
+  if (status != NGRAMSPEC_OK) {
+    const char* message = ngramspec_last_error();
+    const std::size_t n = std::strlen(function);
+    if (std::strncmp(message, function, n) != 0 || message[n] != ':') {
+      std::fprintf(stderr, "%s failed with \"%s\"\n", function, message);
+      fuzz_fail("a failing call's message does not start with its function's name");
+    }
+    if (std::strcmp(ngramspec_status_name(status), "unknown status") == 0) fuzz_fail("a status has no name");
+  }
+  return status == NGRAMSPEC_OK;
+}
+
+// Expects the call to have succeeded exactly when its arguments were valid.
+void expect_valid(bool ok, bool valid, const char* function) {
+  if (ok == valid) return;
+  std::fprintf(stderr, "%s %s; last error: \"%s\"\n", function, ok ? "succeeded" : "failed", ngramspec_last_error());
+  fuzz_fail(valid ? "a valid call failed" : "an invalid call succeeded");
+}
+
+// One sequence the batch runs, as the script knows it.
+struct Sequence {
+  std::vector<Token> prompt;
+  std::vector<Token> output;
+  std::vector<Token> stops;
+  std::size_t max_new_tokens = 0;
+  std::size_t max_context = 0;
+  std::size_t max_drafts = 0;
+  bool speculate = true;
+  bool finished = false;
+  bool honest = true;          // every model token so far was the greedy model's
+  std::vector<Token> pending;  // drafts proposed since its last step
+  [[nodiscard]] std::size_t remaining() const {
+    if (finished) return 0;
+    std::size_t left = max_new_tokens > output.size() ? max_new_tokens - output.size() : 0;
+    if (max_context != 0) {
+      const std::size_t used = prompt.size() + output.size();
+      left = std::min(left, max_context > used ? max_context - used : 0);
+    }
+    return left;
+  }
+  [[nodiscard]] Token last() const { return output.empty() ? prompt.back() : output.back(); }
+};
+
+class Script {
+ public:
+  explicit Script(FuzzInput& in) : in_(in) {}
+  Script(const Script&) = delete;
+  Script& operator=(const Script&) = delete;
+
+  ~Script() {
+    ngramspec_batch_free(batch_);
+    for (auto* m : matches_) ngramspec_match_drafter_free(m);
+    for (auto* n : ngrams_) ngramspec_ngram_predictor_free(n);
+    for (auto* c : corpora_) ngramspec_corpus_free(c);
+  }
+
+  void run() {
+    while (!in_.empty()) {
+      switch (in_.byte() % 20) {
+        case 0: corpus_create(); break;
+        case 1: corpus_append(); break;
+        case 2: corpus_misc(); break;
+        case 3: match_create(); break;
+        case 4: drafter_update(true); break;
+        case 5: drafter_predict(true); break;
+        case 6: ngram_create(); break;
+        case 7: drafter_update(false); break;
+        case 8: drafter_predict(false); break;
+        case 9: drafter_reset_or_free(); break;
+        case 10: batch_create(); break;
+        case 11:
+        case 12: begin(); break;
+        case 13:
+        case 14: propose(); break;
+        case 15:
+        case 16: accept(); break;
+        case 17: end_sequence(); break;
+        case 18: observe(); break;
+        default: free_something(); break;
+      }
+    }
+  }
+
+ private:
+  // ---- Arguments -------------------------------------------------------------------------------
+
+  std::size_t slot() { return in_.in_range(0, kSlots - 1); }
+  // Small tokens mostly, so that drafts happen; now and then any 32-bit id.
+  Token token() { return in_.in_range(0, 7) == 0 ? static_cast<Token>(in_.in_range(0, 0xFFFFFFFFU)) : static_cast<Token>(in_.in_range(0, 12)); }
+  std::vector<Token> tokens(std::size_t max) {
+    std::vector<Token> t(in_.in_range(0, max));
+    if (!t.empty() && in_.flag()) {  // the greedy model's own text
+      t[0] = static_cast<Token>(in_.in_range(0, 12));
+      for (std::size_t i = 1; i < t.size(); ++i) t[i] = model_after(t[i - 1]);
+    } else {
+      for (Token& x : t) x = token();
+    }
+    return t;
+  }
+  // A size as a caller might get it wrong: small, or near the top of size_t.
+  std::size_t size_value(std::size_t small) {
+    switch (in_.in_range(0, 7)) {
+      case 0: return std::numeric_limits<std::size_t>::max() - in_.in_range(0, 4);
+      case 1: return std::size_t{1} << in_.in_range(0, 40);
+      default: return in_.in_range(0, small);
+    }
+  }
+  // A value beyond every size a configuration accepts (so nothing that large is allocated).
+  std::size_t huge() {
+    switch (in_.in_range(0, 2)) {
+      case 0: return std::numeric_limits<std::size_t>::max() - in_.in_range(0, 4);
+      case 1: return (std::size_t{1} << 25) + in_.in_range(0, 4);
+      default: return std::size_t{1} << 40;
+    }
+  }
+  // A pointer to `data` or NULL, the latter when the input says so.
+  template <class T>
+  T* maybe_null(T* data) {
+    return in_.in_range(0, 9) == 0 ? nullptr : data;
+  }
+
+  // ---- SharedCorpus ----------------------------------------------------------------------------
+
+  bool corpus_in_use(const ngramspec_corpus* corpus) const {
+    if (corpus == nullptr) return false;
+    if (batch_ != nullptr && batch_corpus_ == corpus) return true;
+    for (std::size_t i = 0; i < kSlots; ++i) {
+      if (matches_[i] != nullptr && match_corpus_[i] == corpus) return true;
+    }
+    return false;
+  }
+
+  void corpus_create() {
+    const std::size_t s = slot();
+    if (corpus_in_use(corpora_[s])) return;  // drafters and batches need their corpus to outlive them
+    // Too small mostly, or 256 to 1024 tokens (a larger corpus only takes longer to make).
+    const std::size_t bytes = in_.in_range(0, 2) == 0 ? in_.in_range(0, 30000) : std::size_t{27000} << in_.in_range(0, 2);
+    ngramspec_corpus_free(corpora_[s]);
+    corpora_[s] = nullptr;
+    ngramspec_corpus* out = reinterpret_cast<ngramspec_corpus*>(&sentinel_object_);
+    ngramspec_corpus** where = maybe_null(&out);
+    const bool ok = check_status(ngramspec_corpus_create(bytes, where), "ngramspec_corpus_create");
+    if (where == nullptr && ok) fuzz_fail("create succeeded without an out pointer");
+    if (!ok) {
+      if (out != reinterpret_cast<ngramspec_corpus*>(&sentinel_object_)) fuzz_fail("a failed create wrote *out");
+      return;
+    }
+    corpora_[s] = out;
+    if (ngramspec_corpus_size(out) != 0 || ngramspec_corpus_records(out) != 0) fuzz_fail("a new corpus is not empty");
+    if (ngramspec_corpus_capacity_tokens(out) < 256) fuzz_fail("a corpus holds fewer than 256 tokens");
+    if (ngramspec_corpus_memory_bytes(out) > bytes) fuzz_fail("a corpus holds more than its byte cap");
+  }
+
+  void corpus_append() {
+    ngramspec_corpus* corpus = maybe_null(corpora_[slot()]);
+    const std::vector<Token> record = tokens(48);
+    const bool null_tokens = in_.in_range(0, 7) == 0;
+    const std::size_t count = null_tokens ? size_value(8) : record.size();
+    const std::uint64_t before = ngramspec_corpus_records(corpus);
+    const bool ok = check_status(ngramspec_corpus_append(corpus, null_tokens ? nullptr : record.data(), count),
+                                 "ngramspec_corpus_append");
+    expect_valid(ok, corpus != nullptr && (!null_tokens || count == 0), "ngramspec_corpus_append");
+    const std::uint64_t after = ngramspec_corpus_records(corpus);
+    if (after != before + (ok && count != 0 ? 1 : 0)) fuzz_fail("an append changed the records by something else");
+    if (corpus != nullptr && ngramspec_corpus_size(corpus) > ngramspec_corpus_capacity_tokens(corpus)) {
+      fuzz_fail("a corpus holds more tokens than its capacity");
+    }
+  }
+
+  void corpus_misc() {
+    ngramspec_corpus* corpus = maybe_null(corpora_[slot()]);
+    if (in_.flag()) {
+      const bool ok = check_status(ngramspec_corpus_clear(corpus), "ngramspec_corpus_clear");
+      expect_valid(ok, corpus != nullptr, "ngramspec_corpus_clear");
+      if (ok && (ngramspec_corpus_size(corpus) != 0 || ngramspec_corpus_records(corpus) != 0)) {
+        fuzz_fail("a cleared corpus is not empty");
+      }
+    }
+    if (corpus == nullptr && (ngramspec_corpus_size(corpus) != 0 || ngramspec_corpus_memory_bytes(corpus) != 0 ||
+                              ngramspec_corpus_capacity_tokens(corpus) != 0 || ngramspec_corpus_records(corpus) != 0)) {
+      fuzz_fail("a NULL corpus reports something");
+    }
+  }
+
+  // ---- Drafters --------------------------------------------------------------------------------
+
+  ngramspec_match_config match_config() {
+    ngramspec_match_config c = ngramspec_match_config_default();
+    c.cap = in_.in_range(0, 7) == 0 ? huge() : in_.in_range(0, 300);
+    c.copy_min_match = in_.in_range(0, 5);
+    c.count_max_order = in_.in_range(1, 5);
+    c.count_window = in_.in_range(0, 7) == 0 ? huge() : in_.in_range(0, std::min<std::size_t>(c.cap, 300));
+    static constexpr double kConfidences[] = {0, 0.03, 0.3, 0.99, 1, -0.5, 2};
+    const std::size_t pick = in_.in_range(0, std::size(kConfidences));
+    c.min_confidence = pick == std::size(kConfidences) ? std::nan("") : kConfidences[pick];
+    return c;
+  }
+
+  void match_create() {
+    const std::size_t s = slot();
+    ngramspec_match_drafter_free(matches_[s]);
+    matches_[s] = nullptr;
+    const ngramspec_match_config config = match_config();
+    const bool with_config = in_.in_range(0, 9) != 0;  // NULL: the defaults (8192 cap)
+    ngramspec_corpus* corpus = in_.flag() ? corpora_[slot()] : nullptr;
+    ngramspec_match_drafter* out = reinterpret_cast<ngramspec_match_drafter*>(&sentinel_object_);
+    ngramspec_match_drafter** where = maybe_null(&out);
+    const bool ok = check_status(ngramspec_match_drafter_create(with_config ? &config : nullptr, corpus, where),
+                                 "ngramspec_match_drafter_create");
+    if (!ok) {
+      if (out != reinterpret_cast<ngramspec_match_drafter*>(&sentinel_object_)) fuzz_fail("a failed create wrote *out");
+      return;
+    }
+    if (where == nullptr) fuzz_fail("create succeeded without an out pointer");
+    matches_[s] = out;
+    match_corpus_[s] = corpus;
+    match_memory_[s] = ngramspec_match_drafter_memory_bytes(out);
+  }
+
+  void ngram_create() {
+    const std::size_t s = slot();
+    ngramspec_ngram_predictor_free(ngrams_[s]);
+    ngrams_[s] = nullptr;
+    ngramspec_ngram_config config;
+    config.min_order = in_.in_range(0, 4);
+    config.max_order = in_.in_range(0, 9);
+    config.window = in_.in_range(0, 7) == 0 ? huge() : in_.in_range(0, 100);
+    const bool with_config = in_.in_range(0, 9) != 0;
+    ngramspec_ngram_predictor* out = reinterpret_cast<ngramspec_ngram_predictor*>(&sentinel_object_);
+    ngramspec_ngram_predictor** where = maybe_null(&out);
+    const bool ok = check_status(ngramspec_ngram_predictor_create(with_config ? &config : nullptr, where),
+                                 "ngramspec_ngram_predictor_create");
+    if (!ok) {
+      if (out != reinterpret_cast<ngramspec_ngram_predictor*>(&sentinel_object_)) {
+        fuzz_fail("a failed create wrote *out");
+      }
+      return;
+    }
+    if (where == nullptr) fuzz_fail("create succeeded without an out pointer");
+    ngrams_[s] = out;
+  }
+
+  void drafter_update(bool match) {
+    const std::size_t s = slot();
+    const std::vector<Token> t = tokens(24);
+    const bool null_tokens = in_.in_range(0, 7) == 0;
+    const std::size_t count = null_tokens ? size_value(4) : t.size();
+    const Token* data = null_tokens ? nullptr : t.data();
+    if (match) {
+      ngramspec_match_drafter* d = maybe_null(matches_[s]);
+      const bool ok = check_status(ngramspec_match_drafter_update(d, data, count), "ngramspec_match_drafter_update");
+      expect_valid(ok, d != nullptr && (data != nullptr || count == 0), "ngramspec_match_drafter_update");
+    } else {
+      ngramspec_ngram_predictor* d = maybe_null(ngrams_[s]);
+      const bool ok =
+          check_status(ngramspec_ngram_predictor_update(d, data, count), "ngramspec_ngram_predictor_update");
+      expect_valid(ok, d != nullptr && (data != nullptr || count == 0), "ngramspec_ngram_predictor_update");
+    }
+  }
+
+  void drafter_predict(bool match) {
+    const std::size_t s = slot();
+    const std::size_t capacity = in_.in_range(0, 40);
+    std::vector<Token> out(capacity, kSentinel);
+    std::vector<float> probabilities(capacity, -7.0f);
+    const bool null_out = in_.in_range(0, 7) == 0;
+    const std::size_t room = null_out ? size_value(4) : capacity;
+    Token* out_data = null_out ? nullptr : out.data();
+    float* p = in_.flag() && !null_out ? probabilities.data() : nullptr;
+    std::size_t count = kSizeSentinel;
+    std::size_t* count_ptr = maybe_null(&count);
+    bool ok = false;
+    bool has_handle = false;
+    if (match) {
+      const ngramspec_match_drafter* d = maybe_null(matches_[s]);
+      has_handle = d != nullptr;
+      ok = check_status(ngramspec_match_drafter_predict(d, out_data, room, p, count_ptr), "ngramspec_match_drafter_predict");
+      if (d != nullptr && ngramspec_match_drafter_memory_bytes(d) != match_memory_[s]) {
+        fuzz_fail("a MatchDrafter's memory changed");
+      }
+    } else {
+      const ngramspec_ngram_predictor* d = maybe_null(ngrams_[s]);
+      has_handle = d != nullptr;
+      ok = check_status(ngramspec_ngram_predictor_predict(d, out_data, room, p, count_ptr),
+                        "ngramspec_ngram_predictor_predict");
+    }
+    expect_valid(ok, has_handle && (out_data != nullptr || room == 0) && count_ptr != nullptr, "predict");
+    const std::size_t written = ok ? count : 0;
+    if (!ok && count != kSizeSentinel) fuzz_fail("a failed predict wrote its count");
+    if (written > room) fuzz_fail("predict returned more drafts than its room");
+    if (!ok) {
+      for (std::size_t i = 0; i < capacity; ++i) {
+        if (out[i] != kSentinel || probabilities[i] != -7.0f) fuzz_fail("a failed predict wrote its outputs");
+      }
+    }
+    // Past the count, within the room, the drafters may write (a gate drafts, then cuts): ASan
+    // checks the room, the arrays being exactly that long.
+    if (p != nullptr) {
+      for (std::size_t i = 0; i < written; ++i) {
+        if (!(probabilities[i] >= 0 && probabilities[i] <= 1) || (i > 0 && probabilities[i] > probabilities[i - 1])) {
+          fuzz_fail("predict's probabilities are not non-increasing in [0, 1]");
+        }
+      }
+    }
+  }
+
+  void drafter_reset_or_free() {
+    const std::size_t s = slot();
+    switch (in_.in_range(0, 3)) {
+      case 0: {
+        ngramspec_match_drafter* d = maybe_null(matches_[s]);
+        expect_valid(check_status(ngramspec_match_drafter_reset(d), "ngramspec_match_drafter_reset"), d != nullptr,
+                     "ngramspec_match_drafter_reset");
+        break;
+      }
+      case 1: {
+        ngramspec_ngram_predictor* d = maybe_null(ngrams_[s]);
+        expect_valid(check_status(ngramspec_ngram_predictor_reset(d), "ngramspec_ngram_predictor_reset"),
+                     d != nullptr, "ngramspec_ngram_predictor_reset");
+        break;
+      }
+      case 2:
+        ngramspec_match_drafter_free(matches_[s]);
+        matches_[s] = nullptr;
+        break;
+      default:
+        ngramspec_ngram_predictor_free(ngrams_[s]);
+        ngrams_[s] = nullptr;
+    }
+  }
+
+  // ---- BatchSpeculator -------------------------------------------------------------------------
+
+  void drop_batch() {
+    ngramspec_batch_free(batch_);
+    batch_ = nullptr;
+    batch_corpus_ = nullptr;
+    sequences_.clear();
+  }
+
+  void batch_create() {
+    drop_batch();
+    ngramspec_batch_config config = ngramspec_batch_config_default();
+    config.max_sequences = in_.in_range(0, 7) == 0 ? size_value(2) % 5 : in_.in_range(1, 4);
+    config.max_pass_tokens = in_.in_range(0, 1) == 0 ? 0 : in_.in_range(0, 24);
+    config.max_record_tokens = in_.in_range(0, 48);
+    static constexpr const char* kCosts[] = {"knee:1", "knee:8", "knee:256", "table:1=1,2=1.25,3=1.71",
+                                             "knee:0", "table:", "knee", "table:2=1,1=2", "table:1=nan", ""};
+    std::string cost;
+    switch (in_.in_range(0, 3)) {
+      case 0: config.cost = nullptr; break;
+      case 1:  // arbitrary bytes, NUL-terminated
+        for (std::size_t n = in_.in_range(0, 24); n > 0; --n) cost.push_back(static_cast<char>(in_.in_range(1, 255)));
+        config.cost = cost.c_str();
+        break;
+      default: config.cost = kCosts[in_.in_range(0, std::size(kCosts) - 1)];
+    }
+    // The default drafters take 8192 tokens of cap each: a cheap configuration mostly.
+    config.default_drafter = in_.in_range(0, 7) == 0 ? 1 : 0;
+    config.drafter = match_config();
+    ngramspec_corpus* corpus = in_.flag() ? corpora_[slot()] : nullptr;
+    ngramspec_batch* out = reinterpret_cast<ngramspec_batch*>(&sentinel_object_);
+    ngramspec_batch** where = maybe_null(&out);
+    const bool ok = check_status(ngramspec_batch_create(&config, corpus, where), "ngramspec_batch_create");
+    if (!ok) {
+      if (out != reinterpret_cast<ngramspec_batch*>(&sentinel_object_)) fuzz_fail("a failed create wrote *out");
+      return;
+    }
+    if (where == nullptr) fuzz_fail("create succeeded without an out pointer");
+    batch_ = out;
+    batch_corpus_ = corpus;
+    max_sequences_ = config.max_sequences;
+    max_record_tokens_ = config.max_record_tokens;
+    emitted_ = 0;
+    if (ngramspec_batch_size(batch_) != 0) fuzz_fail("a new batch runs sequences");
+  }
+
+  // An id: one the script has begun, a small one, or any.
+  ngramspec_sequence_id id() {
+    if (!sequences_.empty() && in_.in_range(0, 3) != 0) {
+      auto it = sequences_.begin();
+      std::advance(it, static_cast<std::ptrdiff_t>(in_.in_range(0, sequences_.size() - 1)));
+      return it->first;
+    }
+    return in_.in_range(0, 3) == 0 ? in_.in_range(0, std::numeric_limits<std::uint64_t>::max()) : in_.in_range(1, 6);
+  }
+
+  void begin() {
+    ngramspec_batch* batch = maybe_null(batch_);
+    const ngramspec_sequence_id sid = id();
+    Sequence sequence;
+    sequence.prompt = tokens(20);
+    const bool null_prompt = in_.in_range(0, 9) == 0;
+    const std::size_t prompt_length = null_prompt ? size_value(4) : sequence.prompt.size();
+    ngramspec_sequence_options options = ngramspec_sequence_options_default();
+    const bool with_options = in_.in_range(0, 5) != 0;
+    sequence.stops = tokens(3);
+    bool null_stops = false;
+    if (with_options) {
+      options.max_new_tokens = in_.in_range(0, 7) == 0 ? size_value(4) : in_.in_range(0, 40);
+      null_stops = in_.in_range(0, 9) == 0;
+      options.stop_tokens = null_stops ? nullptr : sequence.stops.data();
+      options.n_stop_tokens = null_stops ? in_.in_range(0, 3) : sequence.stops.size();
+      if (!null_stops && sequence.stops.empty()) options.stop_tokens = nullptr;
+      options.max_context = in_.in_range(0, 1) == 0 ? 0 : in_.in_range(0, 60);
+      options.speculate = in_.in_range(0, 5) == 0 ? 0 : static_cast<int>(in_.in_range(1, 3));
+      static constexpr std::size_t kDrafts[] = {0, 1, 2, 4, 8, 16, 1024, 1025, std::numeric_limits<std::size_t>::max()};
+      options.max_drafts = kDrafts[in_.in_range(0, std::size(kDrafts) - 1)];
+    } else {
+      sequence.stops.clear();
+    }
+    if (null_stops) sequence.stops.clear();
+    sequence.max_new_tokens = options.max_new_tokens;
+    sequence.max_context = options.max_context;
+    sequence.max_drafts = options.max_drafts;
+    sequence.speculate = options.speculate != 0;
+
+    const bool running = sequences_.count(sid) != 0;
+    const bool valid = batch != nullptr && (!null_prompt || prompt_length == 0) &&
+                       (!null_stops || options.n_stop_tokens == 0) && !running &&
+                       sequences_.size() < max_sequences_ && prompt_length != 0 &&
+                       (options.max_context == 0 || prompt_length <= options.max_context) &&
+                       options.max_drafts <= 1024;
+    const bool ok = check_status(ngramspec_batch_begin(batch, sid, null_prompt ? nullptr : sequence.prompt.data(),
+                                                       prompt_length, with_options ? &options : nullptr),
+                                 "ngramspec_batch_begin");
+    expect_valid(ok, valid, "ngramspec_batch_begin");
+    if (!ok) return;
+    // A sequence that may emit nothing starts finished.
+    sequence.finished = sequence.max_new_tokens == 0 ||
+                        (sequence.max_context != 0 && sequence.prompt.size() >= sequence.max_context);
+    sequences_[sid] = std::move(sequence);
+    if (ngramspec_batch_contains(batch_, sid) != 1) fuzz_fail("a begun sequence is not running");
+  }
+
+  // ids for a pass: running ones mostly, with an unknown or repeated one now and then.
+  std::vector<ngramspec_sequence_id> pass_ids() {
+    std::vector<ngramspec_sequence_id> ids;
+    for (const auto& [sid, sequence] : sequences_) {
+      if (!sequence.finished && in_.in_range(0, 4) != 0) ids.push_back(sid);
+    }
+    switch (in_.in_range(0, 9)) {
+      case 0: ids.push_back(id()); break;
+      case 1:
+        if (!ids.empty()) ids.push_back(ids[in_.in_range(0, ids.size() - 1)]);
+        break;
+      case 2:
+        for (std::size_t n = in_.in_range(0, 6); n > 0; --n) ids.push_back(id());
+        break;
+      default: break;
+    }
+    if (ids.size() > 1 && in_.flag()) std::rotate(ids.begin(), ids.begin() + 1, ids.end());
+    return ids;
+  }
+
+  // Whether ids are distinct running unfinished sequences, at most max_sequences of them.
+  bool ids_valid(const std::vector<ngramspec_sequence_id>& ids) const {
+    if (ids.size() > max_sequences_) return false;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const auto it = sequences_.find(ids[i]);
+      if (it == sequences_.end() || it->second.finished) return false;
+      if (std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i), ids[i]) != ids.begin() + static_cast<std::ptrdiff_t>(i)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void propose() {
+    ngramspec_batch* batch = maybe_null(batch_);
+    const std::vector<ngramspec_sequence_id> ids = pass_ids();
+    const bool null_ids = in_.in_range(0, 11) == 0;
+    const std::size_t n_ids = null_ids ? size_value(3) : ids.size();
+    const std::size_t capacity = in_.in_range(0, 48);
+    std::vector<Token> drafts(capacity, kSentinel);
+    const bool null_drafts = in_.in_range(0, 11) == 0;
+    const std::size_t drafts_capacity = null_drafts ? size_value(4) : capacity;
+    std::vector<std::size_t> offsets(ids.size() + 1, kSizeSentinel);
+    std::size_t* offsets_ptr = maybe_null(offsets.data());
+    std::size_t n_drafts = kSizeSentinel;
+    std::size_t* n_drafts_ptr = maybe_null(&n_drafts);
+    const std::size_t extra = in_.in_range(0, 5) == 0 ? size_value(64) : 0;
+    // offsets has ids.size() + 1 elements; an n_ids beyond that comes with NULL ids, and then with
+    // NULL offsets too, so that no array is shorter than the count passed with it.
+    if (null_ids && n_ids + 1 > offsets.size()) offsets_ptr = nullptr;
+    const bool ids_ok = null_ids ? n_ids == 0 : ids_valid(ids);
+    const bool valid = batch != nullptr && ids_ok && (!null_drafts || drafts_capacity == 0) && offsets_ptr != nullptr &&
+                       n_drafts_ptr != nullptr;
+    const bool ok = check_status(ngramspec_batch_propose(batch, null_ids ? nullptr : ids.data(), n_ids,
+                                                         null_drafts ? nullptr : drafts.data(), drafts_capacity,
+                                                         offsets_ptr, extra, n_drafts_ptr),
+                                 "ngramspec_batch_propose");
+    expect_valid(ok, valid, "ngramspec_batch_propose");
+    if (!ok) {
+      if (n_drafts != kSizeSentinel) fuzz_fail("a failed propose wrote n_drafts");
+      for (const std::size_t o : offsets) {
+        if (o != kSizeSentinel) fuzz_fail("a failed propose wrote offsets");
+      }
+      for (const Token t : drafts) {
+        if (t != kSentinel) fuzz_fail("a failed propose wrote drafts");
+      }
+      return;
+    }
+    if (null_ids) return;  // no ids: nothing proposed
+    if (offsets[0] != 0 || offsets[ids.size()] != n_drafts || n_drafts > drafts_capacity) {
+      fuzz_fail("propose's offsets do not add up to its drafts within the buffer");
+    }
+    for (std::size_t i = n_drafts; i < capacity; ++i) {
+      if (drafts[i] != kSentinel) fuzz_fail("propose wrote past its drafts");
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (offsets[i + 1] < offsets[i]) fuzz_fail("propose's offsets decrease");
+      Sequence& sequence = sequences_.at(ids[i]);
+      const std::size_t n = offsets[i + 1] - offsets[i];
+      const std::size_t limit = sequence.output.empty() || !sequence.speculate
+                                    ? 0
+                                    : std::min({sequence.remaining() - 1, sequence.max_drafts, std::size_t{1024}});
+      if (n > limit) fuzz_fail("propose drafted beyond a sequence's limit (prefill, max_drafts, remaining tokens)");
+      sequence.pending.assign(drafts.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
+                              drafts.begin() + static_cast<std::ptrdiff_t>(offsets[i + 1]));
+    }
+  }
+
+  void accept() {
+    ngramspec_batch* batch = maybe_null(batch_);
+    const std::vector<ngramspec_sequence_id> ids = pass_ids();
+    const bool honest = in_.in_range(0, 3) != 0;
+    // Model tokens per sequence: the greedy model's after [last token, first k pending drafts],
+    // k from the input (all of them mostly); or arbitrary counts and tokens.
+    std::vector<Token> model_tokens;
+    std::vector<std::size_t> offsets{0};
+    std::vector<bool> truthful;
+    for (const ngramspec_sequence_id sid : ids) {
+      const auto it = sequences_.find(sid);
+      std::size_t n = in_.in_range(0, 3);
+      bool truth = false;
+      if (honest && it != sequences_.end()) {
+        const Sequence& s = it->second;
+        const std::size_t verified = in_.in_range(0, 5) == 0 ? in_.in_range(0, s.pending.size()) : s.pending.size();
+        n = verified + 1;
+        Token fed = s.last();
+        for (std::size_t j = 0; j < n; ++j) {
+          model_tokens.push_back(model_after(fed));
+          if (j < verified) fed = s.pending[j];
+        }
+        truth = true;
+      } else {
+        for (std::size_t j = 0; j < n; ++j) model_tokens.push_back(token());
+      }
+      truthful.push_back(truth);
+      offsets.push_back(model_tokens.size());
+    }
+    if (in_.in_range(0, 7) == 0) {  // a wrong offset: the slices are no longer the model's answers
+      std::size_t& offset = offsets[in_.in_range(0, offsets.size() - 1)];
+      const std::size_t wrong = size_value(model_tokens.size() + 2);
+      if (wrong != offset) truthful.assign(truthful.size(), false);
+      offset = wrong;
+    }
+    const bool null_ids = in_.in_range(0, 11) == 0;
+    const bool null_tokens = in_.in_range(0, 11) == 0;
+    const std::size_t n_model_tokens = null_tokens ? size_value(4) : model_tokens.size();
+    const std::size_t* offsets_ptr = maybe_null(offsets.data());
+    ngramspec_step unwritten{};
+    unwritten.emitted = kSizeSentinel;
+    std::vector<ngramspec_step> steps(ids.size(), unwritten);
+    ngramspec_step* steps_ptr = in_.in_range(0, 11) == 0 ? nullptr : steps.data();
+    const std::size_t n_ids = null_ids ? 0 : ids.size();
+
+    bool valid = batch != nullptr && (!null_tokens || n_model_tokens == 0) && offsets_ptr != nullptr &&
+                 (steps_ptr != nullptr || n_ids == 0) && n_ids <= max_sequences_;
+    if (valid && !null_ids) {
+      valid = ids_valid(ids);
+      for (std::size_t i = 0; valid && i < ids.size(); ++i) {
+        const Sequence& s = sequences_.at(ids[i]);
+        if (offsets[i + 1] < offsets[i] || offsets[i + 1] > n_model_tokens) valid = false;
+        else if (offsets[i + 1] - offsets[i] == 0 || offsets[i + 1] - offsets[i] > s.pending.size() + 1) valid = false;
+      }
+    }
+    const bool ok = check_status(ngramspec_batch_accept(batch, null_ids ? nullptr : ids.data(), n_ids,
+                                                        null_tokens ? nullptr : model_tokens.data(), n_model_tokens,
+                                                        offsets_ptr, steps_ptr),
+                                 "ngramspec_batch_accept");
+    expect_valid(ok, valid, "ngramspec_batch_accept");
+    if (!ok || null_ids) {
+      for (const ngramspec_step& step : steps) {
+        if (step.emitted != kSizeSentinel) fuzz_fail("a failed accept wrote steps");
+      }
+      return;
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      Sequence& s = sequences_.at(ids[i]);
+      const ngramspec_step& step = steps[i];
+      const std::size_t n = offsets[i + 1] - offsets[i];
+      const bool prefill = s.output.empty();
+      const std::size_t cache = s.prompt.size() + s.output.size() - (prefill ? 0 : 1);
+      const std::size_t pass_end = prefill ? s.prompt.size() : cache + n;
+      if (step.emitted < 1 || step.emitted > n || step.emitted > s.remaining() || step.accepted > step.emitted ||
+          step.accepted > n - 1) {
+        fuzz_fail("accept emitted a count outside 1 .. its model tokens and remaining tokens");
+      }
+      const std::size_t before = s.output.size();
+      s.output.insert(s.output.end(), model_tokens.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
+                      model_tokens.begin() + static_cast<std::ptrdiff_t>(offsets[i] + step.emitted));
+      emitted_ += step.emitted;
+      if (step.rollback_to != s.prompt.size() + s.output.size() - 1 || step.discarded != pass_end - step.rollback_to) {
+        fuzz_fail("accept's rollback is not to prompt + output - 1, or its discarded count is wrong");
+      }
+      s.honest = s.honest && truthful[i];
+      if (s.honest) {  // plain greedy decoding of the model
+        for (std::size_t j = before; j < s.output.size(); ++j) {
+          const Token previous = j == 0 ? s.prompt.back() : s.output[j - 1];
+          if (s.output[j] != model_after(previous)) fuzz_fail("the batch did not emit plain greedy decoding");
+        }
+      }
+      if (step.finished != 0) {
+        const bool by_stop = std::find(s.stops.begin(), s.stops.end(), s.output.back()) != s.stops.end();
+        if (step.stop_reason == NGRAMSPEC_STOP_TOKEN ? !by_stop
+                                                     : (by_stop || (step.stop_reason != NGRAMSPEC_STOP_MAX_NEW_TOKENS &&
+                                                                    step.stop_reason != NGRAMSPEC_STOP_MAX_CONTEXT))) {
+          fuzz_fail("a sequence finished for the wrong reason");
+        }
+        s.finished = true;
+      } else if (s.remaining() == 0) {
+        fuzz_fail("a sequence with no tokens left did not finish");
+      }
+      s.pending.clear();
+    }
+  }
+
+  void end_sequence() {
+    ngramspec_batch* batch = maybe_null(batch_);
+    const ngramspec_sequence_id sid = id();
+    const bool finish = in_.flag();
+    const auto it = sequences_.find(sid);
+    const bool valid = batch != nullptr && it != sequences_.end();
+    const std::uint64_t records = ngramspec_corpus_records(batch_corpus_);
+    const bool ok = finish ? check_status(ngramspec_batch_finish(batch, sid), "ngramspec_batch_finish")
+                           : check_status(ngramspec_batch_cancel(batch, sid), "ngramspec_batch_cancel");
+    expect_valid(ok, valid, finish ? "ngramspec_batch_finish" : "ngramspec_batch_cancel");
+    if (!ok) return;
+    const bool appended = finish && batch_corpus_ != nullptr && !it->second.output.empty() && max_record_tokens_ != 0;
+    if (ngramspec_corpus_records(batch_corpus_) != records + (appended ? 1 : 0)) {
+      fuzz_fail("finish did not append the output to the corpus, or cancel did");
+    }
+    sequences_.erase(it);
+    if (ngramspec_batch_contains(batch_, sid) != 0) fuzz_fail("an ended sequence is still running");
+  }
+
+  void observe() {
+    const ngramspec_batch* batch = maybe_null(batch_);
+    ngramspec_batch_stats stats{};
+    stats.emitted = kSizeSentinel;
+    ngramspec_batch_stats* out = maybe_null(&stats);
+    const bool ok = check_status(ngramspec_batch_stats_get(batch, out), "ngramspec_batch_stats_get");
+    expect_valid(ok, batch != nullptr && out != nullptr, "ngramspec_batch_stats_get");
+    if (ok && (stats.emitted != emitted_ || stats.accepted > stats.drafted || stats.accepted > stats.emitted)) {
+      fuzz_fail("the batch's stats disagree with what it emitted");
+    }
+    if (!ok && stats.emitted != kSizeSentinel) fuzz_fail("a failed stats_get wrote its output");
+    if (ngramspec_batch_size(batch_) != (batch_ == nullptr ? 0 : sequences_.size())) {
+      fuzz_fail("the batch's size is not the sequences running");
+    }
+    if (batch_ != nullptr && ngramspec_batch_memory_bytes(batch_) == 0) fuzz_fail("a batch holds no memory");
+    (void)ngramspec_status_name(static_cast<ngramspec_status>(in_.in_range(0, 3)));
+    if (ngramspec_version_number() != NGRAMSPEC_VERSION_NUMBER) fuzz_fail("the library's version is not the header's");
+  }
+
+  void free_something() {
+    switch (in_.in_range(0, 3)) {
+      case 0: drop_batch(); break;
+      case 1: {
+        const std::size_t s = slot();
+        if (!corpus_in_use(corpora_[s])) {
+          ngramspec_corpus_free(corpora_[s]);
+          corpora_[s] = nullptr;
+        }
+        break;
+      }
+      default:  // the NULL handles
+        ngramspec_batch_free(nullptr);
+        ngramspec_corpus_free(nullptr);
+        ngramspec_match_drafter_free(nullptr);
+        ngramspec_ngram_predictor_free(nullptr);
+    }
+  }
+
+  FuzzInput& in_;
+  int sentinel_object_ = 0;  // the address *out holds until a create writes it
+  ngramspec_corpus* corpora_[kSlots] = {};
+  ngramspec_match_drafter* matches_[kSlots] = {};
+  const ngramspec_corpus* match_corpus_[kSlots] = {};
+  std::size_t match_memory_[kSlots] = {};
+  ngramspec_ngram_predictor* ngrams_[kSlots] = {};
+  ngramspec_batch* batch_ = nullptr;
+  const ngramspec_corpus* batch_corpus_ = nullptr;
+  std::size_t max_sequences_ = 0;
+  std::size_t max_record_tokens_ = 0;
+  std::uint64_t emitted_ = 0;
+  std::map<ngramspec_sequence_id, Sequence> sequences_;
+};
+
+}  // namespace
+}  // namespace ngramspec::test
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  ngramspec::test::FuzzInput in(data, size);
+  ngramspec::test::Script script(in);
+  script.run();
+  return 0;
+}
