@@ -5,12 +5,12 @@ from __future__ import annotations
 import ctypes
 import enum
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 import numpy.typing as npt
 
+from ._closable import Closable
 from ._arrays import (IdsLike, OffsetsLike, Remembered, TokensLike, ids_arg, ids_arg_remembered,
                       offsets_arg_remembered, out_offsets, out_tokens, size_arg, tokens_arg, tokens_arg_remembered)
 from ._corpus import SharedCorpus
@@ -59,7 +59,7 @@ class BatchStats:
 _MAX_DRAFTS_PER_PASS = 1024  # kMaxDraftsPerPass: begin rejects more
 
 
-class BatchSpeculator:
+class BatchSpeculator(Closable):
     """Speculation for every running sequence of an engine (``ngramspec_batch``): the one object an
     engine holds for its whole batch.
 
@@ -314,19 +314,6 @@ class BatchSpeculator:
             corpus, self._corpus = self._corpus, None
             if corpus is not None:
                 corpus._detach()
-
-    def __enter__(self) -> "BatchSpeculator":
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown
-            pass
 
     def __repr__(self) -> str:
         if self._handle is None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import ctypes
-from types import TracebackType
 
+from ._closable import Closable
 from ._arrays import TokensLike, size_arg, tokens_arg
 from ._errors import raise_status
 from ._native import lib
@@ -12,7 +12,7 @@ from ._native import lib
 __all__ = ["SharedCorpus"]
 
 
-class SharedCorpus:
+class SharedCorpus(Closable):
     """A bounded corpus of earlier requests' outputs that drafters consult (``ngramspec_corpus``).
 
     Give it to :class:`MatchDrafter` (``corpus=``) or :class:`BatchSpeculator` (``corpus=``): a
@@ -103,20 +103,6 @@ class SharedCorpus:
         if self._closed and self._users == 0 and self._native is not None:
             native, self._native = self._native, None
             lib.ngramspec_corpus_free(native)
-
-    def __enter__(self) -> "SharedCorpus":
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self._closed = True
-            self._release()  # with users left (a collected cycle) the last one frees it
-        except Exception:  # interpreter shutdown: the module's globals may be gone
-            pass
 
     def __repr__(self) -> str:
         if self._closed:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import ctypes
-from types import TracebackType
 from typing import Any, Callable
 
 import numpy as np
 import numpy.typing as npt
 
+from ._closable import Closable
 from ._arrays import TokensLike, out_floats, out_tokens, size_arg, tokens_arg
 from ._corpus import SharedCorpus
 from ._errors import raise_status
@@ -17,7 +17,7 @@ from ._native import MatchConfig, NgramConfig, lib
 __all__ = ["MatchDrafter", "NGramPredictor"]
 
 
-class _Drafter:
+class _Drafter(Closable):
     """What both drafters share: a native handle, update/predict/reset, and freeing."""
 
     _handle: int | None = None
@@ -108,19 +108,6 @@ class _Drafter:
             corpus, self._corpus = self._corpus, None
             if corpus is not None:
                 corpus._detach()
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown
-            pass
 
     def __repr__(self) -> str:
         if self._handle is None:
