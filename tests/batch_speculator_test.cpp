@@ -20,6 +20,7 @@
 #include "support/allocation_counter.hpp"
 #include "support/thrown_message.hpp"
 #include "support/mock_models.hpp"
+#include "support/serving_pass.hpp"
 #include "support/test_drafters.hpp"
 
 namespace ngramspec::test {
@@ -174,14 +175,7 @@ void serve_into(ServingRun& run, std::uint64_t seed, std::size_t pool, std::size
     }
     if (lanes.empty()) continue;
 
-    batch.clear();
-    for (const auto& lane : lanes) {
-      if (rng() % 8 != 0) batch.push_back(lane.get());
-    }
-    if (batch.empty()) batch.push_back(lanes[rng() % lanes.size()].get());
-    std::shuffle(batch.begin(), batch.end(), rng);
-    ids.clear();
-    for (const Lane* lane : batch) ids.push_back(lane->id);
+    pick_pass(lanes, rng, batch, ids);
 
     std::size_t room = 0;
     for (const Lane* lane : batch) room += lane->c.options.max_drafts;

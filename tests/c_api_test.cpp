@@ -32,6 +32,7 @@
 #include "ngramspec/version.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/mock_models.hpp"
+#include "support/serving_pass.hpp"
 #include "support/test_drafters.hpp"
 
 namespace ngramspec::test {
@@ -1017,14 +1018,7 @@ void serve_through_c(std::uint64_t seed, std::size_t& finished_total, std::size_
     ASSERT_EQ(ngramspec_batch_size(batch.get()), cpp.size());
     if (lanes.empty()) continue;
 
-    pass.clear();
-    for (const auto& lane : lanes) {
-      if (rng() % 8 != 0) pass.push_back(lane.get());
-    }
-    if (pass.empty()) pass.push_back(lanes[rng() % lanes.size()].get());
-    std::shuffle(pass.begin(), pass.end(), rng);
-    ids.clear();
-    for (const CLane* lane : pass) ids.push_back(lane->id);
+    pick_pass(lanes, rng, pass, ids);
 
     std::size_t room = 0;
     for (const CLane* lane : pass) room += std::min<std::size_t>(lane->c.options.max_drafts, 64);

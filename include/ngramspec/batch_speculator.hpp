@@ -107,6 +107,7 @@ class BatchSpeculator {
   BatchSpeculator(BatchConfig config, MakeDrafter make, SharedCorpus* corpus = nullptr)
       : config_(validated(std::move(config))), corpus_(corpus), ids_(config_.max_sequences) {
     slots_.reserve(config_.max_sequences);
+    call_slots_.resize(config_.max_sequences);
     free_.reserve(config_.max_sequences);
     for (std::size_t i = 0; i < config_.max_sequences; ++i) {
       slots_.emplace_back(make());
@@ -200,6 +201,7 @@ class BatchSpeculator {
     std::size_t room = 0;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       Slot& slot = running(where, ids, i, stamp);
+      call_slots_[i] = &slot;
       room += slot.state.generated == 0 ? 0 : draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
     }
     if (candidates_.size() < room) {
@@ -220,7 +222,7 @@ class BatchSpeculator {
     std::size_t made = 0;
     candidate_offsets_[0] = 0;
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      const Slot& slot = slot_of(ids[i]);
+      const Slot& slot = *call_slots_[i];
       if (slot.state.generated == 0) {
         base_tokens = plus(base_tokens, slot.state.prompt_length);
       } else {
@@ -244,7 +246,7 @@ class BatchSpeculator {
     std::size_t total = 0;
     offsets[0] = 0;
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      Slot& slot = slot_of(ids[i]);
+      Slot& slot = *call_slots_[i];
       const std::size_t n = lengths_[i];
       const Token* from = candidates_.data() + candidate_offsets_[i];
       std::copy(from, from + n, drafts.begin() + static_cast<std::ptrdiff_t>(total));
@@ -279,7 +281,8 @@ class BatchSpeculator {
     }
     const std::uint64_t stamp = ++calls_;
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      const Slot& slot = running(where, ids, i, stamp);
+      Slot& slot = running(where, ids, i, stamp);
+      call_slots_[i] = &slot;
       if (offsets[i + 1] < offsets[i] || offsets[i + 1] > model_tokens.size()) {
         throw std::invalid_argument(std::string(where) + ": offsets[" + std::to_string(i + 1) + "] = " +
                                     std::to_string(offsets[i + 1]) + " is invalid: offsets[" + std::to_string(i) +
@@ -297,7 +300,7 @@ class BatchSpeculator {
 
     std::exception_ptr drafter_error;
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      Slot& slot = slot_of(ids[i]);
+      Slot& slot = *call_slots_[i];
       const std::span<const Token> answers = model_tokens.subspan(offsets[i], offsets[i + 1] - offsets[i]);
       const std::size_t verified = answers.size() - 1;
       const StepOutcome outcome =
@@ -366,7 +369,7 @@ class BatchSpeculator {
     std::size_t bytes = sizeof(*this) + free_.capacity() * sizeof(std::uint32_t) +
                         candidates_.capacity() * sizeof(Token) + probabilities_.capacity() * sizeof(float) +
                         (candidate_offsets_.capacity() + lengths_.capacity()) * sizeof(std::size_t) +
-                        2 * config_.max_sequences * sizeof(IdEntry);
+                        2 * config_.max_sequences * sizeof(IdEntry) + call_slots_.capacity() * sizeof(Slot*);
     for (const Slot& slot : slots_) {
       bytes += sizeof(Slot) + slot.record.capacity() * sizeof(Token) + slot.pending.capacity() * sizeof(Token) +
                slot.options.stop_tokens.capacity() * sizeof(Token);
@@ -411,7 +414,6 @@ class BatchSpeculator {
   static std::string name(SequenceId id) { return "sequence " + std::to_string(id); }
 
   [[nodiscard]] const IdEntry* find(SequenceId id) const noexcept { return ids_.find(id); }
-  [[nodiscard]] Slot& slot_of(SequenceId id) noexcept { return slots_[ids_.find(id)->slot_plus_one - 1]; }
   Slot& known(const char* where, SequenceId id) {
     const IdEntry* entry = find(id);
     if (entry == nullptr) throw std::invalid_argument(std::string(where) + ": " + name(id) + " is not running");
@@ -443,6 +445,9 @@ class BatchSpeculator {
   SharedCorpus* corpus_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<std::uint32_t> free_;  // slots not running, the next to use last
+  // The slots of the ids of the call in progress, found once while checking them. A call names
+  // distinct running sequences, so at most max_sequences: a longer list fails its check first.
+  std::vector<Slot*> call_slots_;
   detail::OpenTable<IdEntry> ids_;
   std::uint64_t calls_ = 0;
   BatchStats stats_;

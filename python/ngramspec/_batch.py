@@ -13,7 +13,7 @@ import numpy.typing as npt
 from ._closable import Closable
 from ._arrays import (IdsLike, OffsetsLike, Remembered, TokensLike, ids_arg, ids_arg_remembered,
                       offsets_arg_remembered, out_offsets, out_tokens, size_arg, tokens_arg, tokens_arg_remembered)
-from ._corpus import SharedCorpus
+from ._corpus import SharedCorpus, create_attached
 from ._drafters import match_config
 from ._errors import raise_status
 from ._native import BatchStats as _CBatchStats
@@ -124,19 +124,12 @@ class BatchSpeculator(Closable):
                                 f"{type(drafter).__name__}")
             config.default_drafter = 0
             config.drafter = match_config(**drafter)
-        if corpus is not None and not isinstance(corpus, SharedCorpus):
-            raise TypeError(f"corpus must be a SharedCorpus or None, not {type(corpus).__name__}")
-        native_corpus = corpus._attach() if corpus is not None else None
-        out = ctypes.c_void_p()
-        status = lib.ngramspec_batch_create(ctypes.byref(config), native_corpus, ctypes.byref(out))
-        if status:
-            if corpus is not None:
-                corpus._detach()
-            raise_status(status)
+        handle = create_attached(corpus, lambda native_corpus, out: lib.ngramspec_batch_create(
+            ctypes.byref(config), native_corpus, ctypes.byref(out)))
         self._corpus = corpus
         self._cost = cost
         self._max_sequences = config.max_sequences
-        self._handle = out.value
+        self._handle = handle
         self._max_drafts = 4  # the largest max_drafts of any sequence begun: sizes the drafts buffer
         self._count = ctypes.c_size_t(0)
         self._count_address = ctypes.addressof(self._count)

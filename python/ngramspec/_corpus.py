@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from typing import Callable
 
 from ._closable import Closable
 from ._arrays import TokensLike, size_arg, tokens_arg
@@ -109,3 +110,19 @@ class SharedCorpus(Closable):
             return "<ngramspec.SharedCorpus closed>"
         return (f"<ngramspec.SharedCorpus {self.size}/{self.capacity_tokens} tokens, {self.records} records, "
                 f"{self.memory_bytes} bytes>")
+
+
+def create_attached(corpus: SharedCorpus | None, create: Callable[[int | None, ctypes.c_void_p], int]) -> int:
+    """Makes a native object that reads `corpus` (None: none): checks its type, registers the new
+    user with it, and calls ``create(native_corpus, out)``, which returns the C status and writes
+    the handle to `out`. A failed create unregisters again and raises its error; returns the handle."""
+    if corpus is not None and not isinstance(corpus, SharedCorpus):
+        raise TypeError(f"corpus must be a SharedCorpus or None, not {type(corpus).__name__}")
+    native_corpus = corpus._attach() if corpus is not None else None
+    out = ctypes.c_void_p()
+    status = create(native_corpus, out)
+    if status:
+        if corpus is not None:
+            corpus._detach()
+        raise_status(status)
+    return out.value

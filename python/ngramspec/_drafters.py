@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from ._closable import Closable
 from ._arrays import TokensLike, out_floats, out_tokens, size_arg, tokens_arg
-from ._corpus import SharedCorpus
+from ._corpus import SharedCorpus, create_attached
 from ._errors import raise_status
 from ._native import MatchConfig, NgramConfig, lib
 
@@ -143,17 +143,10 @@ class MatchDrafter(_Drafter):
         invalid setting."""
         config = match_config(cap=cap, copy_min_match=copy_min_match, count_max_order=count_max_order,
                               count_window=count_window, min_confidence=min_confidence)
-        if corpus is not None and not isinstance(corpus, SharedCorpus):
-            raise TypeError(f"corpus must be a SharedCorpus or None, not {type(corpus).__name__}")
-        native_corpus = corpus._attach() if corpus is not None else None
-        out = ctypes.c_void_p()
-        status = lib.ngramspec_match_drafter_create(ctypes.byref(config), native_corpus, ctypes.byref(out))
-        if status:
-            if corpus is not None:
-                corpus._detach()
-            raise_status(status)
+        handle = create_attached(corpus, lambda native_corpus, out: lib.ngramspec_match_drafter_create(
+            ctypes.byref(config), native_corpus, ctypes.byref(out)))
         self._corpus = corpus
-        self._start(out.value)
+        self._start(handle)
 
 
 class NGramPredictor(_Drafter):

@@ -15,16 +15,8 @@ foreach(var BUILD_DIR PREFIX SOURCE_DIR INCLUDEDIR LIBDIR DATADIR LIBRARY_FILES)
   endif()
 endforeach()
 
-file(REMOVE_RECURSE "${PREFIX}")
-set(config_args)
-if(CONFIG)
-  set(config_args --config ${CONFIG})
-endif()
-execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX} ${config_args}
-  RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
-if(NOT result EQUAL 0)
-  message(FATAL_ERROR "cmake --install failed (${result}):\n${output}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/../../cmake/install_fresh_prefix.cmake)
+ngramspec_install_fresh_prefix()
 
 set(package_dir ${LIBDIR}/cmake/ngramspec)
 file(GLOB_RECURSE headers RELATIVE ${SOURCE_DIR}/include ${SOURCE_DIR}/include/*.hpp ${SOURCE_DIR}/include/*.h)
