@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots simulated serving speedup against batch size from `ngramspec-replay --json` (stdin).
 
-  build/release/bench/ngramspec-replay --streams ../shared/data/specbench/streams.tsv --drafter match \\
+  build/release/tools/ngramspec-replay --streams ../shared/data/specbench/streams.tsv --drafter match \\
     --k 1,4,16 --batch 1,2,4,8,16,32,64,128,256 \\
     --cost table:1=1,2=1.25,3=1.71,5=2.77,9=5.06 --cost knee:256 --json \\
     | /usr/bin/python3 bench/plot_serving.py docs/img/serving_speedup.png

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <new>
 #include <span>
 #include <stdexcept>
@@ -23,8 +24,10 @@
 #include <vector>
 
 #include "ngramspec/batch_speculator.hpp"
+#include "ngramspec/corpus_file.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/shared_corpus.hpp"
@@ -59,6 +62,11 @@ struct ngramspec_corpus {
   ngramspec::SharedCorpus corpus;
 };
 
+struct ngramspec_corpus_file {
+  explicit ngramspec_corpus_file(const char* path) : file(std::filesystem::path(path)) {}
+  ngramspec::MappedCorpus file;
+};
+
 struct ngramspec_match_drafter {
   ngramspec::MatchDrafter drafter;
 };
@@ -69,8 +77,8 @@ struct ngramspec_ngram_predictor {
 
 struct ngramspec_batch {
   ngramspec_batch(const ngramspec::BatchConfig& config, const ngramspec::MatchConfig& drafter,
-                  ngramspec::SharedCorpus* corpus)
-      : spec(config, drafter, corpus), steps(spec.config().max_sequences) {}
+                  ngramspec::SharedCorpus* corpus, const ngramspec::MappedCorpus* file)
+      : spec(config, drafter, corpus, file), steps(spec.config().max_sequences) {}
   ngramspec::BatchSpeculator<ngramspec::MatchDrafter> spec;
   // accept()'s outcomes before they become ngramspec_steps: one per sequence of the pool, the
   // most a valid call steps (its ids are distinct running sequences).
@@ -134,6 +142,8 @@ ngramspec_status translate_exception(const char* where, const char* subject = ""
     throw;
   } catch (const std::bad_alloc&) {
     return fail(NGRAMSPEC_ERROR_OUT_OF_MEMORY, "%s: %sout of memory", where, subject);
+  } catch (const ngramspec::CorpusFileError& e) {  // names the file, the section and the problem
+    return fail(NGRAMSPEC_ERROR_CORPUS_FILE, "%s: %s%s", where, subject, e.what());
   } catch (const std::invalid_argument& e) {
     bool generic = false;
     const char* message = c_message(e.what(), generic);
@@ -143,6 +153,34 @@ ngramspec_status translate_exception(const char* where, const char* subject = ""
   } catch (...) {
     return fail(NGRAMSPEC_ERROR_INTERNAL, "%s: %san exception that is not a std::exception", where, subject);
   }
+}
+
+// A corpus preference from C, which may hold any int in the enum: read as an int, checked.
+bool to_cpp(ngramspec_corpus_preference preference, ngramspec::CorpusPreference& out, const char* where) noexcept {
+  int value = 0;
+  static_assert(sizeof value == sizeof preference);
+  std::memcpy(&value, &preference, sizeof value);
+  switch (value) {
+    case NGRAMSPEC_PREFER_LONGER_MATCH: out = ngramspec::CorpusPreference::longer_match; return true;
+    case NGRAMSPEC_PREFER_LIVE: out = ngramspec::CorpusPreference::live; return true;
+    case NGRAMSPEC_PREFER_FILE: out = ngramspec::CorpusPreference::file; return true;
+    default: break;
+  }
+  fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+       "%s: preference = %d is invalid: it must be NGRAMSPEC_PREFER_LONGER_MATCH (0), NGRAMSPEC_PREFER_LIVE (1) or "
+       "NGRAMSPEC_PREFER_FILE (2)",
+       where, value);
+  return false;
+}
+
+// The draft functions' common checks; NGRAMSPEC_OK when the arguments are usable.
+ngramspec_status check_draft_arguments(const char* where, const ngramspec_token* context, std::size_t n,
+                                       const ngramspec_token* out, std::size_t room,
+                                       const std::size_t* count) noexcept {
+  if (context == nullptr && n != 0) return null_array(where, "context", "n", n);
+  if (out == nullptr && room != 0) return null_array(where, "out", "room", room);
+  if (count == nullptr) return null_argument(where, "count");
+  return NGRAMSPEC_OK;
 }
 
 // ---- Conversions ---------------------------------------------------------------------------------
@@ -204,6 +242,28 @@ ngramspec_status too_many_ids(const char* where, std::size_t n_ids, const ngrams
               n_ids, batch.steps.size());
 }
 
+// ngramspec_batch_create and ngramspec_batch_create_file; `where` names the one called.
+ngramspec_status create_batch(const char* where, const ngramspec_batch_config* config, ngramspec_corpus* corpus,
+                              const ngramspec_corpus_file* file, ngramspec::CorpusPreference preference,
+                              ngramspec_batch** out) noexcept {
+  try {
+    const ngramspec_batch_config c = config != nullptr ? *config : ngramspec_batch_config_default();
+    ngramspec::BatchConfig batch;
+    batch.max_sequences = c.max_sequences;
+    batch.max_pass_tokens = c.max_pass_tokens;
+    batch.max_record_tokens = c.max_record_tokens;
+    if (c.cost != nullptr) batch.cost = ngramspec::VerifyCost::parse(c.cost);
+    ngramspec::MatchConfig drafter = c.default_drafter != 0 ? ngramspec::BatchSpeculator<>::default_drafter(batch)
+                                                            : to_cpp(c.drafter);
+    drafter.corpus_preference = preference;
+    *out = new ngramspec_batch(batch, drafter, corpus != nullptr ? &corpus->corpus : nullptr,
+                               file != nullptr ? &file->file : nullptr);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(where);
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -227,6 +287,7 @@ const char* ngramspec_status_name(ngramspec_status status) {
     case NGRAMSPEC_ERROR_INVALID_ARGUMENT: return "NGRAMSPEC_ERROR_INVALID_ARGUMENT";
     case NGRAMSPEC_ERROR_OUT_OF_MEMORY: return "NGRAMSPEC_ERROR_OUT_OF_MEMORY";
     case NGRAMSPEC_ERROR_INTERNAL: return "NGRAMSPEC_ERROR_INTERNAL";
+    case NGRAMSPEC_ERROR_CORPUS_FILE: return "NGRAMSPEC_ERROR_CORPUS_FILE";
     default: return "unknown status";
   }
 }
@@ -296,6 +357,122 @@ size_t ngramspec_corpus_memory_bytes(const ngramspec_corpus* corpus) {
   return corpus == nullptr ? 0 : corpus->corpus.memory_bytes();
 }
 
+ngramspec_status ngramspec_corpus_append_stamped(ngramspec_corpus* corpus, const ngramspec_token* tokens, size_t count,
+                                                 int64_t stamp) {
+  if (corpus == nullptr) return null_argument(__func__, "corpus");
+  if (tokens == nullptr && count != 0) return null_array(__func__, "tokens", "count", count);
+  try {
+    corpus->corpus.append(std::span<const ngramspec::Token>(tokens, count), stamp);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+int64_t ngramspec_corpus_last_stamp(const ngramspec_corpus* corpus) {
+  if (corpus == nullptr) return 0;
+  try {
+    return corpus->corpus.last_stamp();
+  } catch (...) {  // the lock failed
+    translate_exception(__func__);
+    return 0;
+  }
+}
+
+ngramspec_status ngramspec_corpus_draft(const ngramspec_corpus* corpus, const ngramspec_token* context, size_t n,
+                                        ngramspec_token* out, size_t room, size_t* count, size_t* match_length) {
+  if (corpus == nullptr) return null_argument(__func__, "corpus");
+  if (const ngramspec_status bad = check_draft_arguments(__func__, context, n, out, room, count); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  const ngramspec::CorpusDraft found = corpus->corpus.draft(std::span<const ngramspec::Token>(context, n),
+                                                            std::span<ngramspec::Token>(out, room));  // noexcept
+  *count = found.count;
+  if (match_length != nullptr) *match_length = found.match_length;
+  return NGRAMSPEC_OK;
+}
+
+ngramspec_status ngramspec_corpus_save(const ngramspec_corpus* corpus, const char* path) {
+  if (corpus == nullptr) return null_argument(__func__, "corpus");
+  if (path == nullptr) return null_argument(__func__, "path");
+  try {
+    corpus->corpus.save(std::filesystem::path(path));
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+ngramspec_status ngramspec_corpus_load(ngramspec_corpus* corpus, const char* path) {
+  if (corpus == nullptr) return null_argument(__func__, "corpus");
+  if (path == nullptr) return null_argument(__func__, "path");
+  try {
+    corpus->corpus.load(std::filesystem::path(path));
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+// ---- Corpus files --------------------------------------------------------------------------------
+
+ngramspec_status ngramspec_corpus_file_open(const char* path, ngramspec_corpus_file** out) {
+  if (path == nullptr) return null_argument(__func__, "path");
+  if (out == nullptr) return null_argument(__func__, "out");
+  try {
+    *out = new ngramspec_corpus_file(path);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+void ngramspec_corpus_file_close(ngramspec_corpus_file* file) { delete file; }
+
+ngramspec_status ngramspec_corpus_file_verify(const ngramspec_corpus_file* file) {
+  if (file == nullptr) return null_argument(__func__, "file");
+  try {
+    file->file.verify();
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+size_t ngramspec_corpus_file_size(const ngramspec_corpus_file* file) {
+  return file == nullptr ? 0 : file->file.size();
+}
+
+uint64_t ngramspec_corpus_file_records(const ngramspec_corpus_file* file) {
+  return file == nullptr ? 0 : file->file.records();
+}
+
+uint64_t ngramspec_corpus_file_bytes(const ngramspec_corpus_file* file) {
+  return file == nullptr ? 0 : file->file.file_bytes();
+}
+
+int64_t ngramspec_corpus_file_first_stamp(const ngramspec_corpus_file* file) {
+  return file == nullptr ? 0 : file->file.first_stamp();
+}
+
+int64_t ngramspec_corpus_file_last_stamp(const ngramspec_corpus_file* file) {
+  return file == nullptr ? 0 : file->file.last_stamp();
+}
+
+ngramspec_status ngramspec_corpus_file_draft(const ngramspec_corpus_file* file, const ngramspec_token* context,
+                                             size_t n, ngramspec_token* out, size_t room, size_t* count,
+                                             size_t* match_length) {
+  if (file == nullptr) return null_argument(__func__, "file");
+  if (const ngramspec_status bad = check_draft_arguments(__func__, context, n, out, room, count); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  const ngramspec::CorpusDraft found = file->file.draft(std::span<const ngramspec::Token>(context, n),
+                                                        std::span<ngramspec::Token>(out, room));  // noexcept
+  *count = found.count;
+  if (match_length != nullptr) *match_length = found.match_length;
+  return NGRAMSPEC_OK;
+}
+
 // ---- MatchDrafter --------------------------------------------------------------------------------
 
 ngramspec_match_config ngramspec_match_config_default(void) { return to_c(ngramspec::MatchConfig{}); }
@@ -306,6 +483,24 @@ ngramspec_status ngramspec_match_drafter_create(const ngramspec_match_config* co
   try {
     const ngramspec::MatchConfig cpp = config != nullptr ? to_cpp(*config) : ngramspec::MatchConfig{};
     *out = new ngramspec_match_drafter{ngramspec::MatchDrafter(cpp, corpus != nullptr ? &corpus->corpus : nullptr)};
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+ngramspec_status ngramspec_match_drafter_create_file(const ngramspec_match_config* config,
+                                                     const ngramspec_corpus* corpus, const ngramspec_corpus_file* file,
+                                                     ngramspec_corpus_preference preference,
+                                                     ngramspec_match_drafter** out) {
+  if (out == nullptr) return null_argument(__func__, "out");
+  ngramspec::CorpusPreference cpp_preference{};
+  if (!to_cpp(preference, cpp_preference, __func__)) return NGRAMSPEC_ERROR_INVALID_ARGUMENT;
+  try {
+    ngramspec::MatchConfig cpp = config != nullptr ? to_cpp(*config) : ngramspec::MatchConfig{};
+    cpp.corpus_preference = cpp_preference;
+    *out = new ngramspec_match_drafter{ngramspec::MatchDrafter(cpp, corpus != nullptr ? &corpus->corpus : nullptr,
+                                                               file != nullptr ? &file->file : nullptr)};
     return NGRAMSPEC_OK;
   } catch (...) {
     return translate_exception(__func__);
@@ -426,21 +621,16 @@ ngramspec_sequence_options ngramspec_sequence_options_default(void) {
 ngramspec_status ngramspec_batch_create(const ngramspec_batch_config* config, ngramspec_corpus* corpus,
                                         ngramspec_batch** out) {
   if (out == nullptr) return null_argument(__func__, "out");
-  try {
-    const ngramspec_batch_config c = config != nullptr ? *config : ngramspec_batch_config_default();
-    ngramspec::BatchConfig batch;
-    batch.max_sequences = c.max_sequences;
-    batch.max_pass_tokens = c.max_pass_tokens;
-    batch.max_record_tokens = c.max_record_tokens;
-    if (c.cost != nullptr) batch.cost = ngramspec::VerifyCost::parse(c.cost);
-    const ngramspec::MatchConfig drafter = c.default_drafter != 0
-                                               ? ngramspec::BatchSpeculator<>::default_drafter(batch)
-                                               : to_cpp(c.drafter);
-    *out = new ngramspec_batch(batch, drafter, corpus != nullptr ? &corpus->corpus : nullptr);
-    return NGRAMSPEC_OK;
-  } catch (...) {
-    return translate_exception(__func__);
-  }
+  return create_batch(__func__, config, corpus, nullptr, ngramspec::CorpusPreference::longer_match, out);
+}
+
+ngramspec_status ngramspec_batch_create_file(const ngramspec_batch_config* config, ngramspec_corpus* corpus,
+                                             const ngramspec_corpus_file* file, ngramspec_corpus_preference preference,
+                                             ngramspec_batch** out) {
+  if (out == nullptr) return null_argument(__func__, "out");
+  ngramspec::CorpusPreference cpp_preference{};
+  if (!to_cpp(preference, cpp_preference, __func__)) return NGRAMSPEC_ERROR_INVALID_ARGUMENT;
+  return create_batch(__func__, config, corpus, file, cpp_preference, out);
 }
 
 void ngramspec_batch_free(ngramspec_batch* batch) { delete batch; }

@@ -38,6 +38,15 @@ MatchConfig validated(MatchConfig config) {
     throw std::invalid_argument("ngramspec::MatchConfig: min_confidence = " + std::to_string(config.min_confidence) +
                                 " is invalid: must be in [0, 1)");
   }
+  switch (config.corpus_preference) {
+    case CorpusPreference::longer_match:
+    case CorpusPreference::live:
+    case CorpusPreference::file:
+      break;
+    default:
+      invalid("corpus_preference", static_cast<std::size_t>(config.corpus_preference),
+              "must be longer_match (0), live (1) or file (2)");
+  }
   return config;
 }
 
@@ -119,9 +128,10 @@ std::size_t gated(double min_confidence, double scale, std::size_t made, const E
 
 }  // namespace
 
-MatchDrafter::MatchDrafter(MatchConfig config, const SharedCorpus* corpus)
+MatchDrafter::MatchDrafter(MatchConfig config, const SharedCorpus* corpus, const MappedCorpus* file)
     : config_(validated(config)),
       corpus_(corpus),
+      file_(file),
       tokens_(config_.cap),
       counts_(NGramConfig{.min_order = 2,
                           .max_order = config_.count_max_order,
@@ -212,7 +222,7 @@ std::size_t MatchDrafter::draft(std::span<Token> out, std::span<float> probabili
   const std::size_t n = std::min(out.size(), config_.draft_count);
   if (n == 0 || seen_ == 0) return 0;
   if (!probabilities.empty()) probabilities = probabilities.first(n);
-  if (length_ == 0 && corpus_ != nullptr) return draft_from_corpus(out.first(n), probabilities);
+  if (length_ == 0 && (corpus_ != nullptr || file_ != nullptr)) return draft_from_corpus(out.first(n), probabilities);
   if (length_ == 0 || length_ < config_.copy_min_match) return draft_from_counts(out.first(n), probabilities);
   return copy_from_sequence(out.first(n), probabilities);
 }
@@ -243,7 +253,21 @@ CorpusDraft MatchDrafter::ask_corpus(std::span<Token> out) const noexcept {
   std::array<Token, kCorpusContext> context{};
   const std::size_t have = static_cast<std::size_t>(std::min<std::uint64_t>(seen_, kCorpusContext));
   for (std::size_t i = 0; i < have; ++i) context[i] = recent(have - 1 - i);
-  return corpus_->draft(std::span<const Token>(context.data(), have), out);
+  const std::span<const Token> end(context.data(), have);
+  if (file_ == nullptr) return corpus_->draft(end, out);
+  const CorpusMatch in_file = file_->find(end);
+  CorpusDraft live;
+  if (corpus_ != nullptr && !(config_.corpus_preference == CorpusPreference::file && in_file.length > 0)) {
+    live = corpus_->draft(end, out);
+    if (live.count > 0 && (config_.corpus_preference == CorpusPreference::live || live.match_length >= in_file.length)) {
+      return live;
+    }
+  }
+  CorpusDraft from_file;
+  from_file.match_length = in_file.length;
+  from_file.count = file_->copy(in_file, out);
+  // A match at the very end of a record copies nothing; then the live draft (still in out) stands.
+  return from_file.count > 0 ? from_file : live;
 }
 
 std::size_t MatchDrafter::draft_from_corpus(std::span<Token> out, std::span<float> probabilities) const noexcept {
@@ -277,7 +301,7 @@ double MatchDrafter::scale() const noexcept { return (hits_ + kPrior) / (expecte
 
 bool MatchDrafter::first_draft(Token& first, double& estimate) const noexcept {
   // The choice predict() makes, for one draft and without the gate.
-  if (length_ == 0 && corpus_ != nullptr) {
+  if (length_ == 0 && (corpus_ != nullptr || file_ != nullptr)) {
     const CorpusDraft draft = ask_corpus(std::span<Token>(&first, 1));
     if (draft.count > 0) {
       estimate = kCorpusCopyAccepted[length_bucket(draft.match_length)];

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 
+#include "ngramspec/corpus_builder.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
+#include "ngramspec/mapped_corpus.hpp"
 
 namespace ngramspec {
 namespace {
@@ -50,7 +54,10 @@ class SharedCorpus::WriterTurn {
 };
 
 SharedCorpus::SharedCorpus(std::size_t max_bytes)
-    : tokens_(capacity_for(max_bytes)), starts_((tokens_.size() + 63) / 64), mask_(tokens_.size() - 1) {
+    : tokens_(capacity_for(max_bytes)),
+      starts_((tokens_.size() + 63) / 64),
+      stamps_(tokens_.size()),
+      mask_(tokens_.size() - 1) {
   // Each token held ends at most one n-gram of each order, so no table holds more than the capacity.
   for (detail::OpenTable<LastEnd>& table : last_) table = detail::OpenTable<LastEnd>(tokens_.size());
 }
@@ -86,18 +93,37 @@ void SharedCorpus::evict_oldest() noexcept {
     LastEnd* const entry = last_[order - 1].find(ngram_hash(end, order));
     if (entry != nullptr && entry->end == end) last_[order - 1].erase(*entry);
   }
+  // The oldest record held keeps its stamp when its first token goes.
+  if (oldest_ + 1 < written_ && !starts_record(oldest_ + 1)) {
+    stamps_[static_cast<std::size_t>(oldest_ + 1) & mask_] = stamps_[static_cast<std::size_t>(oldest_) & mask_];
+  }
   mark_start(oldest_, false);
   ++oldest_;
 }
 
 void SharedCorpus::append(std::span<const Token> record) {
+  const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  append(record, static_cast<std::int64_t>(now.count()));
+}
+
+void SharedCorpus::append(std::span<const Token> record, std::int64_t stamp) {
   if (record.empty()) return;
   const WriterTurn turn(*this);
+  append_locked(record, stamp);
+}
+
+void SharedCorpus::append_locked(std::span<const Token> record, std::int64_t stamp) noexcept {
+  if (records_ > 0 && stamp <= last_stamp_) {
+    stamp = last_stamp_ == std::numeric_limits<std::int64_t>::max() ? last_stamp_ : last_stamp_ + 1;
+  }
   bool first = true;
   for (const Token token : record) {
     if (written_ - oldest_ == tokens_.size()) evict_oldest();
-    tokens_[static_cast<std::size_t>(written_) & mask_] = token;
+    const std::size_t slot = static_cast<std::size_t>(written_) & mask_;
+    tokens_[slot] = token;
     mark_start(written_, first);
+    if (first) stamps_[slot] = stamp;
     first = false;
     ++written_;
     for (std::size_t order = 1; order <= kMaxOrder; ++order) {
@@ -106,6 +132,52 @@ void SharedCorpus::append(std::span<const Token> record) {
     }
   }
   ++records_;
+  last_stamp_ = stamp;
+}
+
+void SharedCorpus::save(const std::filesystem::path& path) const {
+  CorpusBuilder builder;
+  {
+    const std::shared_lock lock(mutex_);
+    for (std::uint64_t first = oldest_; first < written_;) {
+      std::uint64_t end = first + 1;
+      while (end < written_ && !starts_record(end)) ++end;
+      const std::size_t from = static_cast<std::size_t>(first) & mask_;
+      const std::size_t size = static_cast<std::size_t>(end - first);
+      const std::int64_t stamp = stamps_[from];
+      if (from + size <= tokens_.size()) {
+        builder.add(std::span<const Token>(tokens_.data() + from, size), stamp);
+      } else {  // the record wraps around the ring
+        std::vector<Token> record(tokens_.begin() + static_cast<std::ptrdiff_t>(from), tokens_.end());
+        record.insert(record.end(), tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(size - record.size()));
+        builder.add(record, stamp);
+      }
+      first = end;
+    }
+  }
+  static_cast<void>(builder.write(path));
+}
+
+void SharedCorpus::load(const std::filesystem::path& path) {
+  const MappedCorpus file(path);  // a bad file throws here, before anything changes
+  // The records that fit, newest first; the oldest of them may be cut to its end.
+  std::size_t first = file.records();
+  std::size_t room = tokens_.size();
+  while (first > 0 && room > 0) {
+    const std::size_t size = file.record(first - 1).tokens.size();
+    --first;
+    if (size >= room) break;
+    room -= size;
+  }
+  const WriterTurn turn(*this);
+  clear_locked();
+  for (std::size_t r = first; r < file.records(); ++r) {
+    const CorpusRecord record = file.record(r);
+    const std::span<const Token> tokens =
+        record.tokens.size() > tokens_.size() ? record.tokens.last(tokens_.size()) : record.tokens;
+    if (tokens.empty()) continue;  // only a corrupted file has one; append() ignores them too
+    append_locked(tokens, record.stamp);
+  }
 }
 
 std::size_t SharedCorpus::bytes_for(std::size_t tokens) noexcept { return tokens * kBytesPerToken + kFixedBytes; }
@@ -157,11 +229,16 @@ CorpusDraft SharedCorpus::draft(std::span<const Token> context, std::span<Token>
 
 void SharedCorpus::clear() {
   const WriterTurn turn(*this);
+  clear_locked();
+}
+
+void SharedCorpus::clear_locked() noexcept {
   for (detail::OpenTable<LastEnd>& table : last_) table.clear();
   std::fill(starts_.begin(), starts_.end(), 0);
   oldest_ = 0;
   written_ = 0;
   records_ = 0;
+  last_stamp_ = 0;
 }
 
 std::size_t SharedCorpus::size() const {
@@ -179,8 +256,14 @@ std::uint64_t SharedCorpus::records() const {
   return records_;
 }
 
+std::int64_t SharedCorpus::last_stamp() const {
+  const std::shared_lock lock(mutex_);
+  return last_stamp_;
+}
+
 std::size_t SharedCorpus::memory_bytes() const noexcept {
-  std::size_t bytes = sizeof(*this) + tokens_.capacity() * sizeof(Token) + starts_.capacity() * sizeof(std::uint64_t);
+  std::size_t bytes = sizeof(*this) + tokens_.capacity() * sizeof(Token) +
+                      starts_.capacity() * sizeof(std::uint64_t) + stamps_.capacity() * sizeof(std::int64_t);
   for (const detail::OpenTable<LastEnd>& table : last_) bytes += table.memory_bytes();
   return bytes;
 }

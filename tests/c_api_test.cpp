@@ -1,8 +1,9 @@
 // The C ABI (ngramspec.h, compiled here as C++) through libngramspec.so: every entry point with
 // bad arguments (the right status, a message naming the argument and its value, nothing
 // changed, the object still usable), out of memory, the drafters against the C++ ones, a batch
-// served through it against plain greedy decoding and the C++ BatchSpeculator, and the hot
-// calls' allocations.
+// served through it against plain greedy decoding and the C++ BatchSpeculator, corpus files saved,
+// loaded and mapped (drafting as the live corpus, bad files reported naming the file and the
+// section), and the hot calls' allocations.
 
 #include "ngramspec/ngramspec.h"
 
@@ -15,7 +16,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -26,6 +30,8 @@
 #include <vector>
 
 #include "ngramspec/batch_speculator.hpp"
+#include "ngramspec/detail/corpus_format.hpp"
+#include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/shared_corpus.hpp"
@@ -33,6 +39,7 @@
 #include "support/allocation_counter.hpp"
 #include "support/mock_models.hpp"
 #include "support/serving_pass.hpp"
+#include "support/temp_dir.hpp"
 #include "support/test_drafters.hpp"
 
 namespace ngramspec::test {
@@ -141,6 +148,7 @@ TEST(CApiErrors, EveryStatusHasItsName) {
   EXPECT_STREQ(ngramspec_status_name(NGRAMSPEC_ERROR_INVALID_ARGUMENT), "NGRAMSPEC_ERROR_INVALID_ARGUMENT");
   EXPECT_STREQ(ngramspec_status_name(NGRAMSPEC_ERROR_OUT_OF_MEMORY), "NGRAMSPEC_ERROR_OUT_OF_MEMORY");
   EXPECT_STREQ(ngramspec_status_name(NGRAMSPEC_ERROR_INTERNAL), "NGRAMSPEC_ERROR_INTERNAL");
+  EXPECT_STREQ(ngramspec_status_name(NGRAMSPEC_ERROR_CORPUS_FILE), "NGRAMSPEC_ERROR_CORPUS_FILE");
   // Values outside the enum ("unknown status") are C's to pass: tests/c_api/c11_compile.c checks them.
 }
 
@@ -1122,7 +1130,633 @@ TEST(CApiProperty, ABatchServedThroughTheCApiEmitsPlainGreedyDecodingAndWhatTheC
   EXPECT_GT(drafted, 500U) << "the runs must speculate for the invariant to say anything";
 }
 
+// ---- Corpus files: save, load, map ---------------------------------------------------------------
+
+struct CorpusFileClose {
+  void operator()(ngramspec_corpus_file* p) const noexcept { ngramspec_corpus_file_close(p); }
+};
+using CorpusFilePtr = std::unique_ptr<ngramspec_corpus_file, CorpusFileClose>;
+
+CorpusFilePtr open_file(const std::filesystem::path& path) {
+  ngramspec_corpus_file* p = nullptr;
+  EXPECT_EQ(ngramspec_corpus_file_open(path.c_str(), &p), NGRAMSPEC_OK) << ngramspec_last_error();
+  return CorpusFilePtr(p);
+}
+
+/// What a corpus's draft function wrote: count, match length and tokens.
+struct CorpusDrafted {
+  std::size_t count = 0;
+  std::size_t match_length = 0;
+  std::vector<Token> tokens;
+  bool operator==(const CorpusDrafted&) const = default;
+};
+
+template <class Draft>
+CorpusDrafted corpus_drafts(Draft draft, std::span<const Token> context, std::size_t room) {
+  constexpr Token kUnwritten = 0xDEADBEEFU;
+  CorpusDrafted d;
+  d.tokens.assign(room, kUnwritten);
+  d.count = std::numeric_limits<std::size_t>::max();
+  d.match_length = std::numeric_limits<std::size_t>::max();
+  EXPECT_C_OK(draft(context.data(), context.size(), d.tokens.data(), room, &d.count, &d.match_length));
+  EXPECT_LE(d.count, room);
+  for (std::size_t j = std::min(d.count, room); j < room; ++j) {
+    EXPECT_EQ(d.tokens[j], kUnwritten) << "wrote past its count";
+  }
+  d.tokens.resize(std::min(d.count, room));
+  return d;
+}
+
+std::vector<char> file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::filesystem::path& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// A context that ends in the corpus's own text (so that it matches), or random tokens.
+std::vector<Token> probe_context(std::mt19937_64& rng, const std::vector<Token>& held, Token vocab) {
+  std::vector<Token> context(rng() % 5);
+  for (Token& t : context) t = static_cast<Token>(rng() % vocab);
+  if (!held.empty() && rng() % 4 != 0) {
+    const std::size_t end = 1 + rng() % held.size();
+    const std::size_t length = std::min<std::size_t>(end, 1 + rng() % 80);
+    context.insert(context.end(), held.begin() + static_cast<std::ptrdiff_t>(end - length),
+                   held.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return context;
+}
+
+// Saved, then mapped and loaded: over random corpora (some evicting), the file and the loaded
+// corpus hold what the live one does and draft exactly what it drafts for many contexts.
+TEST(CApiCorpusFile, SaveLoadAndMapDraftAsTheLiveCorpus) {
+  const TempDir dir;
+  std::mt19937_64 rng(20260301);
+  std::size_t matched = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const Token vocab = static_cast<Token>(2 + rng() % 40);
+    const std::size_t bytes = SharedCorpus::bytes_for(std::size_t{256} << (rng() % 3));
+    const CorpusPtr live = make_corpus(bytes);
+    std::vector<Token> all;  // every token appended, for contexts that match
+    const std::size_t records = rng() % 50;
+    for (std::size_t r = 0; r < records; ++r) {
+      std::vector<Token> record(rng() % 40);
+      for (Token& t : record) t = static_cast<Token>(rng() % vocab);
+      all.insert(all.end(), record.begin(), record.end());
+      if (rng() % 2 == 0) {
+        ASSERT_C_OK(ngramspec_corpus_append_stamped(live.get(), record.data(), record.size(),
+                                                    static_cast<std::int64_t>(1000 + 10 * r)));
+      } else {
+        ASSERT_C_OK(ngramspec_corpus_append(live.get(), record.data(), record.size()));
+      }
+    }
+    const std::filesystem::path path = dir / ("trial" + std::to_string(trial) + ".ngc");
+    ASSERT_C_OK(ngramspec_corpus_save(live.get(), path.c_str()));
+
+    const CorpusFilePtr file = open_file(path);
+    ASSERT_NE(file, nullptr);
+    EXPECT_C_OK(ngramspec_corpus_file_verify(file.get()));
+    EXPECT_EQ(ngramspec_corpus_file_size(file.get()), ngramspec_corpus_size(live.get()));
+    EXPECT_EQ(ngramspec_corpus_file_bytes(file.get()), std::filesystem::file_size(path));
+    EXPECT_EQ(ngramspec_corpus_file_last_stamp(file.get()), ngramspec_corpus_last_stamp(live.get()));
+    EXPECT_LE(ngramspec_corpus_file_first_stamp(file.get()), ngramspec_corpus_file_last_stamp(file.get()));
+    EXPECT_LE(ngramspec_corpus_file_records(file.get()), ngramspec_corpus_records(live.get()));
+    if (ngramspec_corpus_size(live.get()) == 0) {
+      EXPECT_EQ(ngramspec_corpus_file_records(file.get()), 0U);
+    }
+
+    const CorpusPtr loaded = make_corpus(bytes);
+    const std::vector<Token> old = {1, 2, 3};
+    ASSERT_C_OK(ngramspec_corpus_append(loaded.get(), old.data(), old.size()));  // replaced by the load
+    ASSERT_C_OK(ngramspec_corpus_load(loaded.get(), path.c_str()));
+    EXPECT_EQ(ngramspec_corpus_size(loaded.get()), ngramspec_corpus_size(live.get()));
+    EXPECT_EQ(ngramspec_corpus_records(loaded.get()), ngramspec_corpus_file_records(file.get()));
+    EXPECT_EQ(ngramspec_corpus_last_stamp(loaded.get()), ngramspec_corpus_last_stamp(live.get()));
+
+    const auto live_draft = [&](const ngramspec_token* c, std::size_t n, ngramspec_token* o, std::size_t room,
+                                std::size_t* count, std::size_t* length) {
+      return ngramspec_corpus_draft(live.get(), c, n, o, room, count, length);
+    };
+    const auto loaded_draft = [&](const ngramspec_token* c, std::size_t n, ngramspec_token* o, std::size_t room,
+                                  std::size_t* count, std::size_t* length) {
+      return ngramspec_corpus_draft(loaded.get(), c, n, o, room, count, length);
+    };
+    const auto file_draft = [&](const ngramspec_token* c, std::size_t n, ngramspec_token* o, std::size_t room,
+                                std::size_t* count, std::size_t* length) {
+      return ngramspec_corpus_file_draft(file.get(), c, n, o, room, count, length);
+    };
+    for (int probe = 0; probe < 200; ++probe) {
+      const std::vector<Token> context = probe_context(rng, all, vocab);
+      const std::size_t room = rng() % 20;
+      const CorpusDrafted expected = corpus_drafts(live_draft, context, room);
+      ASSERT_EQ(corpus_drafts(file_draft, context, room), expected) << "probe " << probe;
+      ASSERT_EQ(corpus_drafts(loaded_draft, context, room), expected) << "probe " << probe;
+      matched += expected.count;
+    }
+  }
+  EXPECT_GT(matched, 5000U) << "the contexts must match for the comparison to say anything";
+}
+
+TEST(CApiCorpusFile, StampsRoundTripAndOnlyIncrease) {
+  const TempDir dir;
+  const CorpusPtr corpus = make_corpus(SharedCorpus::min_bytes());
+  EXPECT_EQ(ngramspec_corpus_last_stamp(corpus.get()), 0);
+  const std::vector<Token> a = {1, 2, 3};
+  const std::vector<Token> b = {4, 5};
+  const std::vector<Token> c = {6};
+  ASSERT_C_OK(ngramspec_corpus_append_stamped(corpus.get(), a.data(), a.size(), 100));
+  ASSERT_C_OK(ngramspec_corpus_append_stamped(corpus.get(), b.data(), b.size(), 50));  // raised to 101
+  EXPECT_EQ(ngramspec_corpus_last_stamp(corpus.get()), 101);
+  ASSERT_C_OK(ngramspec_corpus_append_stamped(corpus.get(), c.data(), c.size(), 200));
+  ASSERT_C_OK(ngramspec_corpus_append_stamped(corpus.get(), nullptr, 0, 900));  // no tokens: nothing changes
+  EXPECT_EQ(ngramspec_corpus_last_stamp(corpus.get()), 200);
+  EXPECT_EQ(ngramspec_corpus_records(corpus.get()), 3U);
+  const std::filesystem::path path = dir / "stamps.ngc";
+  ASSERT_C_OK(ngramspec_corpus_save(corpus.get(), path.c_str()));
+  const CorpusFilePtr file = open_file(path);
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ(ngramspec_corpus_file_records(file.get()), 3U);
+  EXPECT_EQ(ngramspec_corpus_file_size(file.get()), 6U);
+  EXPECT_EQ(ngramspec_corpus_file_first_stamp(file.get()), 100);
+  EXPECT_EQ(ngramspec_corpus_file_last_stamp(file.get()), 200);
+  // The time now, in nanoseconds since the epoch, is far above 200.
+  ASSERT_C_OK(ngramspec_corpus_append(corpus.get(), a.data(), a.size()));
+  EXPECT_GT(ngramspec_corpus_last_stamp(corpus.get()), std::int64_t{1} << 60);
+
+  // Saving again replaces the file; the mapping keeps the old contents.
+  ASSERT_C_OK(ngramspec_corpus_save(corpus.get(), path.c_str()));
+  EXPECT_EQ(ngramspec_corpus_file_records(file.get()), 3U);
+  EXPECT_C_OK(ngramspec_corpus_file_verify(file.get()));
+  EXPECT_EQ(ngramspec_corpus_file_records(open_file(path).get()), 4U);
+
+  // An empty corpus saves to an empty file, which drafts nothing.
+  const CorpusPtr empty = make_corpus(SharedCorpus::min_bytes());
+  ASSERT_C_OK(ngramspec_corpus_save(empty.get(), (dir / "empty.ngc").c_str()));
+  const CorpusFilePtr none = open_file(dir / "empty.ngc");
+  EXPECT_EQ(ngramspec_corpus_file_size(none.get()), 0U);
+  EXPECT_EQ(ngramspec_corpus_file_records(none.get()), 0U);
+  EXPECT_C_OK(ngramspec_corpus_file_verify(none.get()));
+  std::array<Token, 4> out{};
+  std::size_t count = 9;
+  EXPECT_C_OK(ngramspec_corpus_file_draft(none.get(), a.data(), a.size(), out.data(), out.size(), &count, nullptr));
+  EXPECT_EQ(count, 0U);
+}
+
+TEST(CApiCorpusFile, BadArgumentsAreReportedAndChangeNothing) {
+  const TempDir dir;
+  const CorpusPtr corpus = make_corpus(SharedCorpus::min_bytes());
+  const std::vector<Token> record = {1, 2, 3, 4, 5};
+  ASSERT_C_OK(ngramspec_corpus_append_stamped(corpus.get(), record.data(), record.size(), 7));
+  const std::filesystem::path path = dir / "c.ngc";
+  ASSERT_C_OK(ngramspec_corpus_save(corpus.get(), path.c_str()));
+  const CorpusFilePtr file = open_file(path);
+  ASSERT_NE(file, nullptr);
+
+  EXPECT_INVALID(ngramspec_corpus_append_stamped(nullptr, record.data(), record.size(), 1),
+                 "ngramspec_corpus_append_stamped: corpus is NULL");
+  EXPECT_INVALID(ngramspec_corpus_append_stamped(corpus.get(), nullptr, 4, 1),
+                 "ngramspec_corpus_append_stamped: tokens is NULL but count = 4");
+  EXPECT_INVALID(ngramspec_corpus_save(nullptr, path.c_str()), "ngramspec_corpus_save: corpus is NULL");
+  EXPECT_INVALID(ngramspec_corpus_save(corpus.get(), nullptr), "ngramspec_corpus_save: path is NULL");
+  EXPECT_INVALID(ngramspec_corpus_load(nullptr, path.c_str()), "ngramspec_corpus_load: corpus is NULL");
+  EXPECT_INVALID(ngramspec_corpus_load(corpus.get(), nullptr), "ngramspec_corpus_load: path is NULL");
+  EXPECT_EQ(ngramspec_corpus_records(corpus.get()), 1U);
+  EXPECT_EQ(ngramspec_corpus_last_stamp(corpus.get()), 7);
+
+  ngramspec_corpus_file* out = sentinel_handle<ngramspec_corpus_file>();
+  EXPECT_INVALID(ngramspec_corpus_file_open(nullptr, &out), "ngramspec_corpus_file_open: path is NULL");
+  EXPECT_INVALID(ngramspec_corpus_file_open(path.c_str(), nullptr), "ngramspec_corpus_file_open: out is NULL");
+  EXPECT_EQ(out, sentinel_handle<ngramspec_corpus_file>());
+  EXPECT_INVALID(ngramspec_corpus_file_verify(nullptr), "ngramspec_corpus_file_verify: file is NULL");
+
+  std::array<Token, 4> drafts{7, 7, 7, 7};
+  std::size_t count = 99;
+  std::size_t length = 98;
+  const std::vector<Token> context = {2, 3};
+  EXPECT_INVALID(ngramspec_corpus_file_draft(nullptr, context.data(), 2, drafts.data(), 4, &count, &length),
+                 "ngramspec_corpus_file_draft: file is NULL");
+  EXPECT_INVALID(ngramspec_corpus_file_draft(file.get(), nullptr, 2, drafts.data(), 4, &count, &length),
+                 "ngramspec_corpus_file_draft: context is NULL but n = 2");
+  EXPECT_INVALID(ngramspec_corpus_file_draft(file.get(), context.data(), 2, nullptr, 4, &count, &length),
+                 "ngramspec_corpus_file_draft: out is NULL but room = 4");
+  EXPECT_INVALID(ngramspec_corpus_file_draft(file.get(), context.data(), 2, drafts.data(), 4, nullptr, &length),
+                 "ngramspec_corpus_file_draft: count is NULL");
+  EXPECT_INVALID(ngramspec_corpus_draft(nullptr, context.data(), 2, drafts.data(), 4, &count, &length),
+                 "ngramspec_corpus_draft: corpus is NULL");
+  EXPECT_INVALID(ngramspec_corpus_draft(corpus.get(), nullptr, 1, drafts.data(), 4, &count, &length),
+                 "ngramspec_corpus_draft: context is NULL but n = 1");
+  EXPECT_INVALID(ngramspec_corpus_draft(corpus.get(), context.data(), 2, nullptr, 3, &count, &length),
+                 "ngramspec_corpus_draft: out is NULL but room = 3");
+  EXPECT_INVALID(ngramspec_corpus_draft(corpus.get(), context.data(), 2, drafts.data(), 4, nullptr, &length),
+                 "ngramspec_corpus_draft: count is NULL");
+  EXPECT_EQ(count, 99U);
+  EXPECT_EQ(length, 98U);
+  EXPECT_EQ(drafts, (std::array<Token, 4>{7, 7, 7, 7}));
+  // No context or no room is no drafts, not an error; match_length may be NULL.
+  EXPECT_C_OK(ngramspec_corpus_file_draft(file.get(), nullptr, 0, drafts.data(), 4, &count, &length));
+  EXPECT_EQ(count, 0U);
+  EXPECT_C_OK(ngramspec_corpus_draft(corpus.get(), context.data(), 2, nullptr, 0, &count, nullptr));
+  EXPECT_EQ(count, 0U);
+  EXPECT_C_OK(ngramspec_corpus_file_draft(file.get(), context.data(), 2, drafts.data(), 4, &count, nullptr));
+  EXPECT_EQ(count, 2U);
+  EXPECT_EQ(drafts[0], 4U);
+  EXPECT_EQ(drafts[1], 5U);
+
+  // The create functions: out, and a preference outside the enum, named with its value.
+  EXPECT_INVALID(ngramspec_match_drafter_create_file(nullptr, nullptr, file.get(), NGRAMSPEC_PREFER_FILE, nullptr),
+                 "ngramspec_match_drafter_create_file: out is NULL");
+  EXPECT_INVALID(ngramspec_batch_create_file(nullptr, nullptr, file.get(), NGRAMSPEC_PREFER_FILE, nullptr),
+                 "ngramspec_batch_create_file: out is NULL");
+  for (const int bad : {3, -1, 1000}) {
+    ngramspec_corpus_preference preference{};
+    std::memcpy(&preference, &bad, sizeof bad);  // what a C caller may pass
+    const std::string named = "preference = " + std::to_string(bad) + " is invalid";
+    ngramspec_match_drafter* match = sentinel_handle<ngramspec_match_drafter>();
+    EXPECT_INVALID(ngramspec_match_drafter_create_file(nullptr, corpus.get(), file.get(), preference, &match),
+                   "ngramspec_match_drafter_create_file: " + named, "NGRAMSPEC_PREFER_LONGER_MATCH (0)");
+    EXPECT_EQ(match, sentinel_handle<ngramspec_match_drafter>());
+    ngramspec_batch* batch = sentinel_handle<ngramspec_batch>();
+    EXPECT_INVALID(ngramspec_batch_create_file(nullptr, corpus.get(), file.get(), preference, &batch),
+                   "ngramspec_batch_create_file: " + named);
+    EXPECT_EQ(batch, sentinel_handle<ngramspec_batch>());
+  }
+  // A bad configuration is named as by the functions without a file.
+  ngramspec_match_config config = ngramspec_match_config_default();
+  config.cap = 1;
+  ngramspec_match_drafter* match = sentinel_handle<ngramspec_match_drafter>();
+  EXPECT_INVALID(ngramspec_match_drafter_create_file(&config, nullptr, file.get(), NGRAMSPEC_PREFER_LIVE, &match),
+                 "ngramspec_match_drafter_create_file: ", "MatchConfig: cap = 1 is invalid");
+  EXPECT_EQ(match, sentinel_handle<ngramspec_match_drafter>());
+  ngramspec_batch_config batch_config = small_batch_config(2);
+  batch_config.cost = "knee:0";
+  ngramspec_batch* batch = sentinel_handle<ngramspec_batch>();
+  EXPECT_INVALID(ngramspec_batch_create_file(&batch_config, nullptr, file.get(), NGRAMSPEC_PREFER_LIVE, &batch),
+                 "ngramspec_batch_create_file: ", "'knee:0' is not a cost");
+  EXPECT_EQ(batch, sentinel_handle<ngramspec_batch>());
+
+  // NULL handles: close does nothing, queries are 0.
+  ngramspec_corpus_file_close(nullptr);
+  EXPECT_EQ(ngramspec_corpus_file_size(nullptr), 0U);
+  EXPECT_EQ(ngramspec_corpus_file_records(nullptr), 0U);
+  EXPECT_EQ(ngramspec_corpus_file_bytes(nullptr), 0U);
+  EXPECT_EQ(ngramspec_corpus_file_first_stamp(nullptr), 0);
+  EXPECT_EQ(ngramspec_corpus_file_last_stamp(nullptr), 0);
+  EXPECT_EQ(ngramspec_corpus_last_stamp(nullptr), 0);
+  EXPECT_STREQ(ngramspec_status_name(NGRAMSPEC_ERROR_CORPUS_FILE), "NGRAMSPEC_ERROR_CORPUS_FILE");
+}
+
+/// `status` is NGRAMSPEC_ERROR_CORPUS_FILE and the last error contains every piece.
+#define EXPECT_FILE_ERROR(call, ...) EXPECT_TRUE(fails_with((call), NGRAMSPEC_ERROR_CORPUS_FILE, {__VA_ARGS__}))
+
+// A file that is missing, truncated or corrupted: the status says so, the message names the
+// function, the file, the section and the problem, and nothing changes.
+TEST(CApiCorpusFile, BadFilesAreReportedNamingTheFileAndTheSection) {
+  const TempDir dir;
+  const CorpusPtr corpus = make_corpus(SharedCorpus::min_bytes());
+  std::mt19937_64 rng(11);
+  for (int r = 0; r < 8; ++r) {
+    const std::vector<Token> record = motif_stream(rng, 20 + rng() % 20);
+    ASSERT_C_OK(ngramspec_corpus_append(corpus.get(), record.data(), record.size()));
+  }
+  const std::filesystem::path good = dir / "good.ngc";
+  ASSERT_C_OK(ngramspec_corpus_save(corpus.get(), good.c_str()));
+  const std::vector<char> bytes = file_bytes(good);
+  ASSERT_GT(bytes.size(), detail::corpus_format::kHeaderBytes);
+  detail::corpus_format::Header header;
+  std::memcpy(&header, bytes.data(), sizeof header);
+
+  const CorpusPtr target = make_corpus(SharedCorpus::min_bytes());
+  const std::vector<Token> kept = {9, 8, 7};
+  ASSERT_C_OK(ngramspec_corpus_append_stamped(target.get(), kept.data(), kept.size(), 5));
+  const auto target_unchanged = [&] {
+    EXPECT_EQ(ngramspec_corpus_size(target.get()), 3U);
+    EXPECT_EQ(ngramspec_corpus_records(target.get()), 1U);
+    EXPECT_EQ(ngramspec_corpus_last_stamp(target.get()), 5);
+  };
+
+  const auto expect_unreadable = [&](const std::filesystem::path& path, std::initializer_list<std::string> pieces) {
+    SCOPED_TRACE(path.filename().string());
+    const std::string named = "corpus file '" + path.string() + "'";
+    ngramspec_corpus_file* out = sentinel_handle<ngramspec_corpus_file>();
+    const ngramspec_status open_status = ngramspec_corpus_file_open(path.c_str(), &out);
+    EXPECT_FILE_ERROR(open_status, "ngramspec_corpus_file_open: " + named);
+    for (const std::string& piece : pieces) EXPECT_FILE_ERROR(open_status, piece);
+    EXPECT_EQ(out, sentinel_handle<ngramspec_corpus_file>());
+    const ngramspec_status load_status = ngramspec_corpus_load(target.get(), path.c_str());
+    EXPECT_FILE_ERROR(load_status, "ngramspec_corpus_load: " + named);
+    for (const std::string& piece : pieces) EXPECT_FILE_ERROR(load_status, piece);
+    target_unchanged();
+  };
+
+  expect_unreadable(dir / "missing.ngc", {"cannot open: No such file or directory"});
+  expect_unreadable(dir.path(), {"it is a directory"});
+  {
+    const std::filesystem::path path = dir / "empty.ngc";
+    write_bytes(path, {});
+    expect_unreadable(path, {", section header: ", "the file is empty"});
+  }
+  {
+    const std::filesystem::path path = dir / "not-a-corpus.ngc";
+    write_bytes(path, std::vector<char>(400, 'x'));
+    expect_unreadable(path, {", section header: ", "not a corpus file"});
+  }
+  {
+    std::vector<char> corrupted = bytes;
+    corrupted[offsetof(detail::corpus_format::Header, tokens)] ^= 0x10;  // the header's checksum no longer holds
+    const std::filesystem::path path = dir / "bad-header.ngc";
+    write_bytes(path, corrupted);
+    expect_unreadable(path, {", section header: ", "checksum mismatch"});
+  }
+  {
+    std::vector<char> truncated(bytes.begin(), bytes.end() - 64);
+    const std::filesystem::path path = dir / "truncated.ngc";
+    write_bytes(path, truncated);
+    expect_unreadable(path, {"truncated: " + std::to_string(truncated.size()) + " bytes"});
+  }
+  {  // A token flipped: it maps (only the header is checked), verify finds it.
+    std::vector<char> corrupted = bytes;
+    corrupted[header.sections[0].offset + 5] ^= 0x01;
+    const std::filesystem::path path = dir / "bad-tokens.ngc";
+    write_bytes(path, corrupted);
+    const CorpusFilePtr file = open_file(path);
+    ASSERT_NE(file, nullptr);
+    EXPECT_FILE_ERROR(ngramspec_corpus_file_verify(file.get()),
+                      "ngramspec_corpus_file_verify: corpus file '" + path.string() + "', section tokens: ");
+    EXPECT_EQ(ngramspec_corpus_file_size(file.get()), ngramspec_corpus_size(corpus.get()));
+  }
+  {  // The last table's bytes flipped.
+    std::vector<char> corrupted = bytes;
+    const detail::corpus_format::SectionEntry& last = header.sections[detail::corpus_format::kSections - 1];
+    corrupted[last.offset + last.bytes - 3] ^= 0x40;
+    const std::filesystem::path path = dir / "bad-ngrams3.ngc";
+    write_bytes(path, corrupted);
+    const CorpusFilePtr file = open_file(path);
+    ASSERT_NE(file, nullptr);
+    EXPECT_FILE_ERROR(ngramspec_corpus_file_verify(file.get()), ", section ngrams3: ");
+  }
+  // Saving where no file can be made.
+  const std::filesystem::path nowhere = dir / "no-such-folder" / "c.ngc";
+  EXPECT_FILE_ERROR(ngramspec_corpus_save(corpus.get(), nowhere.c_str()),
+                    "ngramspec_corpus_save: corpus file '" + nowhere.string() + "'", "cannot create");
+  EXPECT_FALSE(std::filesystem::exists(nowhere));
+  // The good file still opens and verifies; the corpus that failed to save still drafts.
+  const CorpusFilePtr file = open_file(good);
+  EXPECT_C_OK(ngramspec_corpus_file_verify(file.get()));
+  ASSERT_C_OK(ngramspec_corpus_load(target.get(), good.c_str()));
+  EXPECT_EQ(ngramspec_corpus_size(target.get()), ngramspec_corpus_size(corpus.get()));
+}
+
+// A drafter consulting a corpus file drafts from it when its sequence has no match of its own; with
+// a live corpus too, the preference chooses.
+TEST(CApiCorpusFile, ADrafterDraftsFromTheFileAndThePreferenceChooses) {
+  const TempDir dir;
+  const CorpusPtr builder = make_corpus(SharedCorpus::min_bytes());
+  const std::vector<Token> in_file = {9, 5, 6, 50, 51};
+  ASSERT_C_OK(ngramspec_corpus_append(builder.get(), in_file.data(), in_file.size()));
+  const std::filesystem::path path = dir / "c.ngc";
+  ASSERT_C_OK(ngramspec_corpus_save(builder.get(), path.c_str()));
+  const CorpusFilePtr file = open_file(path);
+  const CorpusPtr live = make_corpus(SharedCorpus::min_bytes());
+  const std::vector<Token> in_live = {4, 5, 6, 60, 61};
+  ASSERT_C_OK(ngramspec_corpus_append(live.get(), in_live.data(), in_live.size()));
+
+  ngramspec_match_config config = ngramspec_match_config_default();
+  config.min_confidence = 0;
+  const auto drafts = [&](const ngramspec_corpus* corpus, ngramspec_corpus_preference preference,
+                          const std::vector<Token>& sequence) {
+    ngramspec_match_drafter* p = nullptr;
+    EXPECT_C_OK(ngramspec_match_drafter_create_file(&config, corpus, file.get(), preference, &p));
+    const MatchPtr drafter(p);
+    EXPECT_C_OK(ngramspec_match_drafter_update(drafter.get(), sequence.data(), sequence.size()));
+    std::vector<Token> out(2);
+    std::size_t count = 0;
+    EXPECT_C_OK(ngramspec_match_drafter_predict(drafter.get(), out.data(), out.size(), nullptr, &count));
+    out.resize(count);
+    return out;
+  };
+  const std::vector<Token> file_only = {7, 9, 5, 6};
+  EXPECT_EQ(drafts(nullptr, NGRAMSPEC_PREFER_LONGER_MATCH, file_only), (std::vector<Token>{50, 51}));
+  const std::vector<Token> live_longer = {4, 5, 6};
+  EXPECT_EQ(drafts(live.get(), NGRAMSPEC_PREFER_LONGER_MATCH, live_longer), (std::vector<Token>{60, 61}));
+  EXPECT_EQ(drafts(live.get(), NGRAMSPEC_PREFER_LIVE, live_longer), (std::vector<Token>{60, 61}));
+  EXPECT_EQ(drafts(live.get(), NGRAMSPEC_PREFER_FILE, live_longer), (std::vector<Token>{50, 51}));
+  const std::vector<Token> file_longer = {9, 5, 6};
+  EXPECT_EQ(drafts(live.get(), NGRAMSPEC_PREFER_LONGER_MATCH, file_longer), (std::vector<Token>{50, 51}));
+  EXPECT_EQ(drafts(live.get(), NGRAMSPEC_PREFER_LIVE, file_longer), (std::vector<Token>{60, 61}));
+  // Without the file, as ngramspec_match_drafter_create.
+  ngramspec_match_drafter* p = nullptr;
+  ASSERT_C_OK(ngramspec_match_drafter_create_file(&config, nullptr, nullptr, NGRAMSPEC_PREFER_FILE, &p));
+  const MatchPtr plain(p);
+  ASSERT_C_OK(ngramspec_match_drafter_update(plain.get(), file_only.data(), file_only.size()));
+  std::array<Token, 2> out{};
+  std::size_t count = 9;
+  ASSERT_C_OK(ngramspec_match_drafter_predict(plain.get(), out.data(), out.size(), nullptr, &count));
+  EXPECT_EQ(count, 0U);
+}
+
+// Over random configurations, streams and preferences, a C drafter with a live corpus and a corpus
+// file drafts bit for bit what the C++ MatchDrafter over the same two does.
+TEST(CApiCorpusFile, DraftersWithAFileDraftExactlyWhatTheCppOnesDo) {
+  const TempDir dir;
+  std::size_t drafted = 0;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(scramble(seed + 1000));
+    // The file: records from a few motifs, which the streams below quote.
+    const CorpusPtr builder = make_corpus(SharedCorpus::bytes_for(512));
+    std::vector<std::vector<Token>> records;
+    for (int r = 0; r < 20; ++r) {
+      records.push_back(motif_stream(rng, 5 + rng() % 60));
+      ASSERT_C_OK(ngramspec_corpus_append(builder.get(), records.back().data(), records.back().size()));
+    }
+    const std::filesystem::path path = dir / ("seed" + std::to_string(seed) + ".ngc");
+    ASSERT_C_OK(ngramspec_corpus_save(builder.get(), path.c_str()));
+    const CorpusFilePtr c_file = open_file(path);
+    const MappedCorpus cpp_file(path);
+
+    ngramspec_match_config mc = ngramspec_match_config_default();
+    mc.cap = 16 + rng() % 200;
+    mc.copy_min_match = 1 + rng() % 4;
+    mc.count_window = rng() % 2 == 0 ? 0 : 4 + rng() % (mc.cap - 3);
+    static constexpr double kGates[] = {0, 0.03, 0.2};
+    mc.min_confidence = kGates[rng() % 3];
+    static constexpr ngramspec_corpus_preference kPreferences[] = {NGRAMSPEC_PREFER_LONGER_MATCH,
+                                                                   NGRAMSPEC_PREFER_LIVE, NGRAMSPEC_PREFER_FILE};
+    static constexpr CorpusPreference kCppPreferences[] = {CorpusPreference::longer_match, CorpusPreference::live,
+                                                           CorpusPreference::file};
+    const std::size_t pick = rng() % 3;
+    const bool with_live = rng() % 2 == 0;
+    SharedCorpus cpp_live(SharedCorpus::bytes_for(256));
+    const CorpusPtr c_live = make_corpus(SharedCorpus::bytes_for(256));
+    MatchConfig cpp_mc;
+    cpp_mc.cap = mc.cap;
+    cpp_mc.copy_min_match = mc.copy_min_match;
+    cpp_mc.count_window = mc.count_window;
+    cpp_mc.min_confidence = mc.min_confidence;
+    cpp_mc.corpus_preference = kCppPreferences[pick];
+    MatchDrafter cpp(cpp_mc, with_live ? &cpp_live : nullptr, &cpp_file);
+    ngramspec_match_drafter* p = nullptr;
+    ASSERT_C_OK(ngramspec_match_drafter_create_file(&mc, with_live ? c_live.get() : nullptr, c_file.get(),
+                                                    kPreferences[pick], &p));
+    const MatchPtr c(p);
+    EXPECT_EQ(ngramspec_match_drafter_memory_bytes(c.get()), cpp.memory_bytes());
+    const auto predict = [&](ngramspec_token* out, std::size_t capacity, float* probabilities, std::size_t* count) {
+      return ngramspec_match_drafter_predict(c.get(), out, capacity, probabilities, count);
+    };
+    // The stream: pieces of the file's records between random tokens.
+    std::vector<Token> stream;
+    while (stream.size() < 300) {
+      if (rng() % 3 == 0) {
+        stream.push_back(static_cast<Token>(100 + rng() % 50));
+      } else {
+        const std::vector<Token>& record = records[rng() % records.size()];
+        const std::size_t from = rng() % record.size();
+        const std::size_t n = std::min<std::size_t>(record.size() - from, 1 + rng() % 12);
+        stream.insert(stream.end(), record.begin() + static_cast<std::ptrdiff_t>(from),
+                      record.begin() + static_cast<std::ptrdiff_t>(from + n));
+      }
+    }
+    for (std::size_t at = 0; at < stream.size();) {
+      const std::size_t n = std::min<std::size_t>(1 + rng() % 4, stream.size() - at);
+      const std::span<const Token> chunk(stream.data() + at, n);
+      at += n;
+      cpp.update(chunk);
+      ASSERT_C_OK(ngramspec_match_drafter_update(c.get(), chunk.data(), chunk.size()));
+      const std::size_t capacity = rng() % 20;
+      const bool with_probabilities = rng() % 2 == 0;
+      const CDrafts c_d = c_drafts(predict, capacity, with_probabilities);
+      const CDrafts cpp_d = cpp_drafts(cpp, capacity, with_probabilities);
+      ASSERT_EQ(c_d.tokens, cpp_d.tokens) << "at " << at;
+      ASSERT_EQ(c_d.probabilities, cpp_d.probabilities) << "at " << at;
+      drafted += c_d.tokens.size();
+      if (rng() % 20 == 0) {  // an earlier request's output: the stream's recent tokens
+        const std::size_t from = at - std::min<std::size_t>(at, 20);
+        const std::vector<Token> record(stream.begin() + static_cast<std::ptrdiff_t>(from),
+                                        stream.begin() + static_cast<std::ptrdiff_t>(at));
+        cpp_live.append(record, static_cast<std::int64_t>(at));
+        ASSERT_C_OK(ngramspec_corpus_append_stamped(c_live.get(), record.data(), record.size(),
+                                                    static_cast<std::int64_t>(at)));
+      }
+      if (rng() % 80 == 0) {
+        cpp.reset();
+        ASSERT_C_OK(ngramspec_match_drafter_reset(c.get()));
+      }
+    }
+  }
+  EXPECT_GT(drafted, 2000U) << "the streams must draft for the comparison to say anything";
+}
+
+// A batch whose drafters consult a corpus file drafts the file's continuation for a sequence with
+// no match of its own, emits plain greedy decoding, and finishes into the live corpus alone.
+TEST(CApiCorpusFile, ABatchDraftsFromTheFile) {
+  const TempDir dir;
+  // The model's text: next = (3 * last + 1) mod 7, cycling 0 1 4 6 5 2 0 ...; the file holds it.
+  std::vector<Token> text = {0};
+  for (int i = 0; i < 30; ++i) text.push_back(affine_next(text.back()));
+  const CorpusPtr builder = make_corpus(SharedCorpus::min_bytes());
+  ASSERT_C_OK(ngramspec_corpus_append(builder.get(), text.data(), text.size()));
+  const std::filesystem::path path = dir / "c.ngc";
+  ASSERT_C_OK(ngramspec_corpus_save(builder.get(), path.c_str()));
+  const CorpusFilePtr file = open_file(path);
+  const CorpusPtr live = make_corpus(SharedCorpus::min_bytes());
+
+  for (const bool with_file : {false, true}) {
+    SCOPED_TRACE(with_file ? "with the file" : "without the file");
+    ngramspec_batch_config config = small_batch_config(2);
+    config.drafter.count_window = 0;
+    ngramspec_batch* p = nullptr;
+    ASSERT_C_OK(ngramspec_batch_create_file(&config, live.get(), with_file ? file.get() : nullptr,
+                                            NGRAMSPEC_PREFER_FILE, &p));
+    const BatchPtr batch(p);
+    // After the prefill the sequence is 3 0 1 4: its last token never occurred before in it, so it
+    // has nothing of its own to copy; the file has what followed 0 1 4.
+    const std::vector<Token> prompt = {3, 0, 1};
+    ngramspec_sequence_options options = ngramspec_sequence_options_default();
+    options.max_new_tokens = 20;
+    options.max_drafts = 4;
+    const std::vector<ngramspec_sequence_id> ids = {42};
+    ASSERT_C_OK(ngramspec_batch_begin(batch.get(), 42, prompt.data(), prompt.size(), &options));
+    std::vector<Token> drafts(8);
+    std::vector<std::size_t> offsets(2);
+    std::vector<Token> model_tokens;
+    std::vector<std::size_t> model_offsets;
+    std::vector<ngramspec_step> steps(1);
+    std::vector<Token> output;
+    std::size_t first_drafts = 0;
+    for (int pass = 0; pass < 40; ++pass) {
+      std::size_t n = 0;
+      ASSERT_C_OK(ngramspec_batch_propose(batch.get(), ids.data(), 1, drafts.data(), drafts.size(), offsets.data(), 0,
+                                          &n));
+      if (pass == 1) first_drafts = n;
+      if (pass == 1 && with_file) {  // after 0 1 and the prefill's 4: the file's 6 5 2 0
+        ASSERT_EQ(n, 4U);
+        EXPECT_EQ(std::vector<Token>(drafts.begin(), drafts.begin() + 4), (std::vector<Token>{6, 5, 2, 0}));
+      }
+      const std::vector<Token> last = {output.empty() ? prompt.back() : output.back()};
+      forward(last, drafts, offsets, model_tokens, model_offsets);
+      ASSERT_C_OK(ngramspec_batch_accept(batch.get(), ids.data(), 1, model_tokens.data(), model_tokens.size(),
+                                         model_offsets.data(), steps.data()));
+      output.insert(output.end(), model_tokens.begin(),
+                    model_tokens.begin() + static_cast<std::ptrdiff_t>(steps[0].emitted));
+      if (steps[0].finished != 0) break;
+    }
+    ASSERT_EQ(output.size(), 20U);
+    for (std::size_t i = 0; i < output.size(); ++i) {
+      ASSERT_EQ(output[i], affine_next(i == 0 ? prompt.back() : output[i - 1])) << "plain greedy decoding at " << i;
+    }
+    if (!with_file) {
+      EXPECT_EQ(first_drafts, 0U) << "nothing to draft from without the file";
+    }
+    ngramspec_batch_stats stats{};
+    ASSERT_C_OK(ngramspec_batch_stats_get(batch.get(), &stats));
+    if (with_file) {
+      EXPECT_GE(stats.accepted, 4U);
+    }
+    const std::uint64_t records = ngramspec_corpus_records(live.get());
+    ASSERT_C_OK(ngramspec_batch_finish(batch.get(), 42));
+    EXPECT_EQ(ngramspec_corpus_records(live.get()), records + 1);
+  }
+  EXPECT_EQ(ngramspec_corpus_file_records(file.get()), 1U);  // read-only
+  EXPECT_C_OK(ngramspec_corpus_file_verify(file.get()));
+}
+
 // ---- Allocation ----------------------------------------------------------------------------------
+
+TEST(CApiAllocation, CorpusDraftsAllocateNothing) {
+  const TempDir dir;
+  const CorpusPtr corpus = make_corpus(SharedCorpus::min_bytes());
+  std::mt19937_64 rng(8);
+  const std::vector<Token> stream = motif_stream(rng, 400);
+  for (std::size_t i = 0; i + 40 <= stream.size(); i += 40) {
+    ASSERT_C_OK(ngramspec_corpus_append(corpus.get(), stream.data() + i, 40));
+  }
+  const std::filesystem::path path = dir / "c.ngc";
+  ASSERT_C_OK(ngramspec_corpus_save(corpus.get(), path.c_str()));
+  const CorpusFilePtr file = open_file(path);
+  std::array<Token, 16> out{};
+  std::size_t count = 0;
+  std::size_t length = 0;
+  std::size_t drafted = 0;
+  std::size_t allocations = 0;
+  {
+    const AllocationCounter counter;
+    for (std::size_t i = 1; i < stream.size(); i += 7) {
+      const std::size_t n = std::min<std::size_t>(i, 12);
+      (void)ngramspec_corpus_draft(corpus.get(), stream.data() + i - n, n, out.data(), out.size(), &count, &length);
+      drafted += count;
+      (void)ngramspec_corpus_file_draft(file.get(), stream.data() + i - n, n, out.data(), out.size(), &count, &length);
+      drafted += count;
+    }
+    (void)ngramspec_corpus_file_draft(nullptr, stream.data(), 1, out.data(), out.size(), &count, &length);
+    allocations = counter.count();
+  }
+  EXPECT_EQ(allocations, 0U);
+  EXPECT_GT(drafted, 100U);
+}
 
 TEST(CApiAllocation, HotCallsAllocateNothingOnceWarm) {
   const CorpusPtr corpus = make_corpus(SharedCorpus::min_bytes());
@@ -1334,6 +1968,61 @@ TEST(CApiOutOfMemory, BeginReportsItAndTheBatchGoesOn) {
                                      steps.data()));
   EXPECT_EQ(steps[0].emitted, 1U);
   EXPECT_EQ(steps[1].emitted, 1U);
+}
+
+
+TEST(CApiOutOfMemory, CorpusFileCallsReportItAndChangeNothing) {
+  const TempDir dir;
+  const CorpusPtr corpus = make_corpus(SharedCorpus::min_bytes());
+  const std::vector<Token> record = {1, 2, 3, 4, 5, 1, 2, 3};
+  ASSERT_C_OK(ngramspec_corpus_append_stamped(corpus.get(), record.data(), record.size(), 3));
+  const std::filesystem::path path = dir / "c.ngc";
+  const auto only_the_file = [&](bool saved) {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) names.push_back(entry.path().filename());
+    EXPECT_EQ(names, saved ? std::vector<std::string>{"c.ngc"} : std::vector<std::string>{})
+        << "a failed save leaves no file, not even a temporary one";
+  };
+  expect_out_of_memory_reported(
+      "ngramspec_corpus_save", [&] { return ngramspec_corpus_save(corpus.get(), path.c_str()); },
+      [&] { only_the_file(false); });
+  only_the_file(true);
+
+  ngramspec_corpus_file* file = sentinel_handle<ngramspec_corpus_file>();
+  expect_out_of_memory_reported(
+      "ngramspec_corpus_file_open", [&] { return ngramspec_corpus_file_open(path.c_str(), &file); },
+      [&] { EXPECT_EQ(file, sentinel_handle<ngramspec_corpus_file>()); });
+  const CorpusFilePtr file_owner(file);
+  EXPECT_EQ(ngramspec_corpus_file_size(file), record.size());
+
+  const CorpusPtr target = make_corpus(SharedCorpus::min_bytes());
+  const std::vector<Token> kept = {9, 9};
+  ASSERT_C_OK(ngramspec_corpus_append_stamped(target.get(), kept.data(), kept.size(), 1));
+  expect_out_of_memory_reported(
+      "ngramspec_corpus_load", [&] { return ngramspec_corpus_load(target.get(), path.c_str()); },
+      [&] {
+        EXPECT_EQ(ngramspec_corpus_size(target.get()), 2U);
+        EXPECT_EQ(ngramspec_corpus_last_stamp(target.get()), 1);
+      });
+  EXPECT_EQ(ngramspec_corpus_size(target.get()), record.size());
+
+  ngramspec_match_drafter* match = sentinel_handle<ngramspec_match_drafter>();
+  ngramspec_match_config mc = ngramspec_match_config_default();
+  mc.cap = 128;
+  expect_out_of_memory_reported(
+      "ngramspec_match_drafter_create_file",
+      [&] { return ngramspec_match_drafter_create_file(&mc, corpus.get(), file, NGRAMSPEC_PREFER_FILE, &match); },
+      [&] { EXPECT_EQ(match, sentinel_handle<ngramspec_match_drafter>()); });
+  const MatchPtr match_owner(match);
+
+  ngramspec_batch* batch = sentinel_handle<ngramspec_batch>();
+  const ngramspec_batch_config config = small_batch_config(2);
+  expect_out_of_memory_reported(
+      "ngramspec_batch_create_file",
+      [&] { return ngramspec_batch_create_file(&config, corpus.get(), file, NGRAMSPEC_PREFER_LIVE, &batch); },
+      [&] { EXPECT_EQ(batch, sentinel_handle<ngramspec_batch>()); });
+  const BatchPtr batch_owner(batch);
+  EXPECT_EQ(ngramspec_batch_size(batch), 0U);
 }
 
 }  // namespace

@@ -14,15 +14,18 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <random>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/speculative_decoder.hpp"
+#include "support/temp_dir.hpp"
 
 namespace ngramspec {
 namespace {
@@ -302,6 +305,53 @@ TEST(SharedCorpusConcurrency, DecodersShareOneCorpusAndEachAppendsItsOutputs) {
   for (const std::size_t a : accepted) total += a;
   EXPECT_GT(total, kThreads * kRequests * 8U);  // the drafts were used, not only checked
   EXPECT_EQ(corpus.records(), kThreads * kRequests);
+}
+
+// save() while one thread appends and others draft: every saved file is whole (it verifies) and
+// holds a run of consecutive records, in order, each complete but the oldest (which eviction
+// may have cut to its end), with stamps increasing.
+TEST(SharedCorpusConcurrency, SavesWhileAppendingAndDraftingAreWholeSnapshots) {
+  const test::TempDir dir;
+  SharedCorpus corpus(SharedCorpus::bytes_for(kCapacity));
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (std::uint64_t r = 0; r < 400; ++r) corpus.append(record_tokens(r), static_cast<std::int64_t>(r + 1));
+    stop.store(true);
+  });
+  std::thread reader([&] {
+    std::vector<Token> out(8);
+    std::uint64_t r = 0;
+    while (!stop.load()) {
+      const std::vector<Token> context = {token_of(r % 400, 0)};
+      static_cast<void>(corpus.draft(context, out));
+      ++r;
+    }
+  });
+  std::vector<std::filesystem::path> saved;
+  for (int i = 0; i < 12; ++i) {
+    saved.push_back(dir / ("snapshot" + std::to_string(i) + ".ngc"));
+    corpus.save(saved.back());
+  }
+  writer.join();
+  reader.join();
+  for (const auto& path : saved) {
+    const MappedCorpus file(path);
+    ASSERT_NO_THROW(file.verify()) << path;
+    for (std::size_t i = 0; i < file.records(); ++i) {
+      const CorpusRecord record = file.record(i);
+      ASSERT_FALSE(record.tokens.empty());
+      const std::uint64_t r = record_of(record.tokens.front());
+      EXPECT_EQ(record.stamp, static_cast<std::int64_t>(r + 1)) << path << " record " << i;
+      if (i > 0) {
+        EXPECT_EQ(r, record_of(file.record(i - 1).tokens.front()) + 1) << path << " record " << i;
+      }
+      const std::vector<Token> whole = record_tokens(r);
+      // Complete, or (the oldest) its end.
+      ASSERT_TRUE(i == 0 ? std::equal(record.tokens.rbegin(), record.tokens.rend(), whole.rbegin())
+                         : std::equal(record.tokens.begin(), record.tokens.end(), whole.begin(), whole.end()))
+          << path << " record " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -116,16 +116,19 @@ class BatchSpeculator {
     for (std::size_t i = config_.max_sequences; i-- > 0;) free_.push_back(static_cast<std::uint32_t>(i));
   }
 
-  /// A pool of MatchDrafters with their defaults, consulting `corpus` when given; with a cost
+  /// A pool of MatchDrafters with their defaults, consulting `corpus` (the live corpus, which
+  /// finish() appends to) and `file` (a corpus file mapped read-only) when given; with a cost
   /// in `config` they do not gate (min_confidence 0), since the cost then decides every
   /// draft's worth and the gate would only cut drafts a flat pass carries for free.
-  explicit BatchSpeculator(BatchConfig config = {}, SharedCorpus* corpus = nullptr)
+  explicit BatchSpeculator(BatchConfig config = {}, SharedCorpus* corpus = nullptr, const MappedCorpus* file = nullptr)
     requires std::same_as<D, MatchDrafter>
-      : BatchSpeculator(std::move(config), default_drafter(config), corpus) {}
-  /// A pool of MatchDrafters with `drafter`, consulting `corpus` when given.
-  BatchSpeculator(BatchConfig config, MatchConfig drafter, SharedCorpus* corpus = nullptr)
+      : BatchSpeculator(config, default_drafter(config), corpus, file) {}  // config copied: read twice
+  /// A pool of MatchDrafters with `drafter`, consulting `corpus` and `file` when given.
+  BatchSpeculator(BatchConfig config, MatchConfig drafter, SharedCorpus* corpus = nullptr,
+                  const MappedCorpus* file = nullptr)
     requires std::same_as<D, MatchDrafter>
-      : BatchSpeculator(std::move(config), [&drafter, corpus] { return MatchDrafter(drafter, corpus); }, corpus) {}
+      : BatchSpeculator(
+            std::move(config), [&drafter, corpus, file] { return MatchDrafter(drafter, corpus, file); }, corpus) {}
 
   /// The drafter configuration BatchSpeculator(config) uses: MatchConfig's defaults, without
   /// the gate when config has a cost.

@@ -8,11 +8,20 @@
 #include <vector>
 
 #include "ngramspec/detail/last_end_table.hpp"
+#include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/token.hpp"
 
 namespace ngramspec {
+
+/// Which corpus drafts when the live SharedCorpus and a corpus file (MappedCorpus) both match
+/// a sequence's end.
+enum class CorpusPreference {
+  longer_match,  ///< the one whose match is longer; the live corpus on a tie (it is the more recent)
+  live,          ///< the live corpus whenever it drafts; the file otherwise
+  file,          ///< the file whenever it matches; the live corpus otherwise
+};
 
 /// Configuration of a MatchDrafter; validated once, by the constructor.
 struct MatchConfig {
@@ -32,6 +41,9 @@ struct MatchConfig {
   /// predicts. 0 drafts draft_count whenever there is something to draft; raise it when
   /// rejected drafts cost (a verify pass that grows with the batch).
   double min_confidence = 0.03;
+  /// Which corpus drafts when both a live corpus and a corpus file match (docs/BENCHMARKS.md
+  /// measures the three on recorded streams).
+  CorpusPreference corpus_preference = CorpusPreference::longer_match;
 };
 
 /// Drafts by copying what followed an earlier occurrence of the sequence's end, found over
@@ -80,7 +92,10 @@ struct MatchConfig {
 /// from the corpus instead: what followed the most recent occurrence there of its last 3, 2
 /// or 1 tokens (and from the counts when the corpus has nothing, or is busy with an
 /// append). Text new to a request is where earlier requests help most; once the sequence
-/// has its own match, its own context predicts it better.
+/// has its own match, its own context predicts it better. A corpus file mapped read-only
+/// (MappedCorpus: text built ahead of time, shared by a fleet's processes) is consulted the
+/// same way, alone or beside the live corpus; when both match, config.corpus_preference
+/// chooses.
 ///
 /// The gate: each draft gets an estimated acceptance probability from where it came from
 /// (a copy of the sequence, of the corpus, or the counts), the match length it continues and,
@@ -123,8 +138,10 @@ class MatchDrafter {
   static constexpr std::size_t kCorpusContext = 16;
 
   /// Throws std::invalid_argument naming the field and its value when `config` is invalid.
-  /// `corpus`, when given, is consulted by predict() and must outlive the drafter.
-  explicit MatchDrafter(MatchConfig config = {}, const SharedCorpus* corpus = nullptr);
+  /// `corpus` (the live corpus) and `file` (a corpus file), when given, are consulted by
+  /// predict() and must outlive the drafter.
+  explicit MatchDrafter(MatchConfig config = {}, const SharedCorpus* corpus = nullptr,
+                        const MappedCorpus* file = nullptr);
 
   /// Observes one token, appended to the sequence.
   void update(Token token) noexcept;
@@ -144,8 +161,10 @@ class MatchDrafter {
   void reset() noexcept;
 
   [[nodiscard]] const MatchConfig& config() const noexcept { return config_; }
-  /// The corpus consulted, or nullptr.
+  /// The live corpus consulted, or nullptr.
   [[nodiscard]] const SharedCorpus* corpus() const noexcept { return corpus_; }
+  /// The corpus file consulted, or nullptr.
+  [[nodiscard]] const MappedCorpus* corpus_file() const noexcept { return file_; }
   /// Tokens observed since construction or the last reset().
   [[nodiscard]] std::uint64_t tokens_seen() const noexcept { return seen_; }
   /// Tokens in the match index: min(tokens_seen(), cap).
@@ -182,6 +201,7 @@ class MatchDrafter {
 
   MatchConfig config_;
   const SharedCorpus* corpus_ = nullptr;
+  const MappedCorpus* file_ = nullptr;
   std::vector<Token> tokens_;                                  // the index: the first `cap` tokens
   std::array<Token, kMaxVerify> recent_{};                     // ring of the last kMaxVerify tokens
   // [n - 1]: the most recent end (position after it) of each indexed n-gram of n tokens, keyed

@@ -4,13 +4,15 @@
  * that calls C. Plain C11; every symbol starts with ngramspec_ / NGRAMSPEC_.
  *
  * Conventions
- * - Objects are opaque handles made by *_create and released by *_free. Passing NULL to *_free does
- *   nothing; using a handle after freeing it (or freeing it twice) is undefined.
+ * - Objects are opaque handles made by *_create and released by *_free (a corpus file: *_open and
+ *   *_close). Passing NULL to *_free or *_close does nothing; using a handle after freeing it (or
+ *   freeing it twice) is undefined.
  * - Every call that can fail returns an ngramspec_status. On failure nothing was changed, and
  *   ngramspec_last_error() returns a message naming what was wrong and the value (the argument, the
  *   size, the sequence id), valid on the calling thread until its next failing call.
  * - No C++ exception crosses this boundary and no bad argument aborts: NULL handles and pointers,
  *   sizes that disagree and unknown ids are reported as NGRAMSPEC_ERROR_INVALID_ARGUMENT.
+ * - Paths are NUL-terminated byte strings, passed to the operating system as they are.
  * - Tokens are uint32_t arrays with explicit lengths; outputs go to caller-owned arrays whose
  *   capacity is passed in, and counts come back through pointers.
  * - Hot calls (update, predict, propose, accept) allocate nothing once warm.
@@ -45,7 +47,7 @@ extern "C" {
 /* ---- Version ---------------------------------------------------------------------------------- */
 
 #define NGRAMSPEC_VERSION_MAJOR 0
-#define NGRAMSPEC_VERSION_MINOR 2
+#define NGRAMSPEC_VERSION_MINOR 3
 #define NGRAMSPEC_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define NGRAMSPEC_VERSION_NUMBER (NGRAMSPEC_VERSION_MAJOR * 10000 + NGRAMSPEC_VERSION_MINOR * 100 + NGRAMSPEC_VERSION_PATCH)
@@ -61,7 +63,11 @@ typedef enum ngramspec_status {
   NGRAMSPEC_OK = 0,
   NGRAMSPEC_ERROR_INVALID_ARGUMENT = 1, /* a NULL, a size, a value or an id that is wrong */
   NGRAMSPEC_ERROR_OUT_OF_MEMORY = 2,    /* an allocation failed (create, begin) */
-  NGRAMSPEC_ERROR_INTERNAL = 3          /* anything else; the message says what */
+  NGRAMSPEC_ERROR_INTERNAL = 3,         /* anything else; the message says what */
+  NGRAMSPEC_ERROR_CORPUS_FILE = 4       /* a corpus file could not be read or written: missing, truncated,
+                                           corrupted, of another format version or byte order, or the
+                                           disk failed; the message names the file, the section and the
+                                           problem (since 0.3) */
 } ngramspec_status;
 
 /* The status's name, e.g. "NGRAMSPEC_ERROR_INVALID_ARGUMENT"; "unknown status" for other values. */
@@ -89,6 +95,68 @@ NGRAMSPEC_API uint64_t ngramspec_corpus_records(const ngramspec_corpus* corpus);
 NGRAMSPEC_API size_t ngramspec_corpus_capacity_tokens(const ngramspec_corpus* corpus);
 NGRAMSPEC_API size_t ngramspec_corpus_memory_bytes(const ngramspec_corpus* corpus);
 
+/* Since 0.3. ngramspec_corpus_append with the record's stamp given (ngramspec_corpus_append stamps
+ * it with the time now, in nanoseconds since the Unix epoch): any number that orders records in
+ * time. Stamps only increase: one not above the last record's is raised to one more than it. */
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_append_stamped(ngramspec_corpus* corpus, const ngramspec_token* tokens,
+                                                               size_t count, int64_t stamp);
+/* Since 0.3. The stamp of the last record appended; 0 when none, or for a NULL corpus. */
+NGRAMSPEC_API int64_t ngramspec_corpus_last_stamp(const ngramspec_corpus* corpus);
+/* Since 0.3. Writes to `out` up to `room` tokens that followed the most recent occurrence in the
+ * corpus of the longest suffix (up to 3 tokens) of context[0 .. n) (a sequence's last tokens, oldest
+ * first; only the last 64 are read), their count to *count and the length of the match to
+ * *match_length (NULL: not wanted; 0: no match). Finds nothing (*count = 0) while another thread
+ * appends or clears. Allocates nothing. */
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_draft(const ngramspec_corpus* corpus, const ngramspec_token* context,
+                                                      size_t n, ngramspec_token* out, size_t room, size_t* count,
+                                                      size_t* match_length);
+/* Since 0.3. Writes the records held, with their stamps, to a corpus file at `path`, replacing it
+ * atomically (a temporary file beside it, renamed over it). Appends wait meanwhile; drafts go on.
+ * NGRAMSPEC_ERROR_CORPUS_FILE when the disk fails. */
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_save(const ngramspec_corpus* corpus, const char* path);
+/* Since 0.3. Replaces what the corpus holds with the records of the corpus file at `path` (the most
+ * recent that fit its capacity), stamps kept. NGRAMSPEC_ERROR_CORPUS_FILE, the corpus unchanged, when
+ * the file cannot be read. */
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_load(ngramspec_corpus* corpus, const char* path);
+
+/* ---- Corpus files: a corpus mapped read-only (since 0.3) ---------------------------------------- */
+
+/* A corpus file (written by ngramspec_corpus_save or the ngramspec-corpus tool) mapped read-only:
+ * text built ahead of time, whose pages any number of processes share. Opening reads the header and
+ * checks the file's structure, nothing more (microseconds, whatever its size); verify reads every
+ * byte. Immutable: any number of threads may use it at once. POSIX only. */
+typedef struct ngramspec_corpus_file ngramspec_corpus_file;
+
+/* Maps the corpus file at `path`. NGRAMSPEC_ERROR_CORPUS_FILE when it cannot be opened or is not a
+ * well-formed corpus file of this format version (the message names the file, the section and the
+ * problem). */
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_file_open(const char* path, ngramspec_corpus_file** out);
+/* Unmaps it; the drafters and batches that consult it must be freed first. */
+NGRAMSPEC_API void ngramspec_corpus_file_close(ngramspec_corpus_file* file);
+/* Checks every byte: each section's checksum, then the structure. NGRAMSPEC_ERROR_CORPUS_FILE naming
+ * the section and what is wrong when the file was corrupted since it was written (drafts from such a
+ * file may be wrong, but never read out of bounds). About a second per GiB. */
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_file_verify(const ngramspec_corpus_file* file);
+/* Tokens held, records held, the file's size in bytes; 0 for a NULL file. */
+NGRAMSPEC_API size_t ngramspec_corpus_file_size(const ngramspec_corpus_file* file);
+NGRAMSPEC_API uint64_t ngramspec_corpus_file_records(const ngramspec_corpus_file* file);
+NGRAMSPEC_API uint64_t ngramspec_corpus_file_bytes(const ngramspec_corpus_file* file);
+/* Stamps of the oldest and the newest record; 0 when empty, or for a NULL file. */
+NGRAMSPEC_API int64_t ngramspec_corpus_file_first_stamp(const ngramspec_corpus_file* file);
+NGRAMSPEC_API int64_t ngramspec_corpus_file_last_stamp(const ngramspec_corpus_file* file);
+/* As ngramspec_corpus_draft: what a live corpus holding the same records would draft. */
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_file_draft(const ngramspec_corpus_file* file,
+                                                           const ngramspec_token* context, size_t n,
+                                                           ngramspec_token* out, size_t room, size_t* count,
+                                                           size_t* match_length);
+
+/* Which corpus drafts when a live corpus and a corpus file both match a sequence's end (since 0.3). */
+typedef enum ngramspec_corpus_preference {
+  NGRAMSPEC_PREFER_LONGER_MATCH = 0, /* the one whose match is longer; the live corpus on a tie */
+  NGRAMSPEC_PREFER_LIVE = 1,         /* the live corpus whenever it drafts; the file otherwise */
+  NGRAMSPEC_PREFER_FILE = 2          /* the file whenever it matches; the live corpus otherwise */
+} ngramspec_corpus_preference;
+
 /* ---- MatchDrafter: whole-context copies and n-gram counts (the default drafter) ------------------- */
 
 typedef struct ngramspec_match_config {
@@ -109,6 +177,13 @@ typedef struct ngramspec_match_drafter ngramspec_match_drafter;
 NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_create(const ngramspec_match_config* config,
                                                               const ngramspec_corpus* corpus,
                                                               ngramspec_match_drafter** out);
+/* Since 0.3. ngramspec_match_drafter_create that also consults the corpus file `file` when not NULL
+ * (it must outlive the drafter), `preference` choosing when both match. */
+NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_create_file(const ngramspec_match_config* config,
+                                                                   const ngramspec_corpus* corpus,
+                                                                   const ngramspec_corpus_file* file,
+                                                                   ngramspec_corpus_preference preference,
+                                                                   ngramspec_match_drafter** out);
 NGRAMSPEC_API void ngramspec_match_drafter_free(ngramspec_match_drafter* drafter);
 /* Observes `count` tokens in order (a prompt, or the tokens a pass emitted). */
 NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_update(ngramspec_match_drafter* drafter,
@@ -196,6 +271,13 @@ typedef struct ngramspec_batch ngramspec_batch;
  * outputs and is consulted by the drafters; it must outlive the batch. */
 NGRAMSPEC_API ngramspec_status ngramspec_batch_create(const ngramspec_batch_config* config, ngramspec_corpus* corpus,
                                                       ngramspec_batch** out);
+/* Since 0.3. ngramspec_batch_create whose drafters also consult the corpus file `file` when not NULL
+ * (it must outlive the batch), `preference` choosing when both match. Finished outputs go to
+ * `corpus` alone: a corpus file is read-only. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_create_file(const ngramspec_batch_config* config,
+                                                           ngramspec_corpus* corpus, const ngramspec_corpus_file* file,
+                                                           ngramspec_corpus_preference preference,
+                                                           ngramspec_batch** out);
 NGRAMSPEC_API void ngramspec_batch_free(ngramspec_batch* batch);
 /* Starts sequence `id` after the prompt (options NULL: the defaults); its drafter reads the prompt.
  * A sequence that may emit nothing (max_new_tokens 0, or a prompt of max_context tokens) starts

@@ -3,12 +3,15 @@
 /// Umbrella header: everything an engine needs to speculate with n-gram drafts.
 
 #include "ngramspec/batch_speculator.hpp"
+#include "ngramspec/corpus_builder.hpp"
+#include "ngramspec/corpus_file.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_stats.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/draft_planner.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/logits_model.hpp"
+#include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/position_random.hpp"

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <mutex>
 #include <shared_mutex>
 #include <span>
@@ -33,6 +34,10 @@ struct CorpusDraft {
 /// never across a record's start) and copies what followed it, up to the end of that record.
 /// Matches are checked token by token, so a hash collision never yields a false match.
 ///
+/// Each record carries a stamp, the time it was appended (see CorpusRecord). save() writes
+/// the records held to a corpus file that MappedCorpus maps read-only into any number of
+/// processes and load() reads back; drafts from either equal the live corpus's.
+///
 /// Cost: append() is O(1) per token (three FNV passes of up to 3 tokens, three table stores,
 /// and as much again to evict); draft() is at most three probes, kMaxVerify comparisons and
 /// one copy, whatever the corpus holds. Neither allocates.
@@ -50,9 +55,9 @@ class SharedCorpus {
   static constexpr std::size_t kMaxOrder = 3;
   /// Longest match measured by draft().
   static constexpr std::size_t kMaxVerify = 64;
-  /// Memory per token of capacity: the token, a record-start bit rounded up, and three tables
-  /// of two 16-byte slots per token.
-  static constexpr std::size_t kBytesPerToken = 4 + 1 + kMaxOrder * 2 * 16;
+  /// Memory per token of capacity: the token, a record-start bit rounded up, a stamp slot, and
+  /// three tables of two 16-byte slots per token.
+  static constexpr std::size_t kBytesPerToken = 4 + 1 + 8 + kMaxOrder * 2 * 16;
   /// Smallest capacity, in tokens.
   static constexpr std::size_t kMinTokens = 256;
   /// Largest capacity, in tokens: 2^28 (about 27 GB of corpus).
@@ -71,8 +76,21 @@ class SharedCorpus {
   SharedCorpus& operator=(const SharedCorpus&) = delete;
 
   /// Appends one record (typically a finished request's output), evicting the oldest
-  /// tokens beyond the capacity. An empty record changes nothing. Copies the tokens.
+  /// tokens beyond the capacity. An empty record changes nothing. Copies the tokens. Its
+  /// stamp is the time now (nanoseconds since the Unix epoch, system clock).
   void append(std::span<const Token> record);
+  /// The same with a stamp of the caller's. Stamps only increase: one not above the last
+  /// record's is raised to one more than it, so the corpus's order is its stamps' order.
+  void append(std::span<const Token> record, std::int64_t stamp);
+
+  /// Writes the records held, with their stamps, to a corpus file at `path` (replacing it
+  /// atomically: see CorpusBuilder::write). Appends wait while the records are copied; drafts
+  /// go on. Throws CorpusFileError when the disk fails.
+  void save(const std::filesystem::path& path) const;
+  /// Replaces what the corpus holds with the records of the corpus file at `path` (the most
+  /// recent that fit the capacity), stamps kept. Throws CorpusFileError naming the file, the
+  /// section and the problem when it cannot be read; the corpus is then unchanged.
+  void load(const std::filesystem::path& path);
 
   /// Writes to `out` up to out.size() tokens that followed the most recent occurrence in the
   /// corpus of the longest suffix (up to 3 tokens) of `context` (the sequence's last tokens,
@@ -91,6 +109,8 @@ class SharedCorpus {
   [[nodiscard]] std::uint64_t appended() const;
   /// Records appended since construction or the last clear().
   [[nodiscard]] std::uint64_t records() const;
+  /// Stamp of the last record appended (0 when none).
+  [[nodiscard]] std::int64_t last_stamp() const;
   /// Bytes of memory the corpus holds; fixed at construction, at most the byte cap.
   [[nodiscard]] std::size_t memory_bytes() const noexcept;
 
@@ -115,6 +135,8 @@ class SharedCorpus {
   [[nodiscard]] bool whole_ngram(std::uint64_t end, std::size_t order) const noexcept;
   [[nodiscard]] std::uint64_t ngram_hash(std::uint64_t end, std::size_t order) const noexcept;
   void evict_oldest() noexcept;
+  void append_locked(std::span<const Token> record, std::int64_t stamp) noexcept;
+  void clear_locked() noexcept;
   class WriterTurn;
 
   mutable std::shared_mutex mutex_;
@@ -122,11 +144,13 @@ class SharedCorpus {
   std::atomic<bool> append_pending_{false};  // a writer wants mutex_: drafts stand aside
   std::vector<Token> tokens_;           // a ring of capacity_tokens() slots, by absolute position
   std::vector<std::uint64_t> starts_;   // per slot, one bit: a record starts there
+  std::vector<std::int64_t> stamps_;    // per slot where a record starts (or the oldest token held): its stamp
   std::size_t mask_ = 0;
   std::array<detail::OpenTable<LastEnd>, kMaxOrder> last_;  // [n - 1]: n-gram hash -> latest end
   std::uint64_t oldest_ = 0;   // absolute position of the oldest token held
   std::uint64_t written_ = 0;  // absolute position of the next token
   std::uint64_t records_ = 0;
+  std::int64_t last_stamp_ = 0;
 };
 
 }  // namespace ngramspec

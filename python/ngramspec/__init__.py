@@ -6,11 +6,14 @@ NumPy: no compiler or Python headers are needed, only the shared library, found 
 repository's build trees, then the system's library path).
 
 Classes: :class:`BatchSpeculator` (every running sequence of an engine: begin, propose, accept,
-finish), :class:`MatchDrafter` and :class:`NGramPredictor` (one sequence's drafter), and
-:class:`SharedCorpus` (earlier requests' outputs, which drafters copy from).
+finish), :class:`MatchDrafter` and :class:`NGramPredictor` (one sequence's drafter),
+:class:`SharedCorpus` (earlier requests' outputs, which drafters copy from; saved to and loaded
+from corpus files) and :class:`MappedCorpus` (a corpus file mapped read-only, which drafters
+consult beside or instead of the live corpus).
 
 Errors: ``ValueError`` with the library's message for a bad argument, ``MemoryError`` when an
-allocation fails, :class:`NgramspecError` for anything else.
+allocation fails, :class:`CorpusFileError` when a corpus file cannot be read or written, and
+:class:`NgramspecError` (its base) for anything else.
 
 The GIL: every native call is made through ``ctypes.CDLL``, which releases the GIL for the length
 of the call, so threads that drive separate drafters or speculators run their native work in
@@ -21,8 +24,8 @@ from __future__ import annotations
 
 from ._native import lib as _lib
 from ._native import library_path
-from ._errors import NgramspecError
-from ._corpus import SharedCorpus
+from ._errors import CorpusFileError, NgramspecError
+from ._corpus import CorpusDraft, CorpusPreferenceName, MappedCorpus, SharedCorpus
 from ._drafters import MatchDrafter, NGramPredictor
 from ._batch import STEP_DTYPE, BatchSpeculator, BatchStats, StopReason
 
@@ -31,7 +34,11 @@ __all__ = [
     "version",
     "library_path",
     "NgramspecError",
+    "CorpusFileError",
     "SharedCorpus",
+    "MappedCorpus",
+    "CorpusDraft",
+    "CorpusPreferenceName",
     "MatchDrafter",
     "NGramPredictor",
     "BatchSpeculator",

@@ -13,7 +13,7 @@ import numpy.typing as npt
 from ._closable import Closable
 from ._arrays import (IdsLike, OffsetsLike, Remembered, TokensLike, ids_arg, ids_arg_remembered,
                       offsets_arg_remembered, out_offsets, out_tokens, size_arg, tokens_arg, tokens_arg_remembered)
-from ._corpus import SharedCorpus, create_attached
+from ._corpus import CorpusPreferenceName, MappedCorpus, SharedCorpus, create_attached, preference_arg
 from ._drafters import match_config
 from ._errors import raise_status
 from ._native import BatchStats as _CBatchStats
@@ -94,10 +94,12 @@ class BatchSpeculator(Closable):
 
     _handle: int | None = None
     _corpus: SharedCorpus | None = None
+    _corpus_file: MappedCorpus | None = None
 
     def __init__(self, *, max_sequences: int = 64, max_pass_tokens: int = 0, max_record_tokens: int = 8192,
                  cost: str | None = None, drafter: Mapping[str, Any] | None = None,
-                 corpus: SharedCorpus | None = None) -> None:
+                 corpus: SharedCorpus | None = None, corpus_file: MappedCorpus | None = None,
+                 corpus_preference: CorpusPreferenceName = "longer_match") -> None:
         """A speculator with a pool of `max_sequences` MatchDrafters, made now (memory is fixed).
 
         `max_pass_tokens`: the most tokens one verify pass carries (0: no limit).
@@ -109,6 +111,9 @@ class BatchSpeculator(Closable):
         defaults, the gate included); None: MatchDrafter's defaults, without the gate when there is
         a cost.
         `corpus`: a SharedCorpus that :meth:`finish` appends outputs to and the drafters consult.
+        `corpus_file`: a MappedCorpus the drafters also consult (read-only: finished outputs go to
+        `corpus` alone); `corpus_preference` chooses when both match: ``"longer_match"`` (the longer
+        match; the live corpus on a tie), ``"live"`` or ``"file"``.
         Raises ValueError (the library's message) for an invalid setting or cost."""
         config = lib.ngramspec_batch_config_default()
         config.max_sequences = size_arg(max_sequences, "max_sequences")
@@ -124,9 +129,13 @@ class BatchSpeculator(Closable):
                                 f"{type(drafter).__name__}")
             config.default_drafter = 0
             config.drafter = match_config(**drafter)
-        handle = create_attached(corpus, lambda native_corpus, out: lib.ngramspec_batch_create(
-            ctypes.byref(config), native_corpus, ctypes.byref(out)))
+        preference = preference_arg(corpus_preference)
+        handle = create_attached(corpus, corpus_file, lambda native_corpus, native_file, out:
+                                 lib.ngramspec_batch_create_file(ctypes.byref(config), native_corpus, native_file,
+                                                                 preference, ctypes.byref(out)))
         self._corpus = corpus
+        self._corpus_file = corpus_file
+        self._corpus_preference = corpus_preference
         self._cost = cost
         self._max_sequences = config.max_sequences
         self._handle = handle
@@ -299,6 +308,16 @@ class BatchSpeculator(Closable):
         """The corpus :meth:`finish` appends to, or None."""
         return self._corpus
 
+    @property
+    def corpus_file(self) -> MappedCorpus | None:
+        """The corpus file the drafters consult, or None."""
+        return self._corpus_file
+
+    @property
+    def corpus_preference(self) -> CorpusPreferenceName:
+        """Which corpus drafts when the live corpus and the corpus file both match."""
+        return self._corpus_preference
+
     def close(self) -> None:
         """Frees the native speculator now (also done when the object is collected); later calls raise ValueError."""
         handle, self._handle = self._handle, None
@@ -307,6 +326,9 @@ class BatchSpeculator(Closable):
             corpus, self._corpus = self._corpus, None
             if corpus is not None:
                 corpus._detach()
+            corpus_file, self._corpus_file = self._corpus_file, None
+            if corpus_file is not None:
+                corpus_file._detach()
 
     def __repr__(self) -> str:
         if self._handle is None:

@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from ._closable import Closable
 from ._arrays import TokensLike, out_floats, out_tokens, size_arg, tokens_arg
-from ._corpus import SharedCorpus, create_attached
+from ._corpus import CorpusPreferenceName, MappedCorpus, SharedCorpus, create_attached, preference_arg
 from ._errors import raise_status
 from ._native import MatchConfig, NgramConfig, lib
 
@@ -22,6 +22,7 @@ class _Drafter(Closable):
 
     _handle: int | None = None
     _corpus: SharedCorpus | None = None
+    _corpus_file: MappedCorpus | None = None
     _name = ""
     _free: Callable[[int], None]
     _update: Callable[..., int]
@@ -100,6 +101,11 @@ class _Drafter(Closable):
         """The corpus it consults, or None."""
         return self._corpus
 
+    @property
+    def corpus_file(self) -> MappedCorpus | None:
+        """The corpus file it consults, or None."""
+        return self._corpus_file
+
     def close(self) -> None:
         """Frees the native drafter now (also done when the object is collected); later calls raise ValueError."""
         handle, self._handle = self._handle, None
@@ -108,6 +114,9 @@ class _Drafter(Closable):
             corpus, self._corpus = self._corpus, None
             if corpus is not None:
                 corpus._detach()
+            corpus_file, self._corpus_file = self._corpus_file, None
+            if corpus_file is not None:
+                corpus_file._detach()
 
     def __repr__(self) -> str:
         if self._handle is None:
@@ -134,19 +143,31 @@ class MatchDrafter(_Drafter):
 
     def __init__(self, *, cap: int = 8192, copy_min_match: int = 2, count_max_order: int = 3,
                  count_window: int = 2048, min_confidence: float = 0.03,
-                 corpus: SharedCorpus | None = None) -> None:
+                 corpus: SharedCorpus | None = None, corpus_file: MappedCorpus | None = None,
+                 corpus_preference: CorpusPreferenceName = "longer_match") -> None:
         """A drafter whose match index holds at most `cap` tokens; it copies after a match of at least
         `copy_min_match` tokens, else counts n-grams of orders 2..`count_max_order` (2 to 4) over the
         last `count_window` tokens (0: the cap), and drafts only while the estimated chance of
         acceptance is at least `min_confidence` (in [0, 1); 0: no gate). With `corpus` it also
-        copies from earlier requests' outputs. Raises ValueError (the library's message) for an
-        invalid setting."""
+        copies from earlier requests' outputs, and with `corpus_file` from a corpus file; when both
+        match, `corpus_preference` chooses: ``"longer_match"`` (the longer match; the live corpus on
+        a tie), ``"live"`` or ``"file"``. Raises ValueError (the library's message) for an invalid
+        setting."""
         config = match_config(cap=cap, copy_min_match=copy_min_match, count_max_order=count_max_order,
                               count_window=count_window, min_confidence=min_confidence)
-        handle = create_attached(corpus, lambda native_corpus, out: lib.ngramspec_match_drafter_create(
-            ctypes.byref(config), native_corpus, ctypes.byref(out)))
+        preference = preference_arg(corpus_preference)
+        handle = create_attached(corpus, corpus_file, lambda native_corpus, native_file, out:
+                                 lib.ngramspec_match_drafter_create_file(ctypes.byref(config), native_corpus,
+                                                                         native_file, preference, ctypes.byref(out)))
         self._corpus = corpus
+        self._corpus_file = corpus_file
+        self._corpus_preference = corpus_preference
         self._start(handle)
+
+    @property
+    def corpus_preference(self) -> CorpusPreferenceName:
+        """Which corpus drafts when the live corpus and the corpus file both match."""
+        return self._corpus_preference
 
 
 class NGramPredictor(_Drafter):

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import POINTER, Structure, c_char_p, c_double, c_int, c_size_t, c_uint, c_uint64, c_void_p
+from ctypes import POINTER, Structure, c_char_p, c_double, c_int, c_int64, c_size_t, c_uint, c_uint64, c_void_p
 from pathlib import Path
 
 __all__ = ["lib", "library_path", "ABI_MAJOR", "ABI_MINOR"]
 
-# The C ABI this package is written against: ngramspec.h 0.2. A library of the same major version
+# The C ABI this package is written against: ngramspec.h 0.3. A library of the same major version
 # and this minor version or a later one is accepted.
 ABI_MAJOR = 0
-ABI_MINOR = 2
+ABI_MINOR = 3
 _SONAME = f"libngramspec.so.{ABI_MAJOR}.{ABI_MINOR}"
 _ENV = "NGRAMSPEC_LIBRARY"
 
@@ -119,9 +119,25 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_corpus_records": (c_uint64, [_P]),
     "ngramspec_corpus_capacity_tokens": (_S, [_P]),
     "ngramspec_corpus_memory_bytes": (_S, [_P]),
+    "ngramspec_corpus_append_stamped": (_STATUS, [_P, _P, _S, c_int64]),
+    "ngramspec_corpus_last_stamp": (c_int64, [_P]),
+    "ngramspec_corpus_draft": (_STATUS, [_P, _P, _S, _P, _S, _P, _P]),
+    "ngramspec_corpus_save": (_STATUS, [_P, c_char_p]),
+    "ngramspec_corpus_load": (_STATUS, [_P, c_char_p]),
+    # Corpus files
+    "ngramspec_corpus_file_open": (_STATUS, [c_char_p, _P]),
+    "ngramspec_corpus_file_close": (None, [_P]),
+    "ngramspec_corpus_file_verify": (_STATUS, [_P]),
+    "ngramspec_corpus_file_size": (_S, [_P]),
+    "ngramspec_corpus_file_records": (c_uint64, [_P]),
+    "ngramspec_corpus_file_bytes": (c_uint64, [_P]),
+    "ngramspec_corpus_file_first_stamp": (c_int64, [_P]),
+    "ngramspec_corpus_file_last_stamp": (c_int64, [_P]),
+    "ngramspec_corpus_file_draft": (_STATUS, [_P, _P, _S, _P, _S, _P, _P]),
     # MatchDrafter
     "ngramspec_match_config_default": (MatchConfig, []),
     "ngramspec_match_drafter_create": (_STATUS, [POINTER(MatchConfig), _P, _P]),
+    "ngramspec_match_drafter_create_file": (_STATUS, [POINTER(MatchConfig), _P, _P, c_int, _P]),
     "ngramspec_match_drafter_free": (None, [_P]),
     "ngramspec_match_drafter_update": (_STATUS, [_P, _P, _S]),
     "ngramspec_match_drafter_predict": (_STATUS, [_P, _P, _S, _P, _P]),
@@ -139,6 +155,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_batch_config_default": (BatchConfig, []),
     "ngramspec_sequence_options_default": (SequenceOptions, []),
     "ngramspec_batch_create": (_STATUS, [POINTER(BatchConfig), _P, _P]),
+    "ngramspec_batch_create_file": (_STATUS, [POINTER(BatchConfig), _P, _P, c_int, _P]),
     "ngramspec_batch_free": (None, [_P]),
     "ngramspec_batch_begin": (_STATUS, [_P, c_uint64, _P, _S, POINTER(SequenceOptions)]),
     "ngramspec_batch_propose": (_STATUS, [_P, _P, _S, _P, _S, _P, _S, _P]),
@@ -161,9 +178,8 @@ def _declare(library: ctypes.CDLL) -> None:
 
 def _check(library: ctypes.CDLL) -> str | None:
     """None when `library` is a compatible C ABI, else why not."""
-    missing = [name for name in _SIGNATURES if not hasattr(library, name)]
-    if missing:
-        return f"not the ngramspec C ABI (no {missing[0]})"
+    if not hasattr(library, "ngramspec_version_number"):
+        return "not the ngramspec C ABI (no ngramspec_version_number)"
     library.ngramspec_version_number.restype = c_uint
     library.ngramspec_version_number.argtypes = []
     number = int(library.ngramspec_version_number())
@@ -171,6 +187,9 @@ def _check(library: ctypes.CDLL) -> str | None:
     if major != ABI_MAJOR or minor < ABI_MINOR:
         return (f"version {major}.{minor}.{number % 100}; this package needs {ABI_MAJOR}.{ABI_MINOR} or a later "
                 f"{ABI_MAJOR}.x")
+    missing = [name for name in _SIGNATURES if not hasattr(library, name)]
+    if missing:
+        return f"not the ngramspec C ABI (no {missing[0]})"
     return None
 
 

@@ -16,6 +16,7 @@ from ngramspec import _native
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = Path(ngramspec.__file__).resolve().parent
+SONAME = f"libngramspec.so.{_native.ABI_MAJOR}.{_native.ABI_MINOR}"  # the name the system loader is asked for
 
 
 def run_python(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -51,7 +52,8 @@ def test_pyproject_version_matches_the_library() -> None:
 def test_public_names() -> None:
     for name in ngramspec.__all__:
         assert hasattr(ngramspec, name), name
-    for cls in (ngramspec.SharedCorpus, ngramspec.MatchDrafter, ngramspec.NGramPredictor, ngramspec.BatchSpeculator):
+    for cls in (ngramspec.SharedCorpus, ngramspec.MappedCorpus, ngramspec.MatchDrafter, ngramspec.NGramPredictor,
+                ngramspec.BatchSpeculator):
         assert cls.__doc__
         for attribute, member in vars(cls).items():
             if not attribute.startswith("_") and callable(member):
@@ -66,7 +68,7 @@ def test_library_path_is_a_loaded_file() -> None:
 
 
 def test_a_bad_NGRAMSPEC_LIBRARY_is_an_import_error_naming_it(tmp_path: Path) -> None:
-    missing = tmp_path / "libngramspec.so.0.2"
+    missing = tmp_path / SONAME
     result = run_python("import ngramspec", clean_env(NGRAMSPEC_LIBRARY=str(missing), PYTHONPATH=str(PYTHON_DIR)),
                         tmp_path)
     assert result.returncode != 0
@@ -111,12 +113,12 @@ def test_without_a_library_the_import_error_names_every_place_looked(tmp_path: P
 def test_a_library_beside_the_package_is_found(tmp_path: Path) -> None:
     package = copy_package(tmp_path)
     real = Path(ngramspec.library_path()).resolve()
-    (package / "libngramspec.so.0.2").symlink_to(real)
+    (package / SONAME).symlink_to(real)
     result = run_python("import ngramspec; print(ngramspec.library_path()); print(ngramspec.__version__)",
                         clean_env(PYTHONPATH=str(tmp_path)), tmp_path)
     assert result.returncode == 0, result.stderr
     path, version = result.stdout.split()
-    assert path == str(package / "libngramspec.so.0.2")
+    assert path == str(package / SONAME)
     assert version == ngramspec.__version__
 
 
@@ -157,3 +159,5 @@ def test_internal_errors_are_ngramspec_errors() -> None:
         raise_status(2)
     with pytest.raises(ValueError):
         raise_status(1)
+    with pytest.raises(ngramspec.CorpusFileError):
+        raise_status(4)

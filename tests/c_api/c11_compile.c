@@ -1,6 +1,6 @@
 /* ngramspec.h as plain C11 (-std=c11 -Wall -Wextra -pedantic -Werror): a drafter created, fed,
- * asked and freed, and a batch driven through a few passes of a toy greedy model. Exits 0 when
- * every call did what the header says. */
+ * asked and freed, a batch driven through a few passes of a toy greedy model, and a corpus saved
+ * to a file, mapped and loaded back. Exits 0 when every call did what the header says. */
 
 #include <ngramspec/ngramspec.h>
 
@@ -126,6 +126,59 @@ static int batch(void) {
   return 0;
 }
 
+/* A corpus saved to a file, mapped, drafted from, loaded back, and consulted by a drafter. */
+static int corpus_file(void) {
+  const char* path = "c_api_c11_compile.ngc";
+  const ngramspec_token record[] = {10, 11, 12, 13, 14, 15};
+  const ngramspec_token context[] = {7, 11, 12};
+  const ngramspec_token sequence[] = {7, 8, 11, 12};
+  ngramspec_token out[4];
+  size_t count = 99;
+  size_t match_length = 99;
+  ngramspec_corpus* corpus = NULL;
+  ngramspec_corpus* loaded = NULL;
+  ngramspec_corpus_file* file = NULL;
+  ngramspec_match_drafter* match = NULL;
+  ngramspec_match_config config = ngramspec_match_config_default();
+
+  CHECK(ngramspec_corpus_create(1u << 20, &corpus));
+  CHECK(ngramspec_corpus_append_stamped(corpus, record, sizeof record / sizeof record[0], 1000));
+  EXPECT(ngramspec_corpus_last_stamp(corpus) == 1000);
+  CHECK(ngramspec_corpus_draft(corpus, context, 3, out, 4, &count, &match_length));
+  EXPECT(count == 3 && out[0] == 13 && out[2] == 15 && match_length == 2);
+  CHECK(ngramspec_corpus_save(corpus, path));
+
+  CHECK(ngramspec_corpus_file_open(path, &file));
+  CHECK(ngramspec_corpus_file_verify(file));
+  EXPECT(ngramspec_corpus_file_size(file) == 6 && ngramspec_corpus_file_records(file) == 1);
+  EXPECT(ngramspec_corpus_file_bytes(file) > 320 && ngramspec_corpus_file_last_stamp(file) == 1000);
+  count = 99;
+  CHECK(ngramspec_corpus_file_draft(file, context, 3, out, 4, &count, NULL));
+  EXPECT(count == 3 && out[0] == 13 && out[1] == 14 && out[2] == 15);
+
+  config.min_confidence = 0;
+  CHECK(ngramspec_match_drafter_create_file(&config, NULL, file, NGRAMSPEC_PREFER_LONGER_MATCH, &match));
+  CHECK(ngramspec_match_drafter_update(match, sequence, sizeof sequence / sizeof sequence[0]));
+  CHECK(ngramspec_match_drafter_predict(match, out, 4, NULL, &count));
+  EXPECT(count == 3 && out[0] == 13);
+  ngramspec_match_drafter_free(match);
+  ngramspec_corpus_file_close(file);
+
+  CHECK(ngramspec_corpus_create(1u << 20, &loaded));
+  CHECK(ngramspec_corpus_load(loaded, path));
+  EXPECT(ngramspec_corpus_size(loaded) == 6 && ngramspec_corpus_last_stamp(loaded) == 1000);
+  ngramspec_corpus_free(loaded);
+  ngramspec_corpus_free(corpus);
+  remove(path);
+
+  /* A missing file says so, naming the file. */
+  file = NULL;
+  EXPECT(ngramspec_corpus_file_open("no-such-corpus-file.ngc", &file) == NGRAMSPEC_ERROR_CORPUS_FILE);
+  EXPECT(file == NULL && strstr(ngramspec_last_error(), "no-such-corpus-file.ngc") != NULL);
+  EXPECT(strcmp(ngramspec_status_name(NGRAMSPEC_ERROR_CORPUS_FILE), "NGRAMSPEC_ERROR_CORPUS_FILE") == 0);
+  return 0;
+}
+
 int main(void) {
   EXPECT(ngramspec_version_number() == NGRAMSPEC_VERSION_NUMBER);
   EXPECT(strcmp(ngramspec_status_name(NGRAMSPEC_ERROR_OUT_OF_MEMORY), "NGRAMSPEC_ERROR_OUT_OF_MEMORY") == 0);
@@ -137,7 +190,8 @@ int main(void) {
   ngramspec_ngram_predictor_free(NULL);
   ngramspec_corpus_free(NULL);
   ngramspec_batch_free(NULL);
-  if (drafter() != 0 || batch() != 0) return 1;
+  ngramspec_corpus_file_close(NULL);
+  if (drafter() != 0 || batch() != 0 || corpus_file() != 0) return 1;
   printf("ngramspec %s: the C API works from C11\n", ngramspec_version_string());
   return 0;
 }

@@ -15,7 +15,11 @@
 //   from the script's greedy model, emits exactly that model's greedy decoding;
 // - predict never returns more than its room, nor writes past it, with non-increasing
 //   probabilities in [0, 1];
-// - sizes, stats and corpus records agree with what the script did.
+// - sizes, stats and corpus records agree with what the script did;
+// - corpus files: a corpus saved, mapped and loaded back (or a file overwritten with garbage, or a
+//   path that cannot be written) succeeds exactly when the file is good, a bad one failing with
+//   NGRAMSPEC_ERROR_CORPUS_FILE; a mapped file verifies and drafts exactly what a live corpus
+//   loaded from it drafts; drafters and batches consult it (any preference, invalid ones refused).
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +27,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -31,6 +37,7 @@
 
 #include "fuzz_input.hpp"
 #include "ngramspec/ngramspec.h"
+#include "support/temp_dir.hpp"
 
 namespace ngramspec::test {
 namespace {
@@ -44,7 +51,8 @@ Token model_after(Token t) noexcept { return static_cast<Token>((std::uint64_t{t
 
 bool known_status(ngramspec_status status) noexcept {
   return status == NGRAMSPEC_OK || status == NGRAMSPEC_ERROR_INVALID_ARGUMENT ||
-         status == NGRAMSPEC_ERROR_OUT_OF_MEMORY || status == NGRAMSPEC_ERROR_INTERNAL;
+         status == NGRAMSPEC_ERROR_OUT_OF_MEMORY || status == NGRAMSPEC_ERROR_INTERNAL ||
+         status == NGRAMSPEC_ERROR_CORPUS_FILE;
 }
 
 // Checks a call's status: known, and on failure a message naming the function.
@@ -60,6 +68,12 @@ bool check_status(ngramspec_status status, const char* function) {
     if (std::strcmp(ngramspec_status_name(status), "unknown status") == 0) fuzz_fail("a status has no name");
   }
   return status == NGRAMSPEC_OK;
+}
+
+// The folder the script's corpus files go to, made once per process.
+const std::filesystem::path& file_folder() {
+  static const TempDir folder;
+  return folder.path();
 }
 
 // Expects the call to have succeeded exactly when its arguments were valid.
@@ -95,7 +109,10 @@ struct Sequence {
 
 class Script {
  public:
-  explicit Script(FuzzInput& in) : in_(in) {}
+  explicit Script(FuzzInput& in) : in_(in) {
+    // Every input starts with none of its files on disk (the folder outlives the inputs).
+    for (std::size_t f = 0; f < kSlots; ++f) std::filesystem::remove(file_path(f));
+  }
   Script(const Script&) = delete;
   Script& operator=(const Script&) = delete;
 
@@ -104,22 +121,31 @@ class Script {
     for (auto* m : matches_) ngramspec_match_drafter_free(m);
     for (auto* n : ngrams_) ngramspec_ngram_predictor_free(n);
     for (auto* c : corpora_) ngramspec_corpus_free(c);
+    for (auto* f : files_) ngramspec_corpus_file_close(f);
+    for (auto* m : mirrors_) ngramspec_corpus_free(m);
   }
 
   void run() {
     while (!in_.empty()) {
-      switch (in_.byte() % 20) {
+      // The top 16 byte values are the corpus files' calls (added after the others: the rest of
+      // the committed inputs decode as they did).
+      const std::uint8_t op = in_.byte();
+      if (op >= kFileOps) {
+        corpus_file(op - kFileOps);
+        continue;
+      }
+      switch (op % 20) {
         case 0: corpus_create(); break;
         case 1: corpus_append(); break;
         case 2: corpus_misc(); break;
-        case 3: match_create(); break;
+        case 3: match_create(false); break;
         case 4: drafter_update(true); break;
         case 5: drafter_predict(true); break;
         case 6: ngram_create(); break;
         case 7: drafter_update(false); break;
         case 8: drafter_predict(false); break;
         case 9: drafter_reset_or_free(); break;
-        case 10: batch_create(); break;
+        case 10: batch_create(false); break;
         case 11:
         case 12: begin(); break;
         case 13:
@@ -172,6 +198,8 @@ class Script {
   }
 
   // ---- SharedCorpus ----------------------------------------------------------------------------
+
+  static constexpr std::uint8_t kFileOps = 240;
 
   bool corpus_in_use(const ngramspec_corpus* corpus) const {
     if (corpus == nullptr) return false;
@@ -248,7 +276,8 @@ class Script {
     return c;
   }
 
-  void match_create() {
+  // ngramspec_match_drafter_create, or with `with_file` ngramspec_match_drafter_create_file.
+  void match_create(bool with_file) {
     const std::size_t s = slot();
     ngramspec_match_drafter_free(matches_[s]);
     matches_[s] = nullptr;
@@ -257,8 +286,20 @@ class Script {
     ngramspec_corpus* corpus = in_.flag() ? corpora_[slot()] : nullptr;
     ngramspec_match_drafter* out = reinterpret_cast<ngramspec_match_drafter*>(&sentinel_object_);
     ngramspec_match_drafter** where = maybe_null(&out);
-    const bool ok = check_status(ngramspec_match_drafter_create(with_config ? &config : nullptr, corpus, where),
-                                 "ngramspec_match_drafter_create");
+    const ngramspec_corpus_file* file = nullptr;
+    bool preference_valid = true;
+    bool ok = false;
+    if (with_file) {
+      file = in_.flag() ? files_[slot()] : nullptr;
+      const ngramspec_corpus_preference preference = corpus_preference(preference_valid);
+      ok = check_status(
+          ngramspec_match_drafter_create_file(with_config ? &config : nullptr, corpus, file, preference, where),
+          "ngramspec_match_drafter_create_file");
+      if (!preference_valid && ok) fuzz_fail("a drafter was made with an invalid corpus preference");
+    } else {
+      ok = check_status(ngramspec_match_drafter_create(with_config ? &config : nullptr, corpus, where),
+                        "ngramspec_match_drafter_create");
+    }
     if (!ok) {
       if (out != reinterpret_cast<ngramspec_match_drafter*>(&sentinel_object_)) fuzz_fail("a failed create wrote *out");
       return;
@@ -266,7 +307,18 @@ class Script {
     if (where == nullptr) fuzz_fail("create succeeded without an out pointer");
     matches_[s] = out;
     match_corpus_[s] = corpus;
+    match_file_[s] = file;
     match_memory_[s] = ngramspec_match_drafter_memory_bytes(out);
+  }
+
+  // A preference: one of the three mostly, now and then a value outside the enum.
+  ngramspec_corpus_preference corpus_preference(bool& valid) {
+    static constexpr int kValues[] = {0, 1, 2, 0, 1, 2, 3, -1};
+    const int value = kValues[in_.in_range(0, std::size(kValues) - 1)];
+    valid = value >= 0 && value <= 2;
+    ngramspec_corpus_preference preference{};
+    std::memcpy(&preference, &value, sizeof value);  // what a C caller may pass
+    return preference;
   }
 
   void ngram_create() {
@@ -387,10 +439,12 @@ class Script {
     ngramspec_batch_free(batch_);
     batch_ = nullptr;
     batch_corpus_ = nullptr;
+    batch_file_ = nullptr;
     sequences_.clear();
   }
 
-  void batch_create() {
+  // ngramspec_batch_create, or with `with_file` ngramspec_batch_create_file.
+  void batch_create(bool with_file) {
     drop_batch();
     ngramspec_batch_config config = ngramspec_batch_config_default();
     config.max_sequences = in_.in_range(0, 7) == 0 ? size_value(2) % 5 : in_.in_range(1, 4);
@@ -413,7 +467,18 @@ class Script {
     ngramspec_corpus* corpus = in_.flag() ? corpora_[slot()] : nullptr;
     ngramspec_batch* out = reinterpret_cast<ngramspec_batch*>(&sentinel_object_);
     ngramspec_batch** where = maybe_null(&out);
-    const bool ok = check_status(ngramspec_batch_create(&config, corpus, where), "ngramspec_batch_create");
+    const ngramspec_corpus_file* file = nullptr;
+    bool ok = false;
+    if (with_file) {
+      file = in_.flag() ? files_[slot()] : nullptr;
+      bool preference_valid = true;
+      const ngramspec_corpus_preference preference = corpus_preference(preference_valid);
+      ok = check_status(ngramspec_batch_create_file(&config, corpus, file, preference, where),
+                        "ngramspec_batch_create_file");
+      if (!preference_valid && ok) fuzz_fail("a batch was made with an invalid corpus preference");
+    } else {
+      ok = check_status(ngramspec_batch_create(&config, corpus, where), "ngramspec_batch_create");
+    }
     if (!ok) {
       if (out != reinterpret_cast<ngramspec_batch*>(&sentinel_object_)) fuzz_fail("a failed create wrote *out");
       return;
@@ -421,6 +486,7 @@ class Script {
     if (where == nullptr) fuzz_fail("create succeeded without an out pointer");
     batch_ = out;
     batch_corpus_ = corpus;
+    batch_file_ = file;
     max_sequences_ = config.max_sequences;
     max_record_tokens_ = config.max_record_tokens;
     emitted_ = 0;
@@ -717,6 +783,278 @@ class Script {
     if (ngramspec_version_number() != NGRAMSPEC_VERSION_NUMBER) fuzz_fail("the library's version is not the header's");
   }
 
+  // ---- Corpus files ----------------------------------------------------------------------------
+
+  bool file_in_use(const ngramspec_corpus_file* file) const {
+    if (file == nullptr) return false;
+    if (batch_ != nullptr && batch_file_ == file) return true;
+    for (std::size_t i = 0; i < kSlots; ++i) {
+      if (matches_[i] != nullptr && match_file_[i] == file) return true;
+    }
+    return false;
+  }
+
+  static std::filesystem::path file_path(std::size_t f) {
+    return file_folder() / ("corpus" + std::to_string(f) + ".ngc");
+  }
+
+  // A path as a caller might give it: NULL now and then, else the script's path `f`.
+  const char* path_arg(const std::string& path) { return in_.in_range(0, 9) == 0 ? nullptr : path.c_str(); }
+
+  void corpus_file(std::size_t what) {
+    switch (what) {
+      case 0:
+      case 1:
+      case 2: file_save(); break;
+      case 3: file_spoil(); break;
+      case 4:
+      case 5: file_open(); break;
+      case 6: file_load(); break;
+      case 7:
+      case 8:
+      case 9: file_draft(); break;
+      case 10: live_draft(); break;
+      case 11: append_stamped(); break;
+      case 12:
+      case 13: match_create(true); break;
+      case 14: batch_create(true); break;
+      default: file_verify_or_close(); break;
+    }
+  }
+
+  void file_save() {
+    const ngramspec_corpus* corpus = maybe_null(corpora_[slot()]);
+    const std::size_t f = slot();
+    const bool nowhere = in_.in_range(0, 7) == 0;  // a folder that does not exist
+    const std::string path = nowhere ? (file_folder() / "no-such-folder" / "c.ngc").string() : file_path(f).string();
+    const char* p = path_arg(path);
+    const ngramspec_status status = ngramspec_corpus_save(corpus, p);
+    const bool ok = check_status(status, "ngramspec_corpus_save");
+    expect_valid(ok, corpus != nullptr && p != nullptr && !nowhere, "ngramspec_corpus_save");
+    if (corpus != nullptr && p != nullptr && nowhere && status != NGRAMSPEC_ERROR_CORPUS_FILE) {
+      fuzz_fail("a save to a folder that does not exist is not NGRAMSPEC_ERROR_CORPUS_FILE");
+    }
+    if (ok) on_disk_[f] = OnDisk::good;
+  }
+
+  // Replaces the script's file `f` (by a rename: a mapping of the old one stays valid) with bytes
+  // from the input, or with the good file cut short.
+  void file_spoil() {
+    const std::size_t f = slot();
+    std::vector<char> bytes;
+    if (on_disk_[f] == OnDisk::good && in_.flag()) {
+      std::ifstream in(file_path(f), std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      bytes.resize(bytes.size() - std::min<std::size_t>(bytes.size(), in_.in_range(1, 400)));
+    } else {
+      bytes.resize(in_.in_range(0, 400));
+      for (char& b : bytes) b = static_cast<char>(in_.byte());
+    }
+    const std::filesystem::path spoiled = file_folder() / "spoiled.tmp";
+    {
+      std::ofstream out(spoiled, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    std::filesystem::rename(spoiled, file_path(f));
+    on_disk_[f] = OnDisk::garbage;
+  }
+
+  void close_file(std::size_t k) {
+    ngramspec_corpus_file_close(files_[k]);
+    ngramspec_corpus_free(mirrors_[k]);
+    files_[k] = nullptr;
+    mirrors_[k] = nullptr;
+  }
+
+  void file_open() {
+    const std::size_t f = slot();
+    const std::size_t k = slot();
+    if (file_in_use(files_[k])) return;  // drafters and batches need their file to outlive them
+    close_file(k);
+    const std::string path = file_path(f).string();
+    const char* p = path_arg(path);
+    ngramspec_corpus_file* out = reinterpret_cast<ngramspec_corpus_file*>(&sentinel_object_);
+    ngramspec_corpus_file** where = maybe_null(&out);
+    const ngramspec_status status = ngramspec_corpus_file_open(p, where);
+    const bool ok = check_status(status, "ngramspec_corpus_file_open");
+    expect_valid(ok, p != nullptr && where != nullptr && on_disk_[f] == OnDisk::good, "ngramspec_corpus_file_open");
+    if (!ok) {
+      if (out != reinterpret_cast<ngramspec_corpus_file*>(&sentinel_object_)) fuzz_fail("a failed open wrote *out");
+      if (p != nullptr && where != nullptr && status != NGRAMSPEC_ERROR_CORPUS_FILE) {
+        fuzz_fail("a missing or bad corpus file is not NGRAMSPEC_ERROR_CORPUS_FILE");
+      }
+      if (status == NGRAMSPEC_ERROR_CORPUS_FILE && std::strstr(ngramspec_last_error(), path.c_str()) == nullptr) {
+        fuzz_fail("a corpus file's error does not name the file");
+      }
+      return;
+    }
+    files_[k] = out;
+    if (!check_status(ngramspec_corpus_file_verify(out), "ngramspec_corpus_file_verify")) {
+      fuzz_fail("a corpus file just saved does not verify");
+    }
+    // What it must draft: a live corpus loaded from it, large enough to hold all of it.
+    if (!check_status(ngramspec_corpus_create(std::size_t{1} << 20, &mirrors_[k]), "ngramspec_corpus_create") ||
+        !check_status(ngramspec_corpus_load(mirrors_[k], path.c_str()), "ngramspec_corpus_load")) {
+      fuzz_fail("a corpus file just mapped does not load");
+    }
+    if (ngramspec_corpus_size(mirrors_[k]) != ngramspec_corpus_file_size(out) ||
+        ngramspec_corpus_records(mirrors_[k]) != ngramspec_corpus_file_records(out) ||
+        ngramspec_corpus_last_stamp(mirrors_[k]) != ngramspec_corpus_file_last_stamp(out) ||
+        ngramspec_corpus_file_first_stamp(out) > ngramspec_corpus_file_last_stamp(out) ||
+        ngramspec_corpus_file_bytes(out) < 320) {
+      fuzz_fail("a loaded corpus does not hold what its file does");
+    }
+  }
+
+  void file_load() {
+    ngramspec_corpus* corpus = maybe_null(corpora_[slot()]);
+    const std::size_t f = slot();
+    const std::string path = file_path(f).string();
+    const char* p = path_arg(path);
+    const std::size_t size = ngramspec_corpus_size(corpus);
+    const std::uint64_t records = ngramspec_corpus_records(corpus);
+    const std::int64_t stamp = ngramspec_corpus_last_stamp(corpus);
+    const ngramspec_status status = ngramspec_corpus_load(corpus, p);
+    const bool ok = check_status(status, "ngramspec_corpus_load");
+    expect_valid(ok, corpus != nullptr && p != nullptr && on_disk_[f] == OnDisk::good, "ngramspec_corpus_load");
+    if (!ok) {
+      if (corpus != nullptr && p != nullptr && status != NGRAMSPEC_ERROR_CORPUS_FILE) {
+        fuzz_fail("a missing or bad corpus file is not NGRAMSPEC_ERROR_CORPUS_FILE");
+      }
+      if (ngramspec_corpus_size(corpus) != size || ngramspec_corpus_records(corpus) != records ||
+          ngramspec_corpus_last_stamp(corpus) != stamp) {
+        fuzz_fail("a failed load changed the corpus");
+      }
+      return;
+    }
+    if (ngramspec_corpus_size(corpus) > ngramspec_corpus_capacity_tokens(corpus)) {
+      fuzz_fail("a loaded corpus holds more tokens than its capacity");
+    }
+  }
+
+  // The arguments of a draft call, some of them wrong, and what it must do with them.
+  struct DraftCall {
+    std::vector<Token> context;
+    std::vector<Token> out;
+    std::size_t n = 0;
+    std::size_t room = 0;
+    const Token* context_ptr = nullptr;
+    Token* out_ptr = nullptr;
+    std::size_t count = kSizeSentinel;
+    std::size_t length = kSizeSentinel;
+    std::size_t* count_ptr = nullptr;
+    std::size_t* length_ptr = nullptr;
+    [[nodiscard]] bool valid() const {
+      return (context_ptr != nullptr || n == 0) && (out_ptr != nullptr || room == 0) && count_ptr != nullptr;
+    }
+  };
+
+  void draft_call(DraftCall& call) {
+    call.context = tokens(12);
+    const std::size_t capacity = in_.in_range(0, 16);
+    call.out.assign(capacity, kSentinel);
+    const bool null_context = in_.in_range(0, 9) == 0;
+    call.n = null_context ? size_value(4) : call.context.size();
+    call.context_ptr = null_context ? nullptr : call.context.data();
+    const bool null_out = in_.in_range(0, 9) == 0;
+    call.room = null_out ? size_value(4) : capacity;
+    call.out_ptr = null_out ? nullptr : call.out.data();
+    call.count_ptr = maybe_null(&call.count);
+    call.length_ptr = in_.flag() ? nullptr : &call.length;
+  }
+
+  // After a draft call: nothing written when it failed, nothing past the count when it succeeded.
+  void check_drafted(const DraftCall& call, bool ok) {
+    if (!ok) {
+      if (call.count != kSizeSentinel || call.length != kSizeSentinel) fuzz_fail("a failed draft wrote its count");
+      for (const Token t : call.out) {
+        if (t != kSentinel) fuzz_fail("a failed draft wrote its output");
+      }
+      return;
+    }
+    if (call.count > call.room) fuzz_fail("a draft returned more than its room");
+    for (std::size_t i = call.count; i < call.out.size(); ++i) {
+      if (call.out[i] != kSentinel) fuzz_fail("a draft wrote past its count");
+    }
+    if (call.length_ptr != nullptr && call.count > 0 && call.length == 0) fuzz_fail("a draft without a match");
+  }
+
+  void file_draft() {
+    const std::size_t k = slot();
+    const ngramspec_corpus_file* file = maybe_null(files_[k]);
+    DraftCall call;
+    draft_call(call);
+    const bool ok = check_status(ngramspec_corpus_file_draft(file, call.context_ptr, call.n, call.out_ptr, call.room,
+                                                             call.count_ptr, call.length_ptr),
+                                 "ngramspec_corpus_file_draft");
+    expect_valid(ok, file != nullptr && call.valid(), "ngramspec_corpus_file_draft");
+    check_drafted(call, ok);
+    if (!ok || call.count_ptr == nullptr) return;
+    // The live corpus loaded from the file drafts the same.
+    std::vector<Token> expected(call.out.size(), kSentinel);
+    std::size_t count = 0;
+    std::size_t length = 0;
+    Token* const expected_out = call.out_ptr != nullptr ? expected.data() : nullptr;
+    if (!check_status(
+            ngramspec_corpus_draft(mirrors_[k], call.context_ptr, call.n, expected_out, call.room, &count, &length),
+            "ngramspec_corpus_draft")) {
+      fuzz_fail("a live corpus refused a draft its file took");
+    }
+    if (count != call.count || (call.length_ptr != nullptr && length != call.length) || expected != call.out) {
+      fuzz_fail("a corpus file drafts otherwise than the live corpus loaded from it");
+    }
+  }
+
+  void live_draft() {
+    const ngramspec_corpus* corpus = maybe_null(corpora_[slot()]);
+    DraftCall call;
+    draft_call(call);
+    const bool ok = check_status(ngramspec_corpus_draft(corpus, call.context_ptr, call.n, call.out_ptr, call.room,
+                                                        call.count_ptr, call.length_ptr),
+                                 "ngramspec_corpus_draft");
+    expect_valid(ok, corpus != nullptr && call.valid(), "ngramspec_corpus_draft");
+    check_drafted(call, ok);
+  }
+
+  void append_stamped() {
+    ngramspec_corpus* corpus = maybe_null(corpora_[slot()]);
+    const std::vector<Token> record = tokens(48);
+    const bool null_tokens = in_.in_range(0, 7) == 0;
+    const std::size_t count = null_tokens ? size_value(8) : record.size();
+    const auto stamp = static_cast<std::int64_t>(in_.in_range(0, std::numeric_limits<std::uint64_t>::max()));
+    const std::uint64_t records = ngramspec_corpus_records(corpus);
+    const std::int64_t last = ngramspec_corpus_last_stamp(corpus);
+    const bool ok = check_status(
+        ngramspec_corpus_append_stamped(corpus, null_tokens ? nullptr : record.data(), count, stamp),
+        "ngramspec_corpus_append_stamped");
+    expect_valid(ok, corpus != nullptr && (!null_tokens || count == 0), "ngramspec_corpus_append_stamped");
+    const bool appended = ok && count != 0;
+    if (ngramspec_corpus_records(corpus) != records + (appended ? 1 : 0)) {
+      fuzz_fail("a stamped append changed the records by something else");
+    }
+    // Stamps only increase: one not above the last is raised to one more than it.
+    const std::int64_t raised = last == std::numeric_limits<std::int64_t>::max() ? last : last + 1;
+    const std::int64_t expected = !appended ? last : records > 0 && stamp <= last ? raised : stamp;
+    if (ngramspec_corpus_last_stamp(corpus) != expected) fuzz_fail("the last stamp is not the one appended, raised");
+  }
+
+  void file_verify_or_close() {
+    const std::size_t k = slot();
+    if (in_.flag()) {
+      if (!file_in_use(files_[k])) close_file(k);
+      return;
+    }
+    const ngramspec_corpus_file* file = maybe_null(files_[k]);
+    // A mapping keeps the file it mapped, whatever has been written to its path since.
+    expect_valid(check_status(ngramspec_corpus_file_verify(file), "ngramspec_corpus_file_verify"), file != nullptr,
+                 "ngramspec_corpus_file_verify");
+    if (file == nullptr && (ngramspec_corpus_file_size(file) != 0 || ngramspec_corpus_file_records(file) != 0 ||
+                            ngramspec_corpus_file_bytes(file) != 0 || ngramspec_corpus_file_first_stamp(file) != 0 ||
+                            ngramspec_corpus_file_last_stamp(file) != 0)) {
+      fuzz_fail("a NULL corpus file reports something");
+    }
+  }
+
   void free_something() {
     switch (in_.in_range(0, 3)) {
       case 0: drop_batch(); break;
@@ -733,6 +1071,7 @@ class Script {
         ngramspec_corpus_free(nullptr);
         ngramspec_match_drafter_free(nullptr);
         ngramspec_ngram_predictor_free(nullptr);
+        ngramspec_corpus_file_close(nullptr);
     }
   }
 
@@ -741,10 +1080,18 @@ class Script {
   ngramspec_corpus* corpora_[kSlots] = {};
   ngramspec_match_drafter* matches_[kSlots] = {};
   const ngramspec_corpus* match_corpus_[kSlots] = {};
+  const ngramspec_corpus_file* match_file_[kSlots] = {};
+  // Corpus files: the mapped ones, a live corpus loaded from each when it was mapped (what it
+  // must draft), and what each of the script's paths holds.
+  enum class OnDisk { nothing, good, garbage };
+  ngramspec_corpus_file* files_[kSlots] = {};
+  ngramspec_corpus* mirrors_[kSlots] = {};
+  OnDisk on_disk_[kSlots] = {OnDisk::nothing, OnDisk::nothing};
   std::size_t match_memory_[kSlots] = {};
   ngramspec_ngram_predictor* ngrams_[kSlots] = {};
   ngramspec_batch* batch_ = nullptr;
   const ngramspec_corpus* batch_corpus_ = nullptr;
+  const ngramspec_corpus_file* batch_file_ = nullptr;
   std::size_t max_sequences_ = 0;
   std::size_t max_record_tokens_ = 0;
   std::uint64_t emitted_ = 0;

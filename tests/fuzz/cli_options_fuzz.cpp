@@ -119,7 +119,7 @@ void fuzz_replay(std::span<const std::string_view> args) {
   static const std::set<std::string_view> kValued = {
       "--streams", "--synthetic", "--drafter", "--k", "--window", "--min-order", "--max-order", "--length",
       "--samples", "--seed", "--limit", "--timing-repeats", "--expect-al", "--tolerance", "--batch", "--policy",
-      "--cost"};
+      "--cost", "--records", "--corpus-file"};
   static const std::vector<std::string_view> kPolicies = {"plain", "fixed", "gate", "cost"};
   bool help = false;
   bool wrong = false;      // an argument the parser must reject
@@ -130,6 +130,8 @@ void fuzz_replay(std::span<const std::string_view> args) {
   std::vector<std::uint64_t> ks, batches;
   std::vector<std::size_t> policies;  // indexes into kPolicies
   std::vector<std::string> costs;     // the curves' names: "flat" or VerifyCost::spec()
+  std::string_view records;           // the last --records
+  std::string_view corpus_file;       // the last --corpus-file
   std::vector<std::pair<std::string_view, std::string_view>> last;  // numeric option, its last value
   for (std::size_t i = 0; i < args.size() && !wrong && !help; ++i) {
     const std::string_view arg = args[i];
@@ -200,6 +202,27 @@ void fuzz_replay(std::span<const std::string_view> args) {
         }
         if (!wrong && std::find(costs.begin(), costs.end(), name) != costs.end()) wrong = true;
         if (!wrong) costs.push_back(name);
+      } else if (arg == "--records") {
+        // START:END, each empty, digits (at most 18), or digits and '%' up to 100.
+        const auto bound_ok = [](std::string_view bound) {
+          const bool percent = !bound.empty() && bound.back() == '%';
+          if (percent) bound.remove_suffix(1);
+          if (bound.empty()) return !percent;
+          if (bound.size() > 18 || !std::all_of(bound.begin(), bound.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+            return false;
+          }
+          return !percent || std::stoull(std::string(bound)) <= 100;
+        };
+        const std::size_t colon = value.find(':');
+        if (colon == std::string_view::npos || value.find(':', colon + 1) != std::string_view::npos ||
+            !bound_ok(value.substr(0, colon)) || !bound_ok(value.substr(colon + 1))) {
+          wrong = true;
+        } else {
+          records = value;
+        }
+      } else if (arg == "--corpus-file") {
+        if (value.empty()) wrong = true;
+        corpus_file = value;
       } else if (arg == "--expect-al" || arg == "--tolerance") {
         bool underflow = false;
         const auto real = reference_real(value, underflow);
@@ -287,6 +310,9 @@ void fuzz_replay(std::span<const std::string_view> args) {
   check_count("--seed", options.seed, 1);
   check_count("--limit", options.limit, 0);
   check_count("--timing-repeats", options.timing_repeats, 3);
+  check(options.records.begin + ":" + options.records.end == (records.empty() ? std::string(":") : std::string(records)),
+        "replay: --records differs from its option");
+  check(options.corpus_file == corpus_file, "replay: --corpus-file differs from its option");
   const auto check_real = [&](std::string_view option, double field, double fallback) {
     const auto text = expected(option);
     bool underflow = false;

@@ -14,7 +14,7 @@
 namespace ngramspec::replay {
 namespace {
 
-std::string quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+std::string in_quotes(std::string_view text) { return "'" + std::string(text) + "'"; }
 
 // A whole number in [min_value, max_value]: digits only, so no sign, no spaces, no suffix.
 // With a max_value, every rejection names the whole range.
@@ -25,20 +25,20 @@ std::size_t parse_count(std::string_view option, std::string_view text, std::siz
   if (max_value != std::numeric_limits<std::size_t>::max()) {
     const std::string range = "from " + std::to_string(min_value) + " to " + std::to_string(max_value);
     if (ptr != text.data() + text.size() || (ec != std::errc() && ec != std::errc::result_out_of_range)) {
-      throw std::invalid_argument(std::string(option) + ": " + quoted(text) + " is not a whole number " + range);
+      throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is not a whole number " + range);
     }
     if (ec == std::errc::result_out_of_range || value < min_value || value > max_value) {
-      throw std::invalid_argument(std::string(option) + ": " + quoted(text) + " is out of range: it must be " + range);
+      throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is out of range: it must be " + range);
     }
     return value;
   }
   if (ec == std::errc::result_out_of_range || (ec == std::errc() && ptr == text.data() + text.size() &&
                                                value > max_value)) {
-    throw std::invalid_argument(std::string(option) + ": " + quoted(text) + " is more than " +
+    throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is more than " +
                                 std::to_string(max_value));
   }
   if (ec != std::errc() || ptr != text.data() + text.size() || value < min_value) {
-    throw std::invalid_argument(std::string(option) + ": " + quoted(text) + " is not a whole number >= " +
+    throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is not a whole number >= " +
                                 std::to_string(min_value));
   }
   return value;
@@ -49,10 +49,10 @@ double parse_non_negative(std::string_view option, std::string_view text) {
   double value = -1;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::general);
   if (ec == std::errc::result_out_of_range && ptr == text.data() + text.size()) {
-    throw std::invalid_argument(std::string(option) + ": " + quoted(text) + " is out of a double's range");
+    throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is out of a double's range");
   }
   if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(value) || !(value >= 0)) {
-    throw std::invalid_argument(std::string(option) + ": " + quoted(text) + " is not a non-negative number");
+    throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is not a non-negative number");
   }
   return value;
 }
@@ -73,7 +73,7 @@ Policy parse_policy(std::string_view text) {
   for (const Policy p : {Policy::plain, Policy::fixed, Policy::gate, Policy::cost}) {
     if (text == to_string(p)) return p;
   }
-  throw std::invalid_argument("--policy: " + quoted(text) +
+  throw std::invalid_argument("--policy: " + in_quotes(text) +
                               " is not a policy: expected a comma-separated list of plain, fixed, gate and cost");
 }
 
@@ -123,7 +123,7 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
       }
       for (const CostCurve& c : options.costs) {
         if (c.name == cost->name) {
-          throw std::invalid_argument("--cost: " + quoted(spec) + " is given twice (as " + quoted(c.name) + ")");
+          throw std::invalid_argument("--cost: " + in_quotes(spec) + " is given twice (as " + in_quotes(c.name) + ")");
         }
       }
       options.costs.push_back(std::move(*cost));
@@ -131,7 +131,7 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
       for_each_item(value(), [&](std::string_view item) {
         const Policy policy = parse_policy(item);
         if (std::find(options.policies.begin(), options.policies.end(), policy) != options.policies.end()) {
-          throw std::invalid_argument("--policy: " + quoted(item) + " is given twice");
+          throw std::invalid_argument("--policy: " + in_quotes(item) + " is given twice");
         }
         options.policies.push_back(policy);
       });
@@ -149,6 +149,11 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
       options.samples = parse_count(arg, value(), 1);
     } else if (arg == "--seed") {
       options.seed = parse_count(arg, value(), 0);
+    } else if (arg == "--records") {
+      options.records = parse_record_range(arg, value());
+    } else if (arg == "--corpus-file") {
+      options.corpus_file = std::string(value());
+      if (options.corpus_file.empty()) throw std::invalid_argument("--corpus-file: the file name is empty");
     } else if (arg == "--limit") {
       options.limit = parse_count(arg, value(), 1);
     } else if (arg == "--timing-repeats") {
@@ -160,7 +165,7 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
     } else if (arg == "--json") {
       options.json = true;
     } else {
-      throw std::invalid_argument("unknown option " + quoted(arg) + " (see --help)");
+      throw std::invalid_argument("unknown option " + in_quotes(arg) + " (see --help)");
     }
   }
   if (options.stream_files.empty() && options.synthetic_specs.empty()) {

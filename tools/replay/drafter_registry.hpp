@@ -2,9 +2,11 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 
+#include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/verify_cost.hpp"
 #include "replay_runner.hpp"
 #include "serving_sim.hpp"
@@ -17,6 +19,9 @@ struct DrafterDefaults {
   std::size_t window = 512;
   std::size_t min_order = 2;
   std::size_t max_order = 4;
+  /// The corpus file (--corpus-file) that match:file=1 drafts from and match:prime=1 loads
+  /// into its live corpus; nullptr when none was given.
+  std::shared_ptr<const MappedCorpus> corpus_file;
 };
 
 /// A serving simulation to run with a drafter (DrafterEntry::serve).

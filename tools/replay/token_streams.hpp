@@ -5,6 +5,7 @@
 #include <iosfwd>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ngramspec/token.hpp"
@@ -26,6 +27,21 @@ struct TokenStream {
 /// Reads a streams TSV file; throws std::runtime_error when it cannot be opened (a directory
 /// included) or parsed, and std::invalid_argument ("FILE: no records") when it holds no record.
 [[nodiscard]] std::vector<TokenStream> read_streams(const std::string& path);
+
+/// A slice of records in file order: [begin, end) of `count`, each bound a record index or a
+/// percentage of the count (rounded down); an empty bound is the start or the end.
+struct RecordRange {
+  std::string begin;  ///< "" (0), "N" or "P%"
+  std::string end;    ///< "" (count), "N" or "P%"
+  /// The indices [first, last) of `count` records. Throws std::invalid_argument when begin > end.
+  [[nodiscard]] std::pair<std::size_t, std::size_t> resolve(std::size_t count) const;
+  [[nodiscard]] bool all() const noexcept { return begin.empty() && end.empty(); }
+};
+/// Parses "START:END" ("0:100", ":50%", "50%:", "10:20%"); throws std::invalid_argument naming
+/// `option` and the text when it is malformed (each bound: digits, or digits then % up to 100).
+[[nodiscard]] RecordRange parse_record_range(std::string_view option, std::string_view text);
+/// The records of `streams` that `range` names.
+[[nodiscard]] std::vector<TokenStream> slice_records(std::vector<TokenStream> streams, const RecordRange& range);
 
 /// Parameters of a synthetic stream set.
 struct SyntheticSpec {

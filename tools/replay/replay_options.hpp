@@ -31,6 +31,8 @@ struct ReplayOptions {
   std::size_t samples = 4;                   ///< --samples: >= 1
   std::size_t seed = 1;                      ///< --seed
   std::size_t limit = 0;                     ///< --limit: >= 1 when given; 0 = every record
+  RecordRange records;                       ///< --records START:END of each --streams file (after --limit)
+  std::string corpus_file;                   ///< --corpus-file: mapped by the program into defaults.corpus_file
   std::size_t timing_repeats = 3;            ///< --timing-repeats: 1 .. kMaxTimingRepeats
   bool json = false;                         ///< --json
   double expect_al = -1;                     ///< --expect-al: finite and >= 0 when given; -1 = no check

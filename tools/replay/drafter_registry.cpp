@@ -112,10 +112,12 @@ class Parameters {
 // k drafts a pass, reading `corpus` (nullptr: none), with its gate on or off (a drafter
 // without a gate ignores it). Every way of running it (one record, gated or not, or a served
 // batch) is built from that one function. With corpus_bytes > 0 the drafter reads a causal
-// SharedCorpus of that size, holding the outputs of the records before, in file order.
+// SharedCorpus of that size, holding the outputs of the records before, in file order; with
+// `prime`, the records of that corpus file first.
 template <class Make>
-DrafterEntry entry(std::string name, Make make, bool has_gate = false, std::size_t corpus_bytes = 0) {
-  const auto single = [make, corpus_bytes](bool gate) -> DrafterEntry::Run {
+DrafterEntry entry(std::string name, Make make, bool has_gate = false, std::size_t corpus_bytes = 0,
+                   std::shared_ptr<const MappedCorpus> prime = nullptr) {
+  const auto single = [make, corpus_bytes, prime](bool gate) -> DrafterEntry::Run {
     if (corpus_bytes == 0) {
       return [make, gate](const TokenStream& stream, std::size_t k, int repeats, const HeapMeter& meter) {
         const auto one = [&make, gate](const TokenStream& s, std::size_t n) { return make(s, n, nullptr, gate); };
@@ -130,9 +132,15 @@ DrafterEntry entry(std::string name, Make make, bool has_gate = false, std::size
       const TokenStream* first = nullptr;
     };
     auto shared = std::make_shared<Shared>(corpus_bytes);
-    return [make, gate, shared](const TokenStream& stream, std::size_t k, int repeats, const HeapMeter& meter) {
+    return [make, gate, shared, prime](const TokenStream& stream, std::size_t k, int repeats, const HeapMeter& meter) {
       if (shared->first == nullptr) shared->first = &stream;
-      if (shared->first == &stream) shared->corpus.clear();
+      if (shared->first == &stream) {
+        if (prime != nullptr) {
+          shared->corpus.load(prime->path());
+        } else {
+          shared->corpus.clear();
+        }
+      }
       const auto one = [&make, &shared, gate](const TokenStream& s, std::size_t n) {
         return make(s, n, &shared->corpus, gate);
       };
@@ -146,7 +154,7 @@ DrafterEntry entry(std::string name, Make make, bool has_gate = false, std::size
   e.run = single(true);
   e.run_ungated = has_gate ? single(false) : e.run;
   e.has_gate = has_gate;
-  e.serve = [make, corpus_bytes](std::span<const TokenStream> streams, const ServeRequest& request) {
+  e.serve = [make, corpus_bytes, prime](std::span<const TokenStream> streams, const ServeRequest& request) {
     ServeConfig config;
     config.k = request.k;
     config.batch = request.batch;
@@ -163,6 +171,7 @@ DrafterEntry entry(std::string name, Make make, bool has_gate = false, std::size
     const bool gate = request.policy == Policy::gate;
     std::optional<SharedCorpus> corpus;
     if (corpus_bytes != 0) corpus.emplace(corpus_bytes);
+    if (corpus && prime != nullptr) corpus->load(prime->path());
     SharedCorpus* const shared = corpus ? &*corpus : nullptr;
     return serve_records(
         streams, config, [&] { return make(*longest, request.k, static_cast<const SharedCorpus*>(shared), gate); },
@@ -201,21 +210,36 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     config.count_window = parameters.count("count_window", config.count_window);
     config.min_confidence = parameters.number("gate", config.min_confidence);
     const std::size_t corpus_mib = parameters.count("corpus", 0);
+    const bool use_file = parameters.count("file", 0) != 0;
+    const bool prime = parameters.count("prime", 0) != 0;
+    const std::size_t prefer = parameters.choice("prefer", {"longer", "live", "file"});
+    config.corpus_preference = static_cast<CorpusPreference>(prefer);
     parameters.finish();
     MatchDrafter{config};  // validates now
+    if ((use_file || prime) && defaults.corpus_file == nullptr) {
+      throw std::invalid_argument("drafter '" + spec + "': " + (use_file ? "file" : "prime") +
+                                  " = 1 needs a corpus file: give --corpus-file FILE");
+    }
+    if (prime && corpus_mib == 0) {
+      throw std::invalid_argument("drafter '" + spec + "': prime = 1 loads the corpus file into the live corpus: "
+                                  "give corpus = MIB too");
+    }
     char gate[32];
     std::snprintf(gate, sizeof gate, "%g", config.min_confidence);
     std::string display = "match(cap=" + std::to_string(config.cap) + ",copy_min=" +
                           std::to_string(config.copy_min_match) + ",2-" + std::to_string(config.count_max_order);
     if (config.count_window != 0) display += ",count_window=" + std::to_string(config.count_window);
     display += std::string(",gate=") + gate;
-    const auto make = [config](const TokenStream&, std::size_t k, const SharedCorpus* corpus, bool gated) {
+    const std::shared_ptr<const MappedCorpus> file = use_file ? defaults.corpus_file : nullptr;
+    const auto make = [config, file](const TokenStream&, std::size_t k, const SharedCorpus* corpus, bool gated) {
       MatchConfig c = config;
       c.draft_count = k;
       if (!gated) c.min_confidence = 0;
-      return MatchDrafter(c, corpus);
+      return MatchDrafter(c, corpus, file.get());
     };
     const bool has_gate = config.min_confidence > 0;
+    if (use_file) display += ",file";
+    if (use_file && corpus_mib != 0 && prefer != 0) display += std::string(",prefer=") + (prefer == 1 ? "live" : "file");
     if (corpus_mib == 0) return entry(display + ")", make, has_gate);
     if (corpus_mib > (std::numeric_limits<std::size_t>::max() >> 20)) {
       throw std::invalid_argument("drafter '" + spec + "': corpus = " + std::to_string(corpus_mib) +
@@ -223,8 +247,8 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     }
     // The corpus is causal: each record drafts from the outputs of the records before it in
     // the file (served: of the records finished before it began), then adds its own.
-    display += ",corpus=" + std::to_string(corpus_mib) + "MiB)";
-    return entry(display, make, has_gate, corpus_mib << 20);
+    display += ",corpus=" + std::to_string(corpus_mib) + "MiB" + (prime ? ",primed)" : ")");
+    return entry(display, make, has_gate, corpus_mib << 20, prime ? defaults.corpus_file : nullptr);
   }
   if (name == "prompt-lookup") {
     const std::size_t min_n = parameters.count("min", 1);
@@ -276,7 +300,8 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
 std::string drafter_names_help() {
   return "  ngram[:window=W|full,min=N,max=N]   NGramPredictor: windowed hashed n-gram counts (defaults from\n"
          "                                       --window, --min-order, --max-order)\n"
-         "  match[:cap=N,copy_min=L,count_max=M,count_window=W,gate=P,corpus=MIB]\n"
+         "  match[:cap=N,copy_min=L,count_max=M,count_window=W,gate=P,corpus=MIB,file=1,prime=1,\n"
+         "        prefer=longer|live|file]\n"
          "                                       MatchDrafter: copies what followed the most recent earlier\n"
          "                                       occurrence of a match of L or more tokens (default 2), else\n"
          "                                       n-gram counts of orders 2-M (default 3) over the last W tokens\n"
@@ -285,7 +310,11 @@ std::string drafter_names_help() {
          "                                       all drafts are accepted falls below P (default 0.03; 0: no\n"
          "                                       gate); with corpus > 0, a SharedCorpus of that many MiB that\n"
          "                                       holds the outputs of the records before, in file order\n"
-         "                                       (served in batches: of the records finished before)\n"
+         "                                       (served in batches: of the records finished before);\n"
+         "                                       file=1 drafts from the --corpus-file too (prefer: which of the\n"
+         "                                       two drafts when both match, default the longer match, the\n"
+         "                                       live corpus on a tie); prime=1 loads the --corpus-file into the\n"
+         "                                       live corpus before the first record\n"
          "  prompt-lookup[:min=N,max=N,occurrence=earliest|latest]\n"
          "                                       vLLM's n-gram proposer: longest suffix match over the whole\n"
          "                                       context, earliest occurrence (default min 1, max 4)\n"

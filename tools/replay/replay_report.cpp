@@ -14,6 +14,7 @@ std::vector<TokenStream> load_streams(const ReplayOptions& options) {
   for (const std::string& file : options.stream_files) {
     std::vector<TokenStream> read = read_streams(file);
     if (options.limit != 0 && read.size() > options.limit) read.resize(options.limit);
+    if (!options.records.all()) read = slice_records(std::move(read), options.records);
     for (TokenStream& s : read) streams.push_back(std::move(s));
   }
   for (const std::string& text : options.synthetic_specs) {

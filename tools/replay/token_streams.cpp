@@ -1,5 +1,6 @@
 #include "token_streams.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
@@ -191,6 +192,60 @@ std::vector<TokenStream> make_synthetic(const SyntheticSpec& spec) {
     stream.output.assign(all.begin() + static_cast<std::ptrdiff_t>(stream.prompt.size()), all.end());
     streams.push_back(std::move(stream));
   }
+  return streams;
+}
+
+namespace {
+
+// One bound of a record range: digits, or digits and '%' (at most 100).
+void check_bound(std::string_view option, std::string_view text, std::string_view bound) {
+  std::string_view digits = bound;
+  const bool percent = !digits.empty() && digits.back() == '%';
+  if (percent) digits.remove_suffix(1);
+  const bool plain = !digits.empty() && digits.size() <= 18 &&
+                     std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!bound.empty() && (!plain || (percent && std::stoull(std::string(digits)) > 100))) {
+    throw std::invalid_argument(std::string(option) + ": '" + std::string(text) +
+                                "' is not a record range: expected START:END, each a record index or a percentage "
+                                "up to 100% (or empty), e.g. ':50%' or '50%:'");
+  }
+}
+
+std::size_t resolve_bound(const std::string& bound, std::size_t count, std::size_t empty) {
+  if (bound.empty()) return empty;
+  if (bound.back() == '%') return static_cast<std::size_t>(std::stoull(bound.substr(0, bound.size() - 1)) * count / 100);
+  return std::min<std::size_t>(static_cast<std::size_t>(std::stoull(bound)), count);
+}
+
+}  // namespace
+
+RecordRange parse_record_range(std::string_view option, std::string_view text) {
+  const std::size_t colon = text.find(':');
+  if (colon == std::string_view::npos || text.find(':', colon + 1) != std::string_view::npos) {
+    check_bound(option, text, "x");  // throws the message
+  }
+  const std::string_view begin = text.substr(0, colon);
+  const std::string_view end = text.substr(colon + 1);
+  check_bound(option, text, begin);
+  check_bound(option, text, end);
+  return RecordRange{std::string(begin), std::string(end)};
+}
+
+std::pair<std::size_t, std::size_t> RecordRange::resolve(std::size_t count) const {
+  const std::size_t first = resolve_bound(begin, count, 0);
+  const std::size_t last = resolve_bound(end, count, count);
+  if (first > last) {
+    throw std::invalid_argument("record range '" + begin + ":" + end + "' starts after it ends (records " +
+                                std::to_string(first) + " to " + std::to_string(last) + " of " +
+                                std::to_string(count) + ")");
+  }
+  return {first, last};
+}
+
+std::vector<TokenStream> slice_records(std::vector<TokenStream> streams, const RecordRange& range) {
+  const auto [first, last] = range.resolve(streams.size());
+  streams.erase(streams.begin() + static_cast<std::ptrdiff_t>(last), streams.end());
+  streams.erase(streams.begin(), streams.begin() + static_cast<std::ptrdiff_t>(first));
   return streams;
 }
 

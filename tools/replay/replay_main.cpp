@@ -9,6 +9,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -105,6 +106,11 @@ inputs (at least one):
   --samples N          streams per synthetic spec (default 4)
   --seed N             seed of the synthetic streams (default 1)
   --limit N            replay only the first N records of each --streams file
+  --records START:END  replay only records START to END (exclusive) of each --streams file, after
+                       --limit; each a record index or a percentage, either may be empty:
+                       --records 50%%: is the second half
+  --corpus-file FILE   a corpus file (ngramspec-corpus build) that match:file=1 drafts from and
+                       match:corpus=MIB,prime=1 loads into its live corpus
 drafters:
   --drafter NAME       repeatable; default match (MatchDrafter, the decoder's default). Drafters:
 )" "%s" R"(
@@ -213,7 +219,10 @@ void print_json(const std::vector<Row>& rows) {
 
 int run(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + (argc > 0 ? 1 : 0), argv + argc);
-  const ReplayOptions options = parse_replay_options(args);
+  ReplayOptions options = parse_replay_options(args);
+  if (!options.help && !options.corpus_file.empty()) {
+    options.defaults.corpus_file = std::make_shared<const MappedCorpus>(options.corpus_file);
+  }
   if (options.help) {
     std::printf(kUsage, drafter_names_help().c_str());
     return 0;

@@ -1,0 +1,44 @@
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "ngramspec/token.hpp"
+
+namespace ngramspec {
+
+/// One record of a corpus: a request's output (or any token sequence a user supplies) and
+/// its stamp, the time it was written (nanoseconds since the Unix epoch by default; any
+/// number that orders records in time will do). Files order their records by stamp.
+struct CorpusRecord {
+  std::span<const Token> tokens;
+  std::int64_t stamp = 0;
+};
+
+/// A corpus file could not be read or written: it is missing, truncated, corrupted, of
+/// another format version, written on a machine of the other byte order, or the disk failed.
+/// what() names the file, the section (when one is at fault) and what is wrong.
+class CorpusFileError : public std::runtime_error {
+ public:
+  CorpusFileError(const std::filesystem::path& path, const std::string& section, const std::string& problem)
+      : std::runtime_error(describe(path, section, problem)), path_(path), section_(section) {}
+
+  /// The file.
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// The part of the file at fault ("header", "tokens", "ngrams3", ...), or "" when the whole
+  /// file is (it cannot be opened, or is of the wrong size).
+  [[nodiscard]] const std::string& section() const noexcept { return section_; }
+
+ private:
+  static std::string describe(const std::filesystem::path& path, const std::string& section,
+                              const std::string& problem) {
+    return "corpus file '" + path.string() + "'" + (section.empty() ? "" : ", section " + section) + ": " + problem;
+  }
+  std::filesystem::path path_;
+  std::string section_;
+};
+
+}  // namespace ngramspec

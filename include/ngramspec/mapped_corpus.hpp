@@ -1,0 +1,118 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+
+#include "ngramspec/corpus_file.hpp"
+#include "ngramspec/detail/corpus_format.hpp"
+#include "ngramspec/shared_corpus.hpp"
+#include "ngramspec/token.hpp"
+
+namespace ngramspec {
+
+/// Where a corpus's longest suffix match ended: the match's length and the position after it.
+struct CorpusMatch {
+  std::size_t length = 0;  ///< tokens of the context matched (0: none)
+  std::uint64_t end = 0;   ///< position after the match in the corpus; what follows it is the draft
+};
+
+/// A corpus file (written by CorpusBuilder, SharedCorpus::save or `ngramspec-corpus`) mapped
+/// read-only into memory: a static corpus built ahead of time from what requests will quote
+/// (a code base, documentation, earlier outputs), which MatchDrafter consults beside, or
+/// instead of, the live SharedCorpus.
+///
+/// Mapping reads the 320-byte header and checks the file's structure (sizes, section bounds,
+/// format version, byte order), nothing more: it takes microseconds whatever the file's size
+/// and adds nothing to the process's private memory. The pages are the page cache's, so any
+/// number of processes mapping one file share one copy, and a server starts without a build
+/// step. The sections' checksums are checked by verify() (every byte), which `ngramspec-corpus
+/// verify` runs; a file that passes the structural checks but was corrupted since it was
+/// written can make drafts wrong (the engine's verify pass rejects them), never read out of
+/// bounds or loop: every position read from the file is bounds-checked and every probe bounded.
+///
+/// draft() finds what SharedCorpus::draft finds in a live corpus holding the same records:
+/// the most recent occurrence of the longest of the context's last 3, 2 or 1 tokens, the
+/// match measured backwards (up to kMaxVerify tokens, within a record) and what followed it
+/// copied up to the end of that record. It never allocates or locks; at most three probes,
+/// kMaxVerify comparisons and one copy.
+///
+/// Thread safety: immutable once mapped; any number of threads may call anything const. Move
+/// only; moving keeps the mapping (drafters hold a pointer to the MappedCorpus object, which
+/// must outlive them). The file may be replaced on disk meanwhile (writers rename a new file
+/// over the old, so the mapping keeps the old contents); truncating it in place would make
+/// reads of the lost pages fault, as for any mapped file. POSIX (mmap) only.
+class MappedCorpus {
+ public:
+  /// Longest match measured by draft(), as SharedCorpus.
+  static constexpr std::size_t kMaxVerify = SharedCorpus::kMaxVerify;
+
+  /// Maps `path`. Throws CorpusFileError naming the file, the section and the problem when it
+  /// cannot be opened or is not a well-formed corpus file of this format version.
+  explicit MappedCorpus(const std::filesystem::path& path);
+  ~MappedCorpus();
+  MappedCorpus(MappedCorpus&& other) noexcept;
+  MappedCorpus& operator=(MappedCorpus&& other) noexcept;
+  MappedCorpus(const MappedCorpus&) = delete;
+  MappedCorpus& operator=(const MappedCorpus&) = delete;
+
+  /// As SharedCorpus::draft: writes to `out` what followed the most recent occurrence of the
+  /// longest suffix (up to 3 tokens) of `context` (only its last kMaxVerify tokens are read).
+  /// busy is always false.
+  [[nodiscard]] CorpusDraft draft(std::span<const Token> context, std::span<Token> out) const noexcept;
+  /// draft() in two steps: the match alone ...
+  [[nodiscard]] CorpusMatch find(std::span<const Token> context) const noexcept;
+  /// ... and the tokens that follow it, up to the end of its record or out.size().
+  [[nodiscard]] std::size_t copy(const CorpusMatch& match, std::span<Token> out) const noexcept;
+
+  /// Reads every byte: each section's checksum, then the structure (records in order and
+  /// consistent with the start bits, every table entry pointing at its n-gram's latest
+  /// occurrence, probe runs within the recorded bound). Throws CorpusFileError naming the
+  /// section and what is wrong. Takes about a second per GiB.
+  void verify() const;
+
+  /// Tokens held.
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(header_->tokens); }
+  /// Records held (the oldest may be the end of a longer one, cut by a byte cap).
+  [[nodiscard]] std::size_t records() const noexcept { return static_cast<std::size_t>(header_->records); }
+  /// Record `index` (oldest first): its tokens (a view into the mapping) and stamp. Throws
+  /// std::out_of_range naming the index. On a corrupted file the view stays inside the
+  /// tokens held.
+  [[nodiscard]] CorpusRecord record(std::size_t index) const;
+  /// Every token held, oldest first.
+  [[nodiscard]] std::span<const Token> tokens() const noexcept { return tokens_; }
+  /// Stamps of the oldest and the newest record (0 when empty).
+  [[nodiscard]] std::int64_t first_stamp() const noexcept { return header_->first_stamp; }
+  [[nodiscard]] std::int64_t last_stamp() const noexcept { return header_->last_stamp; }
+  /// N-grams of `order` tokens (1 to 3) in the file's tables.
+  [[nodiscard]] std::uint64_t ngrams(std::size_t order) const noexcept;
+  /// The file's size.
+  [[nodiscard]] std::uint64_t file_bytes() const noexcept { return bytes_; }
+  /// The file mapped.
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  using Slot = detail::corpus_format::Slot;
+  struct Table {
+    const Slot* slots = nullptr;
+    std::uint64_t count = 0;
+    std::uint32_t max_probe = 0;
+  };
+  [[nodiscard]] std::uint32_t lookup(std::size_t order, std::uint64_t key) const noexcept;
+  [[nodiscard]] bool starts_record(std::uint64_t position) const noexcept {
+    return ((starts_[position / 64] >> (position % 64)) & 1U) != 0;
+  }
+  void release() noexcept;
+
+  std::filesystem::path path_;
+  const std::byte* base_ = nullptr;
+  std::uint64_t bytes_ = 0;
+  const detail::corpus_format::Header* header_ = nullptr;
+  std::span<const Token> tokens_;
+  const std::uint64_t* starts_ = nullptr;
+  std::span<const detail::corpus_format::RecordEntry> records_;
+  std::array<Table, detail::corpus_format::kMaxOrder> tables_{};
+};
+
+}  // namespace ngramspec

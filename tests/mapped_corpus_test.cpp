@@ -1,0 +1,310 @@
+#include "ngramspec/mapped_corpus.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ngramspec/corpus_builder.hpp"
+#include "ngramspec/match_drafter.hpp"
+#include "ngramspec/shared_corpus.hpp"
+#include "support/allocation_counter.hpp"
+#include "support/reference_corpus.hpp"
+#include "support/temp_dir.hpp"
+
+namespace ngramspec {
+namespace {
+
+using ::testing::HasSubstr;
+using test::Drafted;
+using test::TempDir;
+
+constexpr Token kUntouched = 0xDEADBEEFU;
+
+template <class Corpus>
+Drafted draft(const Corpus& corpus, std::span<const Token> context, std::size_t room) {
+  std::vector<Token> out(room, kUntouched);
+  const CorpusDraft found = corpus.draft(context, out);
+  EXPECT_FALSE(found.busy);
+  EXPECT_LE(found.count, room);
+  for (std::size_t j = found.count; j < room; ++j) EXPECT_EQ(out[j], kUntouched) << "wrote past its count at " << j;
+  out.resize(std::min(found.count, room));
+  return Drafted{found.count, found.match_length, out};
+}
+
+std::vector<Token> random_tokens(std::mt19937_64& rng, std::size_t length, Token vocab) {
+  std::vector<Token> tokens(length);
+  for (Token& t : tokens) t = static_cast<Token>(rng() % vocab);
+  return tokens;
+}
+
+std::vector<char> read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Contexts that hit the corpus (its own n-grams, extended by random tokens) and miss it.
+std::vector<std::vector<Token>> probe_contexts(std::mt19937_64& rng, std::span<const Token> held, Token vocab,
+                                               std::size_t count) {
+  std::vector<std::vector<Token>> contexts;
+  for (std::size_t i = 0; i < count; ++i) {
+    std::vector<Token> context = random_tokens(rng, rng() % 6, vocab);
+    if (!held.empty() && rng() % 4 != 0) {
+      const std::size_t end = 1 + rng() % held.size();
+      const std::size_t length = std::min<std::size_t>(end, 1 + rng() % 80);
+      context.insert(context.end(), held.begin() + static_cast<std::ptrdiff_t>(end - length),
+                     held.begin() + static_cast<std::ptrdiff_t>(end));
+    }
+    contexts.push_back(std::move(context));
+  }
+  return contexts;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A saved live corpus drafts exactly as the live one, mapped or loaded
+
+TEST(MappedCorpus, SavedLiveCorpusDraftsAsTheLiveOneOverManyRandomCorpora) {
+  TempDir dir;
+  std::mt19937_64 rng(20261123);
+  for (int trial = 0; trial < 60; ++trial) {
+    const Token vocab = static_cast<Token>(2 + rng() % 40);
+    const std::size_t capacity = std::size_t{256} << (rng() % 3);
+    SharedCorpus live(SharedCorpus::bytes_for(capacity));
+    const std::size_t records = rng() % 60;
+    for (std::size_t r = 0; r < records; ++r) live.append(random_tokens(rng, rng() % 40, vocab));
+    const auto path = dir / ("trial" + std::to_string(trial) + ".ngc");
+    live.save(path);
+
+    const MappedCorpus mapped(path);
+    ASSERT_NO_THROW(mapped.verify());
+    EXPECT_EQ(mapped.size(), live.size());
+    SharedCorpus loaded(SharedCorpus::bytes_for(capacity));
+    loaded.load(path);
+    EXPECT_EQ(loaded.size(), live.size());
+    EXPECT_EQ(loaded.last_stamp(), live.last_stamp());
+
+    for (const auto& context : probe_contexts(rng, mapped.tokens(), vocab, 200)) {
+      const std::size_t room = rng() % 20;
+      const Drafted expected = draft(live, context, room);
+      ASSERT_EQ(draft(mapped, context, room), expected) << "trial " << trial;
+      ASSERT_EQ(draft(loaded, context, room), expected) << "trial " << trial;
+    }
+  }
+}
+
+TEST(MappedCorpus, RecordsAndStampsRoundTrip) {
+  TempDir dir;
+  SharedCorpus live(SharedCorpus::bytes_for(256));
+  live.append(std::vector<Token>{1, 2, 3}, 100);
+  live.append(std::vector<Token>{4, 5}, 50);  // raised to 101: stamps only increase
+  live.append(std::vector<Token>{6}, 200);
+  EXPECT_EQ(live.last_stamp(), 200);
+  live.save(dir / "c.ngc");
+  const MappedCorpus mapped(dir / "c.ngc");
+  ASSERT_EQ(mapped.records(), 3U);
+  EXPECT_EQ(mapped.first_stamp(), 100);
+  EXPECT_EQ(mapped.last_stamp(), 200);
+  EXPECT_EQ(std::vector<Token>(mapped.record(0).tokens.begin(), mapped.record(0).tokens.end()),
+            (std::vector<Token>{1, 2, 3}));
+  EXPECT_EQ(mapped.record(1).stamp, 101);
+  EXPECT_EQ(std::vector<Token>(mapped.record(2).tokens.begin(), mapped.record(2).tokens.end()), std::vector<Token>{6});
+  EXPECT_THAT([&] { static_cast<void>(mapped.record(3)); },
+              ::testing::ThrowsMessage<std::out_of_range>(HasSubstr("index 3 is out of range: 3 records")));
+  EXPECT_EQ(mapped.ngrams(1), 6U);
+  EXPECT_EQ(mapped.ngrams(2), 3U);  // 1 2, 2 3, 4 5
+  EXPECT_EQ(mapped.ngrams(3), 1U);
+}
+
+TEST(MappedCorpus, AnEmptyCorpusSavesAndMapsToAnEmptyFile) {
+  TempDir dir;
+  const SharedCorpus live(SharedCorpus::min_bytes());
+  live.save(dir / "empty.ngc");
+  const MappedCorpus mapped(dir / "empty.ngc");
+  EXPECT_EQ(mapped.size(), 0U);
+  EXPECT_EQ(mapped.records(), 0U);
+  EXPECT_NO_THROW(mapped.verify());
+  const std::vector<Token> context = {1, 2, 3};
+  EXPECT_EQ(draft(mapped, context, 4), Drafted{});
+}
+
+TEST(MappedCorpus, DraftingAllocatesNothing) {
+  TempDir dir;
+  CorpusBuilder builder;
+  std::mt19937_64 rng(5);
+  for (int r = 0; r < 50; ++r) builder.add(random_tokens(rng, 100, 20), r);
+  static_cast<void>(builder.write(dir / "c.ngc"));
+  const MappedCorpus mapped(dir / "c.ngc");
+  const auto contexts = probe_contexts(rng, mapped.tokens(), 20, 100);
+  std::vector<Token> out(16);
+  const test::AllocationCounter allocations;
+  for (const auto& context : contexts) static_cast<void>(mapped.draft(context, out));
+  EXPECT_EQ(allocations.count(), 0U);
+}
+
+TEST(MappedCorpus, MovingKeepsTheMappingAndEmptiesTheSource) {
+  TempDir dir;
+  CorpusBuilder builder;
+  builder.add(std::vector<Token>{7, 8, 9, 10}, 1);
+  static_cast<void>(builder.write(dir / "c.ngc"));
+  MappedCorpus first(dir / "c.ngc");
+  MappedCorpus second(std::move(first));
+  EXPECT_EQ(second.size(), 4U);
+  EXPECT_EQ(first.size(), 0U);  // NOLINT(bugprone-use-after-move): documented as empty
+  const std::vector<Token> context = {8};
+  EXPECT_EQ(draft(second, context, 4).tokens, (std::vector<Token>{9, 10}));
+  EXPECT_EQ(draft(first, context, 4), Drafted{});
+  first = std::move(second);
+  EXPECT_EQ(first.size(), 4U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CorpusBuilder: what a file holds is defined by its records alone
+
+struct TestRecord {
+  std::vector<Token> tokens;
+  std::int64_t stamp;
+};
+
+std::filesystem::path build(const TempDir& dir, const std::string& name, const std::vector<TestRecord>& records,
+                            std::uint64_t cap = CorpusBuilder::kNoCap) {
+  CorpusBuilder builder(cap);
+  for (const TestRecord& r : records) builder.add(r.tokens, r.stamp);
+  static_cast<void>(builder.write(dir / name));
+  return dir / name;
+}
+
+std::filesystem::path merge(const TempDir& dir, const std::string& name, const std::vector<std::filesystem::path>& shards,
+                            std::uint64_t cap = CorpusBuilder::kNoCap) {
+  CorpusBuilder builder(cap);
+  for (const auto& shard : shards) builder.add(MappedCorpus(shard));
+  static_cast<void>(builder.write(dir / name));
+  return dir / name;
+}
+
+TEST(CorpusMerge, ResultDependsOnlyOnTheSetOfRecordsOverManyRandomShardings) {
+  TempDir dir;
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 25; ++trial) {
+    // Records with stamps that overlap across shards and sometimes tie.
+    std::vector<TestRecord> records;
+    const std::size_t count = 1 + rng() % 30;
+    for (std::size_t r = 0; r < count; ++r) {
+      records.push_back({random_tokens(rng, 1 + rng() % 30, 8), static_cast<std::int64_t>(rng() % 20)});
+    }
+    const auto whole = build(dir, "whole.ngc", records);
+    // The same records dealt at random into 1 to 4 shards, merged in a random order, some
+    // records given twice.
+    const std::size_t shards = 1 + rng() % 4;
+    std::vector<std::vector<TestRecord>> dealt(shards);
+    for (const TestRecord& r : records) {
+      dealt[rng() % shards].push_back(r);
+      if (rng() % 5 == 0) dealt[rng() % shards].push_back(r);
+    }
+    std::vector<std::filesystem::path> paths;
+    for (std::size_t s = 0; s < shards; ++s) paths.push_back(build(dir, "shard" + std::to_string(s) + ".ngc", dealt[s]));
+    std::shuffle(paths.begin(), paths.end(), rng);
+    const auto merged = merge(dir, "merged.ngc", paths);
+    ASSERT_EQ(read_bytes(merged), read_bytes(whole)) << "trial " << trial;
+    EXPECT_NO_THROW(MappedCorpus(merged).verify());
+    // Idempotent: merging the result with one of its shards changes nothing.
+    const auto again = merge(dir, "again.ngc", {merged, paths.front()});
+    ASSERT_EQ(read_bytes(again), read_bytes(whole)) << "trial " << trial;
+  }
+}
+
+TEST(CorpusMerge, ShardsDisjointInTimeConcatenateInTimeOrder) {
+  TempDir dir;
+  const auto later = build(dir, "later.ngc", {{{5, 6, 7}, 30}, {{8, 9}, 40}});
+  const auto earlier = build(dir, "earlier.ngc", {{{1, 2}, 10}, {{3, 4}, 20}});
+  const MappedCorpus merged(merge(dir, "m.ngc", {later, earlier}));
+  EXPECT_EQ(std::vector<Token>(merged.tokens().begin(), merged.tokens().end()),
+            (std::vector<Token>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  ASSERT_EQ(merged.records(), 4U);
+  EXPECT_EQ(merged.record(2).stamp, 30);
+  EXPECT_EQ(merged.first_stamp(), 10);
+  EXPECT_EQ(merged.last_stamp(), 40);
+}
+
+TEST(CorpusMerge, OverTheCapTheMostRecentTokensStayAndTheFileFits) {
+  TempDir dir;
+  std::mt19937_64 rng(3);
+  std::vector<TestRecord> records;
+  std::vector<Token> all;
+  for (int r = 0; r < 40; ++r) {
+    records.push_back({random_tokens(rng, 50, 1000), r});
+    all.insert(all.end(), records.back().tokens.begin(), records.back().tokens.end());
+  }
+  const std::uint64_t cap = 40000;
+  CorpusBuilder builder(cap);
+  for (const TestRecord& r : records) builder.add(r.tokens, r.stamp);
+  const CorpusFileSummary summary = builder.write(dir / "capped.ngc");
+  EXPECT_LE(summary.file_bytes, cap);
+  EXPECT_GT(summary.dropped_tokens, 0U);
+  EXPECT_EQ(summary.tokens + summary.dropped_tokens, all.size());
+  const MappedCorpus mapped(dir / "capped.ngc");
+  EXPECT_EQ(mapped.file_bytes(), summary.file_bytes);
+  EXPECT_NO_THROW(mapped.verify());
+  // The file holds exactly the last tokens; its oldest record is the end of a longer one.
+  EXPECT_TRUE(std::equal(mapped.tokens().begin(), mapped.tokens().end(), all.end() - static_cast<std::ptrdiff_t>(mapped.size())));
+  EXPECT_EQ(mapped.last_stamp(), 39);
+}
+
+TEST(CorpusBuilder, AByteCapTooSmallForOneTokenIsNamed) {
+  EXPECT_THAT([] { CorpusBuilder builder(100); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("max_file_bytes = 100 is invalid")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// MatchDrafter with a corpus file, alone and beside the live corpus
+
+TEST(MatchDrafterWithCorpusFile, DraftsFromTheFileWhenTheSequenceHasNoMatch) {
+  TempDir dir;
+  const auto path = build(dir, "c.ngc", {{{100, 101, 102, 103, 104}, 1}});
+  const MappedCorpus file(path);
+  MatchDrafter drafter(MatchConfig{.min_confidence = 0}, nullptr, &file);
+  drafter.update(std::vector<Token>{7, 100, 101});
+  std::vector<Token> out(4);
+  ASSERT_EQ(drafter.predict(out), 3U);
+  EXPECT_EQ(out, (std::vector<Token>{102, 103, 104, 0}));
+}
+
+TEST(MatchDrafterWithCorpusFile, PreferenceDecidesWhenBothMatch) {
+  TempDir dir;
+  // The file matches the last two tokens (5 6 -> 50 51), the live corpus the last three (4 5 6 -> 60 61).
+  const auto path = build(dir, "c.ngc", {{{9, 5, 6, 50, 51}, 1}});
+  const MappedCorpus file(path);
+  SharedCorpus live(SharedCorpus::min_bytes());
+  live.append(std::vector<Token>{4, 5, 6, 60, 61});
+  const auto drafts = [&](CorpusPreference preference, const std::vector<Token>& sequence) {
+    MatchDrafter drafter(MatchConfig{.min_confidence = 0, .corpus_preference = preference}, &live, &file);
+    drafter.update(sequence);
+    std::vector<Token> out(2);
+    out.resize(drafter.predict(out));
+    return out;
+  };
+  const std::vector<Token> live_longer = {4, 5, 6};
+  EXPECT_EQ(drafts(CorpusPreference::longer_match, live_longer), (std::vector<Token>{60, 61}));
+  EXPECT_EQ(drafts(CorpusPreference::live, live_longer), (std::vector<Token>{60, 61}));
+  EXPECT_EQ(drafts(CorpusPreference::file, live_longer), (std::vector<Token>{50, 51}));
+  const std::vector<Token> file_longer = {9, 5, 6};
+  EXPECT_EQ(drafts(CorpusPreference::longer_match, file_longer), (std::vector<Token>{50, 51}));
+  EXPECT_EQ(drafts(CorpusPreference::live, file_longer), (std::vector<Token>{60, 61}));
+  const std::vector<Token> tie = {5, 6};  // both match two tokens: the live corpus, the more recent
+  EXPECT_EQ(drafts(CorpusPreference::longer_match, tie), (std::vector<Token>{60, 61}));
+}
+
+TEST(MatchDrafterWithCorpusFile, AnInvalidPreferenceIsNamed) {
+  EXPECT_THAT([] { MatchDrafter drafter(MatchConfig{.corpus_preference = static_cast<CorpusPreference>(7)}); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("corpus_preference = 7 is invalid")));
+}
+
+}  // namespace
+}  // namespace ngramspec
