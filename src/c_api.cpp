@@ -155,11 +155,8 @@ ngramspec_status translate_exception(const char* where, const char* subject = ""
   }
 }
 
-// A corpus preference from C, which may hold any int in the enum: read as an int, checked.
-bool to_cpp(ngramspec_corpus_preference preference, ngramspec::CorpusPreference& out, const char* where) noexcept {
-  int value = 0;
-  static_assert(sizeof value == sizeof preference);
-  std::memcpy(&value, &preference, sizeof value);
+// A corpus preference from C: any int, checked against the enum.
+bool to_cpp(int value, ngramspec::CorpusPreference& out, const char* where) noexcept {
   switch (value) {
     case NGRAMSPEC_PREFER_LONGER_MATCH: out = ngramspec::CorpusPreference::longer_match; return true;
     case NGRAMSPEC_PREFER_LIVE: out = ngramspec::CorpusPreference::live; return true;
@@ -491,7 +488,7 @@ ngramspec_status ngramspec_match_drafter_create(const ngramspec_match_config* co
 
 ngramspec_status ngramspec_match_drafter_create_file(const ngramspec_match_config* config,
                                                      const ngramspec_corpus* corpus, const ngramspec_corpus_file* file,
-                                                     ngramspec_corpus_preference preference,
+                                                     int preference,
                                                      ngramspec_match_drafter** out) {
   if (out == nullptr) return null_argument(__func__, "out");
   ngramspec::CorpusPreference cpp_preference{};
@@ -625,7 +622,7 @@ ngramspec_status ngramspec_batch_create(const ngramspec_batch_config* config, ng
 }
 
 ngramspec_status ngramspec_batch_create_file(const ngramspec_batch_config* config, ngramspec_corpus* corpus,
-                                             const ngramspec_corpus_file* file, ngramspec_corpus_preference preference,
+                                             const ngramspec_corpus_file* file, int preference,
                                              ngramspec_batch** out) {
   if (out == nullptr) return null_argument(__func__, "out");
   ngramspec::CorpusPreference cpp_preference{};

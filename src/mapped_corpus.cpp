@@ -292,19 +292,24 @@ CorpusRecord MappedCorpus::record(std::size_t index) const {
                       records_[index].stamp};
 }
 
-void MappedCorpus::verify() const {
+void MappedCorpus::verify_checksums() const {
   if (base_ == nullptr) throw CorpusFileError(path_, "", "nothing is mapped (a moved-from MappedCorpus)");
-  const auto fail = [&](std::size_t section, const std::string& problem) {
-    throw CorpusFileError(path_, std::string(format::section_name(section)), problem);
-  };
   for (std::size_t i = 0; i < format::kSections; ++i) {
     const format::SectionEntry& s = header_->sections[i];
     const std::uint64_t computed = format::checksum(std::span<const std::byte>(base_ + s.offset, s.bytes));
     if (computed != s.checksum) {
-      fail(i, "checksum mismatch: stored " + hex(s.checksum) + ", computed " + hex(computed) +
-                  " (the section is corrupted)");
+      throw CorpusFileError(path_, std::string(format::section_name(i)),
+                            "checksum mismatch: stored " + hex(s.checksum) + ", computed " + hex(computed) +
+                                " (the section is corrupted)");
     }
   }
+}
+
+void MappedCorpus::verify() const {
+  verify_checksums();
+  const auto fail = [&](std::size_t section, const std::string& problem) {
+    throw CorpusFileError(path_, std::string(format::section_name(section)), problem);
+  };
   // Records: the first at 0, in order, each starting where a start bit is, and no other bits.
   const std::uint64_t held = tokens_.size();
   std::uint64_t starts_seen = 0;

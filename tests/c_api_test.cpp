@@ -1372,8 +1372,7 @@ TEST(CApiCorpusFile, BadArgumentsAreReportedAndChangeNothing) {
   EXPECT_INVALID(ngramspec_batch_create_file(nullptr, nullptr, file.get(), NGRAMSPEC_PREFER_FILE, nullptr),
                  "ngramspec_batch_create_file: out is NULL");
   for (const int bad : {3, -1, 1000}) {
-    ngramspec_corpus_preference preference{};
-    std::memcpy(&preference, &bad, sizeof bad);  // what a C caller may pass
+    const int preference = bad;
     const std::string named = "preference = " + std::to_string(bad) + " is invalid";
     ngramspec_match_drafter* match = sentinel_handle<ngramspec_match_drafter>();
     EXPECT_INVALID(ngramspec_match_drafter_create_file(nullptr, corpus.get(), file.get(), preference, &match),

@@ -165,6 +165,27 @@ TEST(MappedCorpus, MovingKeepsTheMappingAndEmptiesTheSource) {
   EXPECT_EQ(first.size(), 4U);
 }
 
+TEST(MappedCorpus, VerifyChecksumsNamesTheCorruptedSection) {
+  TempDir dir;
+  CorpusBuilder builder;
+  builder.add(std::vector<Token>{1, 2, 3, 4, 5, 6}, 1);
+  static_cast<void>(builder.write(dir / "c.ngc"));
+  EXPECT_NO_THROW(MappedCorpus(dir / "c.ngc").verify_checksums());
+  {  // the third token's low byte: the tokens section, past the 320-byte header and its alignment
+    std::fstream file(dir / "c.ngc", std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(320 + 8);
+    file.put('\x7f');
+  }
+  const MappedCorpus mapped(dir / "c.ngc");  // the header still checks out
+  try {
+    mapped.verify_checksums();
+    FAIL() << "a corrupted section passed";
+  } catch (const CorpusFileError& e) {
+    EXPECT_EQ(e.section(), "tokens");
+    EXPECT_THAT(e.what(), HasSubstr("checksum mismatch"));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // CorpusBuilder: what a file holds is defined by its records alone
 

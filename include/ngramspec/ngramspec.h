@@ -150,7 +150,9 @@ NGRAMSPEC_API ngramspec_status ngramspec_corpus_file_draft(const ngramspec_corpu
                                                            ngramspec_token* out, size_t room, size_t* count,
                                                            size_t* match_length);
 
-/* Which corpus drafts when a live corpus and a corpus file both match a sequence's end (since 0.3). */
+/* Which corpus drafts when a live corpus and a corpus file both match a sequence's end (since 0.3).
+ * The create functions take it as an int, so that any value a caller passes is well defined and a
+ * value outside the enum is refused by name. */
 typedef enum ngramspec_corpus_preference {
   NGRAMSPEC_PREFER_LONGER_MATCH = 0, /* the one whose match is longer; the live corpus on a tie */
   NGRAMSPEC_PREFER_LIVE = 1,         /* the live corpus whenever it drafts; the file otherwise */
@@ -178,11 +180,11 @@ NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_create(const ngramspec_ma
                                                               const ngramspec_corpus* corpus,
                                                               ngramspec_match_drafter** out);
 /* Since 0.3. ngramspec_match_drafter_create that also consults the corpus file `file` when not NULL
- * (it must outlive the drafter), `preference` choosing when both match. */
+ * (it must outlive the drafter), `preference` (an ngramspec_corpus_preference) choosing when both match. */
 NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_create_file(const ngramspec_match_config* config,
                                                                    const ngramspec_corpus* corpus,
                                                                    const ngramspec_corpus_file* file,
-                                                                   ngramspec_corpus_preference preference,
+                                                                   int preference,
                                                                    ngramspec_match_drafter** out);
 NGRAMSPEC_API void ngramspec_match_drafter_free(ngramspec_match_drafter* drafter);
 /* Observes `count` tokens in order (a prompt, or the tokens a pass emitted). */
@@ -272,12 +274,12 @@ typedef struct ngramspec_batch ngramspec_batch;
 NGRAMSPEC_API ngramspec_status ngramspec_batch_create(const ngramspec_batch_config* config, ngramspec_corpus* corpus,
                                                       ngramspec_batch** out);
 /* Since 0.3. ngramspec_batch_create whose drafters also consult the corpus file `file` when not NULL
- * (it must outlive the batch), `preference` choosing when both match. Finished outputs go to
+ * (it must outlive the batch), `preference` (an ngramspec_corpus_preference) choosing when both match.
+ * Finished outputs go to
  * `corpus` alone: a corpus file is read-only. */
 NGRAMSPEC_API ngramspec_status ngramspec_batch_create_file(const ngramspec_batch_config* config,
                                                            ngramspec_corpus* corpus, const ngramspec_corpus_file* file,
-                                                           ngramspec_corpus_preference preference,
-                                                           ngramspec_batch** out);
+                                                           int preference, ngramspec_batch** out);
 NGRAMSPEC_API void ngramspec_batch_free(ngramspec_batch* batch);
 /* Starts sequence `id` after the prompt (options NULL: the defaults); its drafter reads the prompt.
  * A sequence that may emit nothing (max_new_tokens 0, or a prompt of max_context tokens) starts

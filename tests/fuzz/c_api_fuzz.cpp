@@ -291,7 +291,7 @@ class Script {
     bool ok = false;
     if (with_file) {
       file = in_.flag() ? files_[slot()] : nullptr;
-      const ngramspec_corpus_preference preference = corpus_preference(preference_valid);
+      const int preference = corpus_preference(preference_valid);
       ok = check_status(
           ngramspec_match_drafter_create_file(with_config ? &config : nullptr, corpus, file, preference, where),
           "ngramspec_match_drafter_create_file");
@@ -312,13 +312,11 @@ class Script {
   }
 
   // A preference: one of the three mostly, now and then a value outside the enum.
-  ngramspec_corpus_preference corpus_preference(bool& valid) {
+  int corpus_preference(bool& valid) {
     static constexpr int kValues[] = {0, 1, 2, 0, 1, 2, 3, -1};
     const int value = kValues[in_.in_range(0, std::size(kValues) - 1)];
     valid = value >= 0 && value <= 2;
-    ngramspec_corpus_preference preference{};
-    std::memcpy(&preference, &value, sizeof value);  // what a C caller may pass
-    return preference;
+    return value;
   }
 
   void ngram_create() {
@@ -472,7 +470,7 @@ class Script {
     if (with_file) {
       file = in_.flag() ? files_[slot()] : nullptr;
       bool preference_valid = true;
-      const ngramspec_corpus_preference preference = corpus_preference(preference_valid);
+      const int preference = corpus_preference(preference_valid);
       ok = check_status(ngramspec_batch_create_file(&config, corpus, file, preference, where),
                         "ngramspec_batch_create_file");
       if (!preference_valid && ok) fuzz_fail("a batch was made with an invalid corpus preference");
