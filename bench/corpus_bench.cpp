@@ -45,6 +45,8 @@
 //                                        by this process alone counts as Private_Clean though it is
 //                                        the page cache's (the kernel maps the pages around the
 //                                        header's with it); anon_kib_added is the heap's part.
+//   BM_VerifyChecksums/<MiB>,            verify_checksums() and verify() of that file, in the page
+//   BM_VerifyCorpus/<MiB>                cache: file_MB, MB of file checked per second.
 //   BM_BuildCorpus/<tokens>              CorpusBuilder::write of 1M and 8M tokens of records (the
 //                                        records added beforehand), to a file flushed to disk (with
 //                                        the variable below, /<MiB>: the tokens of a file that size).
@@ -66,7 +68,7 @@
 //
 // NGRAMSPEC_CORPUS_BENCH_BYTES=N (bytes) sets the mapped file to N bytes, the shards to N/2 each
 // and the build to the tokens of an N-byte file, for the large figures:
-//   NGRAMSPEC_CORPUS_BENCH_BYTES=1073741824 build/.../bench/corpus_bench --benchmark_filter='Map|Build|Merge|Disk'
+//   NGRAMSPEC_CORPUS_BENCH_BYTES=1073741824 build/.../bench/corpus_bench --benchmark_filter='Map|Verify|Build|Merge|Disk'
 
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -563,6 +565,29 @@ void map_corpus(benchmark::State& state, std::uint64_t bytes) {
   state.SetLabel(label);
 }
 
+// verify_checksums() (every byte read once) or verify() (the checksums, then every n-gram looked
+// up) of the file BM_MapCorpus maps, the file in the page cache: MB of file checked per second.
+void verify_corpus(benchmark::State& state, std::uint64_t bytes, bool full) {
+  std::uint64_t file_bytes = 0;
+  try {
+    const MappedCorpus file(synthetic_file("map-" + std::to_string(bytes), bytes, 31, 1));
+    file_bytes = file.file_bytes();
+    for (auto _ : state) {
+      if (full) {
+        file.verify();
+      } else {
+        file.verify_checksums();
+      }
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  state.counters["file_MB"] = benchmark::Counter(static_cast<double>(file_bytes) * 1e-6 *
+                                                     static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Building.
 
@@ -847,6 +872,15 @@ void register_all() {
                                [map_bytes](benchmark::State& state) { map_corpus(state, map_bytes); })
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
+
+  benchmark::RegisterBenchmark(("BM_VerifyChecksums/" + mib(map_bytes)).c_str(),
+                               [map_bytes](benchmark::State& state) { verify_corpus(state, map_bytes, false); })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark(("BM_VerifyCorpus/" + mib(map_bytes)).c_str(),
+                               [map_bytes](benchmark::State& state) { verify_corpus(state, map_bytes, true); })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
 
   std::vector<std::uint64_t> build_tokens(kDefaultBuildTokens.begin(), kDefaultBuildTokens.end());
   if (sizes().build_bytes) build_tokens = {0};  // sized from the file scale when it runs

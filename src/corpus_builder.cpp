@@ -19,6 +19,7 @@
 
 #include "ngramspec/detail/corpus_format.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
+#include "ngramspec/detail/suffix_match.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 
 namespace ngramspec {
@@ -73,9 +74,7 @@ class NgramKeys {
   [[nodiscard]] std::uint64_t next(std::size_t p) noexcept {
     run_ = ((starts_[p / 64] >> (p % 64)) & 1U) != 0 ? 1 : run_ + 1;
     if (run_ < order_) return 0;
-    std::uint64_t h = detail::kFnvOffsetBasis;
-    for (std::size_t back = 0; back < order_; ++back) h = detail::fnv1a_step(h, tokens_[p - back]);
-    return h;
+    return detail::ngram_hash([this](std::uint64_t at) { return tokens_[at]; }, p + 1, order_);
   }
 
  private:

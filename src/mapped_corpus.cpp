@@ -233,42 +233,25 @@ std::uint32_t MappedCorpus::lookup(std::size_t order, std::uint64_t key) const n
   return 0;
 }
 
-CorpusMatch MappedCorpus::find(std::span<const Token> context) const noexcept {
-  CorpusMatch match;
-  if (context.empty() || tokens_.empty()) return match;
-  if (context.size() > kMaxVerify) context = context.last(kMaxVerify);
-  const std::size_t orders = std::min<std::size_t>(format::kMaxOrder, context.size());
-  std::array<std::uint64_t, format::kMaxOrder> hashes{};
-  std::uint64_t hash = detail::kFnvOffsetBasis;
-  for (std::size_t n = 1; n <= orders; ++n) hashes[n - 1] = hash = detail::fnv1a_step(hash, context[context.size() - n]);
-  const std::uint64_t held = tokens_.size();
-  for (std::size_t n = orders; n >= 1; --n) {
-    const std::uint64_t end = lookup(n, hashes[n - 1]);
-    if (end < n || end > held) continue;  // none, or a corrupted entry
-    // Backwards from the end, within the occurrence's record.
-    std::size_t length = 0;
-    while (length < context.size() && end - length > 0 && (length == 0 || !starts_record(end - length)) &&
-           tokens_[end - 1 - length] == context[context.size() - 1 - length]) {
-      ++length;
-    }
-    if (length < n) continue;  // a fingerprint collision: try a shorter suffix
-    match.length = length;
-    match.end = end;
-    return match;
+struct MappedCorpus::Index {
+  const MappedCorpus& corpus;
+  [[nodiscard]] std::uint64_t end_of(std::size_t order, std::uint64_t key) const noexcept {
+    return corpus.lookup(order, key);
   }
-  return match;
+  [[nodiscard]] Token at(std::uint64_t position) const noexcept { return corpus.tokens_[position]; }
+  [[nodiscard]] bool starts_record(std::uint64_t position) const noexcept { return corpus.starts_record(position); }
+  [[nodiscard]] static std::uint64_t oldest() noexcept { return 0; }
+  // Ends read from the tables are checked against this, so a corrupted entry is a miss.
+  [[nodiscard]] std::uint64_t written() const noexcept { return corpus.tokens_.size(); }
+};
+
+CorpusMatch MappedCorpus::find(std::span<const Token> context) const noexcept {
+  if (context.empty() || tokens_.empty()) return {};
+  return detail::longest_suffix_match(Index{*this}, context, detail::suffix_hashes(context));
 }
 
 std::size_t MappedCorpus::copy(const CorpusMatch& match, std::span<Token> out) const noexcept {
-  if (match.length == 0) return 0;
-  std::size_t count = 0;
-  const std::uint64_t held = tokens_.size();
-  while (count < out.size()) {
-    const std::uint64_t from = match.end + count;
-    if (from >= held || starts_record(from)) break;
-    out[count++] = tokens_[from];
-  }
-  return count;
+  return detail::copy_after(Index{*this}, match, out);
 }
 
 CorpusDraft MappedCorpus::draft(std::span<const Token> context, std::span<Token> out) const noexcept {
@@ -350,9 +333,7 @@ void MappedCorpus::verify() const {
       return true;
     };
     const auto hash_at = [&](std::uint64_t end) {
-      std::uint64_t h = detail::kFnvOffsetBasis;
-      for (std::size_t back = 1; back <= order; ++back) h = detail::fnv1a_step(h, tokens_[end - back]);
-      return h;
+      return detail::ngram_hash([&](std::uint64_t p) { return tokens_[p]; }, end, order);
     };
     std::uint64_t stored = 0;
     for (std::uint64_t i = 0; i < table.count; ++i) {

@@ -255,19 +255,31 @@ CorpusDraft MatchDrafter::ask_corpus(std::span<Token> out) const noexcept {
   for (std::size_t i = 0; i < have; ++i) context[i] = recent(have - 1 - i);
   const std::span<const Token> end(context.data(), have);
   if (file_ == nullptr) return corpus_->draft(end, out);
-  const CorpusMatch in_file = file_->find(end);
-  CorpusDraft live;
-  if (corpus_ != nullptr && !(config_.corpus_preference == CorpusPreference::file && in_file.length > 0)) {
-    live = corpus_->draft(end, out);
-    if (live.count > 0 && (config_.corpus_preference == CorpusPreference::live || live.match_length >= in_file.length)) {
-      return live;
+  const auto from_file = [&](const CorpusMatch& match) {
+    CorpusDraft found;
+    found.match_length = match.length;
+    found.count = file_->copy(match, out);
+    return found;
+  };
+  if (corpus_ == nullptr) return from_file(file_->find(end));
+  switch (config_.corpus_preference) {
+    case CorpusPreference::live: {
+      const CorpusDraft live = corpus_->draft(end, out);
+      return live.count > 0 ? live : from_file(file_->find(end));
     }
+    case CorpusPreference::file: {
+      const CorpusMatch in_file = file_->find(end);
+      return in_file.length > 0 ? from_file(in_file) : corpus_->draft(end, out);
+    }
+    case CorpusPreference::longer_match:
+      break;
   }
-  CorpusDraft from_file;
-  from_file.match_length = in_file.length;
-  from_file.count = file_->copy(in_file, out);
+  const CorpusMatch in_file = file_->find(end);
+  const CorpusDraft live = corpus_->draft(end, out);
+  if (live.count > 0 && live.match_length >= in_file.length) return live;
   // A match at the very end of a record copies nothing; then the live draft (still in out) stands.
-  return from_file.count > 0 ? from_file : live;
+  const CorpusDraft copied = from_file(in_file);
+  return copied.count > 0 ? copied : live;
 }
 
 std::size_t MatchDrafter::draft_from_corpus(std::span<Token> out, std::span<float> probabilities) const noexcept {

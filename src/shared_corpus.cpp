@@ -78,11 +78,20 @@ bool SharedCorpus::whole_ngram(std::uint64_t end, std::size_t order) const noexc
 }
 
 std::uint64_t SharedCorpus::ngram_hash(std::uint64_t end, std::size_t order) const noexcept {
-  // Newest first, as draft() hashes the context's suffixes in one pass.
-  std::uint64_t hash = detail::kFnvOffsetBasis;
-  for (std::size_t back = 1; back <= order; ++back) hash = detail::fnv1a_step(hash, at(end - back));
-  return hash;
+  return detail::ngram_hash([this](std::uint64_t p) { return at(p); }, end, order);
 }
+
+struct SharedCorpus::Index {
+  const SharedCorpus& corpus;
+  [[nodiscard]] std::uint64_t end_of(std::size_t order, std::uint64_t key) const noexcept {
+    const LastEnd* const entry = corpus.last_[order - 1].find(key);
+    return entry == nullptr ? 0 : entry->end;
+  }
+  [[nodiscard]] Token at(std::uint64_t position) const noexcept { return corpus.at(position); }
+  [[nodiscard]] bool starts_record(std::uint64_t position) const noexcept { return corpus.starts_record(position); }
+  [[nodiscard]] std::uint64_t oldest() const noexcept { return corpus.oldest_; }
+  [[nodiscard]] std::uint64_t written() const noexcept { return corpus.written_; }
+};
 
 void SharedCorpus::evict_oldest() noexcept {
   // The n-grams that start at the oldest token go with it; an entry names a later end when the
@@ -187,11 +196,7 @@ std::size_t SharedCorpus::min_bytes() noexcept { return bytes_for(kMinTokens); }
 CorpusDraft SharedCorpus::draft(std::span<const Token> context, std::span<Token> out) const noexcept {
   CorpusDraft found;
   if (context.empty() || out.empty()) return found;
-  if (context.size() > kMaxVerify) context = context.last(kMaxVerify);
-  const std::size_t orders = std::min(kMaxOrder, context.size());
-  std::array<std::uint64_t, kMaxOrder> hashes{};
-  std::uint64_t hash = detail::kFnvOffsetBasis;
-  for (std::size_t n = 1; n <= orders; ++n) hashes[n - 1] = hash = detail::fnv1a_step(hash, context[context.size() - n]);
+  const detail::SuffixHashes hashes = detail::suffix_hashes(context);  // before the lock: it is held briefly
 
   // Readers never wait for an append: while one is pending or running they find nothing, and
   // the append waits only for the drafts already under way.
@@ -204,26 +209,10 @@ CorpusDraft SharedCorpus::draft(std::span<const Token> context, std::span<Token>
     found.busy = true;
     return found;
   }
-  for (std::size_t n = orders; n >= 1; --n) {
-    const LastEnd* const entry = last_[n - 1].find(hashes[n - 1]);
-    if (entry == nullptr) continue;
-    const std::uint64_t end = entry->end;
-    // Backwards from the end, within the occurrence's record and what the corpus holds.
-    std::size_t length = 0;
-    while (length < context.size() && end - length > oldest_ && (length == 0 || !starts_record(end - length)) &&
-           at(end - 1 - length) == context[context.size() - 1 - length]) {
-      ++length;
-    }
-    if (length < n) continue;  // a hash collision: try a shorter suffix
-    found.match_length = length;
-    // Forwards, up to the end of that record.
-    while (found.count < out.size()) {
-      const std::uint64_t from = end + found.count;
-      if (from >= written_ || starts_record(from)) break;
-      out[found.count++] = at(from);
-    }
-    return found;
-  }
+  const Index index{*this};
+  const CorpusMatch match = detail::longest_suffix_match(index, context, hashes);
+  found.match_length = match.length;
+  found.count = detail::copy_after(index, match, out);
   return found;
 }
 

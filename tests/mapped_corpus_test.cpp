@@ -24,27 +24,10 @@ namespace ngramspec {
 namespace {
 
 using ::testing::HasSubstr;
+using test::draft;
 using test::Drafted;
+using test::random_tokens;
 using test::TempDir;
-
-constexpr Token kUntouched = 0xDEADBEEFU;
-
-template <class Corpus>
-Drafted draft(const Corpus& corpus, std::span<const Token> context, std::size_t room) {
-  std::vector<Token> out(room, kUntouched);
-  const CorpusDraft found = corpus.draft(context, out);
-  EXPECT_FALSE(found.busy);
-  EXPECT_LE(found.count, room);
-  for (std::size_t j = found.count; j < room; ++j) EXPECT_EQ(out[j], kUntouched) << "wrote past its count at " << j;
-  out.resize(std::min(found.count, room));
-  return Drafted{found.count, found.match_length, out};
-}
-
-std::vector<Token> random_tokens(std::mt19937_64& rng, std::size_t length, Token vocab) {
-  std::vector<Token> tokens(length);
-  for (Token& t : tokens) t = static_cast<Token>(rng() % vocab);
-  return tokens;
-}
 
 std::vector<char> read_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -22,34 +22,15 @@ namespace ngramspec {
 namespace {
 
 using ::testing::HasSubstr;
+using test::draft;
 using test::Drafted;
+using test::random_tokens;
 using test::NaiveCorpus;
 using test::tokens_string;
 
 constexpr std::size_t kMaxVerify = SharedCorpus::kMaxVerify;
-// A token no draft may write: marks the part of `out` past the drafts.
-constexpr Token kUntouched = 0xDEADBEEFU;
-
 // The byte cap that yields exactly `tokens` of capacity (a power of two).
 std::size_t bytes_for(std::size_t tokens) { return SharedCorpus::bytes_for(tokens); }
-
-// Calls draft() with `room` slots and checks it wrote nothing past its count.
-Drafted draft(const SharedCorpus& corpus, std::span<const Token> context, std::size_t room) {
-  std::vector<Token> out(room, kUntouched);
-  const CorpusDraft found = corpus.draft(context, out);
-  EXPECT_LE(found.count, room);
-  for (std::size_t j = std::min(found.count, room); j < room; ++j) {
-    EXPECT_EQ(out[j], kUntouched) << "draft() wrote past its count at " << j;
-  }
-  out.resize(std::min(found.count, room));
-  return Drafted{found.count, found.match_length, out};
-}
-
-std::vector<Token> random_tokens(std::mt19937_64& rng, std::size_t length, Token vocab) {
-  std::vector<Token> tokens(length);
-  for (Token& t : tokens) t = static_cast<Token>(rng() % vocab);
-  return tokens;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Construction

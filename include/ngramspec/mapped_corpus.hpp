@@ -12,12 +12,6 @@
 
 namespace ngramspec {
 
-/// Where a corpus's longest suffix match ended: the match's length and the position after it.
-struct CorpusMatch {
-  std::size_t length = 0;  ///< tokens of the context matched (0: none)
-  std::uint64_t end = 0;   ///< position after the match in the corpus; what follows it is the draft
-};
-
 /// A corpus file (written by CorpusBuilder, SharedCorpus::save or `ngramspec-corpus`) mapped
 /// read-only into memory: a static corpus built ahead of time from what requests will quote
 /// (a code base, documentation, earlier outputs), which MatchDrafter consults beside, or
@@ -108,6 +102,7 @@ class MappedCorpus {
     return ((starts_[position / 64] >> (position % 64)) & 1U) != 0;
   }
   void release() noexcept;
+  struct Index;  // what detail::longest_suffix_match reads
 
   std::filesystem::path path_;
   const std::byte* base_ = nullptr;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ngramspec/detail/open_table.hpp"
+#include "ngramspec/detail/suffix_match.hpp"
 #include "ngramspec/token.hpp"
 
 namespace ngramspec {
@@ -52,9 +53,9 @@ struct CorpusDraft {
 class SharedCorpus {
  public:
   /// Longest n-gram indexed (and looked up first).
-  static constexpr std::size_t kMaxOrder = 3;
+  static constexpr std::size_t kMaxOrder = detail::kCorpusMaxOrder;
   /// Longest match measured by draft().
-  static constexpr std::size_t kMaxVerify = 64;
+  static constexpr std::size_t kMaxVerify = detail::kCorpusMaxVerify;
   /// Memory per token of capacity: the token, a record-start bit rounded up, a stamp slot, and
   /// three tables of two 16-byte slots per token.
   static constexpr std::size_t kBytesPerToken = 4 + 1 + 8 + kMaxOrder * 2 * 16;
@@ -136,6 +137,7 @@ class SharedCorpus {
   [[nodiscard]] std::uint64_t ngram_hash(std::uint64_t end, std::size_t order) const noexcept;
   void evict_oldest() noexcept;
   void append_locked(std::span<const Token> record, std::int64_t stamp) noexcept;
+  struct Index;  // what detail::longest_suffix_match reads
   void clear_locked() noexcept;
   class WriterTurn;
 

@@ -1,8 +1,11 @@
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <ostream>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -23,6 +26,30 @@ inline std::ostream& operator<<(std::ostream& os, const Drafted& d) {
   os << "{count " << d.count << ", match_length " << d.match_length << ", tokens [";
   for (std::size_t i = 0; i < d.tokens.size(); ++i) os << (i == 0 ? "" : " ") << d.tokens[i];
   return os << "]}";
+}
+
+/// A token no draft may write: marks the part of `out` past the drafts.
+inline constexpr Token kUntouched = 0xDEADBEEFU;
+
+/// Calls corpus.draft() (a SharedCorpus or a MappedCorpus) with `room` slots and checks that
+/// it wrote nothing past its count.
+template <class Corpus>
+Drafted draft(const Corpus& corpus, std::span<const Token> context, std::size_t room) {
+  std::vector<Token> out(room, kUntouched);
+  const CorpusDraft found = corpus.draft(context, out);
+  EXPECT_LE(found.count, room);
+  for (std::size_t j = std::min(found.count, room); j < room; ++j) {
+    EXPECT_EQ(out[j], kUntouched) << "draft() wrote past its count at " << j;
+  }
+  out.resize(std::min(found.count, room));
+  return Drafted{found.count, found.match_length, out};
+}
+
+/// `length` tokens drawn uniformly from [0, vocab).
+inline std::vector<Token> random_tokens(std::mt19937_64& rng, std::size_t length, Token vocab) {
+  std::vector<Token> tokens(length);
+  for (Token& t : tokens) t = static_cast<Token>(rng() % vocab);
+  return tokens;
 }
 
 /// SharedCorpus's documented semantics, computed naively: every token appended since the last
