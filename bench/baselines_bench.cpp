@@ -43,10 +43,12 @@
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/shared_corpus.hpp"
 #include "replay/token_streams.hpp"
+#include "stream_walk.hpp"
 
 namespace {
 
 using namespace ngramspec;
+using bench::StreamWalk;
 
 constexpr std::array<std::size_t, 4> kContexts = {1024, 8192, 65536, 131072};
 constexpr std::array<std::size_t, 2> kDrafts = {4, 8};
@@ -158,33 +160,6 @@ void set_length(benchmark::internal::Benchmark* benchmark, Length length, std::s
   }
 }
 
-// Observes the stream from token `context` on and goes back to the prepared state after every
-// `span` tokens (outside the timing), so every timed update observes one of context .. context + span.
-template <class D>
-class StreamWalk {
- public:
-  StreamWalk(const D& start, std::size_t context, std::size_t span)
-      : start_(start), drafter_(start), tokens_(stream().tokens), context_(context), span_(span), pos_(context) {}
-
-  [[nodiscard]] D& drafter() noexcept { return drafter_; }
-  void observe_next(benchmark::State& state) {
-    if (pos_ == context_ + span_) {
-      state.PauseTiming();
-      drafter_ = start_;
-      pos_ = context_;
-      state.ResumeTiming();
-    }
-    drafter_.update(tokens_[pos_++]);
-  }
-
- private:
-  const D& start_;
-  D drafter_;
-  const std::vector<Token>& tokens_;
-  std::size_t context_;
-  std::size_t span_;
-  std::size_t pos_;
-};
 
 template <class D, class Make>
 void register_drafter(const std::string& name, Make make, Length length = Length::kMinTime) {
@@ -193,7 +168,7 @@ void register_drafter(const std::string& name, Make make, Length length = Length
     const std::size_t span = context / 8;  // tokens observed before going back to the state at `context`
 
     auto* update = benchmark::RegisterBenchmark(("update/" + name + ctx).c_str(), [=](benchmark::State& state) {
-      StreamWalk<D> walk(prepared<D>(name + ctx + "/4", make, 4, context), context, span);
+      StreamWalk<D> walk(prepared<D>(name + ctx + "/4", make, 4, context), stream().tokens, context, span);
       for (auto _ : state) walk.observe_next(state);
       benchmark::DoNotOptimize(walk.drafter());
       state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
@@ -219,7 +194,8 @@ void register_drafter(const std::string& name, Make make, Length length = Length
     for (const std::size_t k : kDrafts) {
       const std::string suffix = ctx + "/k:" + std::to_string(k);
       auto* step = benchmark::RegisterBenchmark(("step/" + name + suffix).c_str(), [=](benchmark::State& state) {
-        StreamWalk<D> walk(prepared<D>(name + ctx + "/" + std::to_string(k), make, k, context), context, span);
+        StreamWalk<D> walk(prepared<D>(name + ctx + "/" + std::to_string(k), make, k, context), stream().tokens, context,
+                           span);
         std::array<Token, 16> out{};
         std::size_t drafted = 0;
         for (auto _ : state) {

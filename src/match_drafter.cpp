@@ -92,6 +92,21 @@ constexpr std::array<std::array<double, kShares>, kLengthBuckets> kCountsAccepte
     {0.875, 0.945, 0.583, 0.426, 0.314},
 }};
 
+// The estimate classes a kept first draft names: a copy of a corpus by length bucket, then the
+// counts by length bucket and share.
+constexpr std::size_t kCountClasses = kLengthBuckets;  // the first of the counts' classes
+static_assert(kCountClasses + kLengthBuckets * kShares <= 256, "a class is kept in 8 bits");
+
+double class_estimate(std::size_t estimate_class) noexcept {
+  if (estimate_class < kCountClasses) return kCorpusCopyAccepted[estimate_class];
+  const std::size_t counts = estimate_class - kCountClasses;
+  return kCountsAccepted[counts / kShares][counts % kShares];
+}
+
+// A kept first draft: kept, drafted, the class (8 bits) and the token.
+constexpr std::uint64_t kKept = std::uint64_t{1} << 63;
+constexpr std::uint64_t kDrafted = std::uint64_t{1} << 62;
+
 std::size_t share_class(DraftEvidence evidence) noexcept {
   const std::uint64_t count = evidence.count;
   const std::uint64_t total = evidence.total;
@@ -126,6 +141,15 @@ std::size_t gated(double min_confidence, double scale, std::size_t made, const E
   return made;
 }
 
+// Starts loading the cache line at `address`, so that a miss overlaps other work.
+void prefetch(const void* address) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(address);
+#else
+  static_cast<void>(address);
+#endif
+}
+
 }  // namespace
 
 MatchDrafter::MatchDrafter(MatchConfig config, const SharedCorpus* corpus, const MappedCorpus* file)
@@ -151,6 +175,7 @@ void MatchDrafter::reset() noexcept {
   end_ = 0;
   hits_ = 0;
   expected_ = 0;
+  first_draft_.value.store(0, std::memory_order_relaxed);
 }
 
 void MatchDrafter::update(std::span<const Token> tokens) noexcept {
@@ -158,52 +183,67 @@ void MatchDrafter::update(std::span<const Token> tokens) noexcept {
 }
 
 void MatchDrafter::update(Token token) noexcept {
-  // hashes[n - 1]: FNV-1a of the last n tokens (this one included) read newest first, so that
-  // one pass of kAnchorOrder steps yields every order (read oldest first, each would need its
-  // own pass).
+  // next[n]: FNV-1a of the last n tokens, this one included. The counts extend the same hashes
+  // of their contexts, so one pass of steps serves both (the counts' own reach is
+  // count_max_order; the index's is kAnchorOrder).
+  NGramPredictor::SuffixHashes next;
+  counts_.next_suffix(token, next);
+  for (std::size_t n = config_.count_max_order + 1; n <= kAnchorOrder; ++n) {
+    next[n] = detail::fnv1a_step(counts_.suffix_[n - 1], token);
+  }
+  // Orders longer than the sequence would repeat a shorter order's hash: not indexed.
   const std::size_t orders = static_cast<std::size_t>(std::min<std::uint64_t>(kAnchorOrder, seen_ + 1));
-  std::array<std::uint64_t, kAnchorOrder> hashes{};
-  std::uint64_t hash = hashes[0] = detail::fnv1a_step(detail::kFnvOffsetBasis, token);
-  for (std::size_t n = 2; n <= orders; ++n) hashes[n - 1] = hash = detail::fnv1a_step(hash, recent(n - 2));
+  const std::span<const std::uint64_t> hashes(&next[1], orders);  // hashes[n - 1]: the last n tokens
   // The most recent earlier occurrence followed by `token` is the most recent occurrence of
   // the match extended by it, so extending keeps both properties of the match.
   const bool extends = length_ > 0 && end_ < indexed_ && tokens_[end_] == token;
   const bool indexes = indexed_ < config_.cap;
   // At long contexts the tables miss the cache: their slots load while the gate's scoring and
   // the counts' update run.
+  std::array<std::size_t, kAnchorOrder> homes{};  // where each order's probe begins
+  for (std::size_t n = 1; n <= orders; ++n) homes[n - 1] = last_[n - 1].home(hashes[n - 1]);
   if (!extends || indexes) {
-    for (std::size_t n = 1; n <= orders; ++n) last_[n - 1].prefetch(hashes[n - 1]);
+    for (std::size_t n = 1; n <= orders; ++n) last_[n - 1].prefetch(homes[n - 1]);
   }
   // Calibrated whether or not it gates: the estimates predict() reports need the scale too.
   if (seen_ > 0) calibrate(token);
   if (indexes) tokens_[indexed_++] = token;
   recent_[static_cast<std::size_t>(seen_) & (kMaxVerify - 1)] = token;
   ++seen_;
-  counts_.update(token);
+  counts_.update(token, next);
+  // Re-anchoring reads the tables (each probe stamps this end and returns the end it held, so
+  // no self-match) and then the index at those ends, a second miss at long contexts: their
+  // first lines start loading before the comparisons.
+  std::array<std::uint32_t, kAnchorOrder> ends{};
+  const auto end = static_cast<std::uint32_t>(indexed_);
+  if (!extends) {
+    for (std::size_t n = 1; n <= orders; ++n) {
+      ends[n - 1] = indexes ? last_[n - 1].exchange(hashes[n - 1], homes[n - 1], end)
+                            : last_[n - 1].find(hashes[n - 1], homes[n - 1]);
+      if (ends[n - 1] != 0) prefetch(&tokens_[ends[n - 1] - 1]);
+    }
+  } else if (indexes) {
+    for (std::size_t n = 1; n <= orders; ++n) last_[n - 1].store(hashes[n - 1], homes[n - 1], end);
+  }
   if (extends) {
     ++length_;
     ++end_;
   } else {
-    re_anchor(std::span<const std::uint64_t>(hashes.data(), orders));  // before this end is stamped: no self-match
-  }
-  if (indexes) {
-    for (std::size_t n = 1; n <= orders; ++n) {
-      last_[n - 1].store(hashes[n - 1], static_cast<std::uint32_t>(indexed_));
-    }
+    re_anchor(std::span<const std::uint32_t>(ends.data(), orders));
   }
 }
 
-void MatchDrafter::re_anchor(std::span<const std::uint64_t> hashes) noexcept {
+void MatchDrafter::re_anchor(std::span<const std::uint32_t> ends) noexcept {
   length_ = 0;
   end_ = 0;
-  for (std::size_t n = hashes.size(); n >= 1; --n) {
-    const std::size_t end = last_[n - 1].find(hashes[n - 1]);
+  for (std::size_t n = ends.size(); n >= 1; --n) {
+    const std::size_t end = ends[n - 1];
     if (end == 0) continue;
     // Compare the tokens, so that a fingerprint collision costs a shorter anchor, never a false one.
+    const auto recent_tokens = static_cast<std::size_t>(std::min<std::uint64_t>(seen_, kMaxVerify));
+    const std::size_t limit = std::min(end, recent_tokens);
     std::size_t length = 0;
-    while (length < kMaxVerify && length < end && length < seen_ && tokens_[end - 1 - length] == recent(length)) {
-      ++length;
-    }
+    while (length < limit && tokens_[end - 1 - length] == recent(length)) ++length;
     if (length < n) continue;
     length_ = length;
     end_ = end;
@@ -286,6 +326,7 @@ std::size_t MatchDrafter::draft_from_corpus(std::span<Token> out, std::span<floa
   const CorpusDraft draft = ask_corpus(out);
   // Beyond the cap the counts may know a token the frozen index does not.
   if (draft.count == 0) return draft_from_counts(out, probabilities);
+  remember_first_draft(true, out[0], length_bucket(draft.match_length));
   return gated(
       config_.min_confidence, scale(), draft.count,
       [&](std::size_t j) { return kCorpusCopyAccepted[length_bucket(draft.match_length + j)]; }, probabilities);
@@ -306,36 +347,51 @@ std::size_t MatchDrafter::gate_counts(std::size_t made, const CountEvidence& evi
 
 std::size_t MatchDrafter::draft_from_counts(std::span<Token> out, std::span<float> probabilities) const noexcept {
   CountEvidence evidence;  // written by count_chain for every draft it makes; only those are read
-  return gate_counts(count_chain(out, evidence, !probabilities.empty()), evidence, probabilities);
+  const bool estimate = !probabilities.empty();
+  const std::size_t made = count_chain(out, evidence, estimate);
+  if (config_.min_confidence > 0 || estimate) {  // else no evidence to class the first draft by
+    remember_first_draft(made > 0, made > 0 ? out[0] : 0,
+                         made > 0 ? kCountClasses + length_bucket(length_) * kShares + share_class(evidence[0]) : 0);
+  }
+  return gate_counts(made, evidence, probabilities);
+}
+
+void MatchDrafter::remember_first_draft(bool drafted, Token token, std::size_t estimate_class) const noexcept {
+  first_draft_.value.store(kKept | (drafted ? kDrafted : 0) | (std::uint64_t{estimate_class} << 32) | token,
+                           std::memory_order_relaxed);
 }
 
 double MatchDrafter::scale() const noexcept { return (hits_ + kPrior) / (expected_ + kPrior); }
 
-bool MatchDrafter::first_draft(Token& first, double& estimate) const noexcept {
-  // The choice predict() makes, for one draft and without the gate.
-  if (length_ == 0 && (corpus_ != nullptr || file_ != nullptr)) {
-    const CorpusDraft draft = ask_corpus(std::span<Token>(&first, 1));
-    if (draft.count > 0) {
-      estimate = kCorpusCopyAccepted[length_bucket(draft.match_length)];
-      return true;
-    }
-  }
-  // Beyond the cap a match can run to the end of the index, and then the counts draft.
-  if (length_ == 0 || length_ < config_.copy_min_match || end_ >= indexed_) {
-    DraftEvidence evidence{};
-    if (counts_.predict(std::span<Token>(&first, 1), std::span<DraftEvidence>(&evidence, 1)) == 0) return false;
-    estimate = kCountsAccepted[length_bucket(length_)][share_class(evidence)];
-    return true;
-  }
-  first = tokens_[end_];
-  estimate = kSequenceCopyAccepted[length_bucket(length_)];
-  return true;
-}
-
 void MatchDrafter::calibrate(Token token) noexcept {
+  // predict()'s first draft, without the gate, and its estimate: from the corpus when the
+  // sequence has no match and the corpus has one; else a copy of the match; else the counts
+  // (also beyond the cap, where a match can run to the end of the index).
   Token first = 0;
   double estimate = 0;
-  if (!first_draft(first, estimate)) return;
+  const std::uint64_t kept = first_draft_.value.load(std::memory_order_relaxed);
+  if (kept != 0) {
+    // predict() drafted from this state: its first draft, as computed then.
+    first_draft_.value.store(0, std::memory_order_relaxed);
+    if ((kept & kDrafted) == 0) return;
+    first = static_cast<Token>(kept);
+    estimate = class_estimate(static_cast<std::size_t>(kept >> 32) & 0xffU);
+    hits_ = hits_ * kDecay + (first == token ? 1 : 0);
+    expected_ = expected_ * kDecay + estimate;
+    return;
+  }
+  CorpusDraft from_corpus;
+  if (length_ == 0 && (corpus_ != nullptr || file_ != nullptr)) from_corpus = ask_corpus(std::span<Token>(&first, 1));
+  if (from_corpus.count > 0) {
+    estimate = kCorpusCopyAccepted[length_bucket(from_corpus.match_length)];
+  } else if (length_ != 0 && length_ >= config_.copy_min_match && end_ < indexed_) {
+    first = tokens_[end_];
+    estimate = kSequenceCopyAccepted[length_bucket(length_)];
+  } else {
+    DraftEvidence evidence{};
+    if (!counts_.first_draft(first, evidence)) return;
+    estimate = kCountsAccepted[length_bucket(length_)][share_class(evidence)];
+  }
   hits_ = hits_ * kDecay + (first == token ? 1 : 0);
   expected_ = expected_ * kDecay + estimate;
 }

@@ -63,66 +63,93 @@ void NGramPredictor::reset() noexcept {
   seen_ = 0;
 }
 
-bool NGramPredictor::in_window(std::size_t order, std::uint32_t end_position) const noexcept {
-  // During update() of the token at seen_, after the n-grams starting at seen_ - window
-  // left: an n-gram counts if it starts at or after max(0, seen_ - window + 1).
-  const std::uint64_t age = static_cast<std::uint32_t>(static_cast<std::uint32_t>(seen_) - end_position);
-  return age + order <= config_.window && age + order - 1 <= seen_;
+
+void NGramPredictor::copy_hashes(std::uint64_t* to, const std::uint64_t* from, std::size_t count) noexcept {
+  // At most kMaxSupportedOrder + 1 hashes: unrolled, as a loop of so few would become a call
+  // to memcpy.
+  static_assert(kMaxSupportedOrder + 1 == 9);
+  switch (count) {
+    case 9: to[8] = from[8]; [[fallthrough]];
+    case 8: to[7] = from[7]; [[fallthrough]];
+    case 7: to[6] = from[6]; [[fallthrough]];
+    case 6: to[5] = from[5]; [[fallthrough]];
+    case 5: to[4] = from[4]; [[fallthrough]];
+    case 4: to[3] = from[3]; [[fallthrough]];
+    case 3: to[2] = from[2]; [[fallthrough]];
+    case 2: to[1] = from[1]; [[fallthrough]];
+    case 1: to[0] = from[0]; [[fallthrough]];
+    default: break;
+  }
 }
 
+template <std::size_t kMinOrder, std::size_t kMaxOrder>
 void NGramPredictor::record(std::size_t order, std::size_t end_slot, std::uint32_t end_position) noexcept {
-  // Records the occurrence whose n-gram of this order ends at end_slot, then, if its context
-  // has had two continuations, the same occurrence one order up. Occurrences of one context
-  // are recorded oldest first, so the latest one is always the one recorded last.
-  const std::size_t index = order - config_.min_order;
-  OrderTables& tables = tables_[index];
+  // Records the occurrence whose n-gram of this order ends at end_slot, then, while its
+  // context has had two continuations, the same occurrence one order up. Occurrences of one
+  // context are recorded oldest first, so the latest one is always the one recorded last.
+  // Every order shares the token, the slots and the rows of kept hashes, read once.
+  const std::size_t min_order = kMinOrder != 0 ? kMinOrder : config_.min_order;
+  const std::size_t max_order = kMaxOrder != 0 ? kMaxOrder : config_.max_order;
+  const std::size_t orders = max_order - min_order + 1;
+  const std::size_t stride = orders + 1;  // hash_stride_
   const std::size_t context_slot = end_slot == 0 ? config_.window - 1 : end_slot - 1;
-  const std::uint64_t context_key = hash_at(order - 1, context_slot);
+  // Row entry i holds the hash of min_order - 1 + i tokens: at the context's slot, the context
+  // of order min_order + i; at the end slot, the whole n-gram of order min_order + i - 1.
+  const std::uint64_t* const context_keys = &hashes_[context_slot * stride];
+  const std::uint64_t* const ngram_keys = &hashes_[end_slot * stride + 1];
+  std::uint32_t* const previous = &previous_[end_slot * orders];
+  OrderSet& recorded = recorded_[end_slot];
   const Token token = tokens_[end_slot];
-  ContextStats& context = tables.contexts.find_or_insert(context_key);
-  const std::uint32_t before_total = context.total;
-  const std::uint32_t before_last = context.last;
-  previous_[end_slot * tables_.size() + index] = before_last;
-  recorded_[end_slot] |= order_bit(index);
-  context.last = end_position;
+  for (;;) {
+    const std::size_t index = order - min_order;
+    OrderTables& tables = tables_[index];
+    const std::uint64_t context_key = context_keys[index];
+    ContextStats& context = tables.contexts.find_or_insert(context_key);
+    const std::uint32_t before_total = context.total;
+    const std::uint32_t before_last = context.last;
+    previous[index] = before_last;
+    recorded = with(recorded, index);
+    context.last = end_position;
 
-  bool second_continuation = false;
-  if (before_total == 0) {
-    context.total = 1;
-    context.best = token;
-    context.best_count = 0;
-    context.runner_up = 0;
-  } else if (context.best_count == 0 && token == context.best) {
-    ++context.total;
-  } else {
-    if (context.best_count == 0) {
-      // A second continuation: from now on continuations are counted one by one.
-      NGramCount& first = tables.ngrams.find_or_insert(detail::fnv1a_step(context_key, context.best));
-      first.count = context.total;
-      first.last = before_last;
-      context.best_count = context.total;
-      context.runner_up = 0;
-      second_continuation = true;
-    }
-    NGramCount& ngram = tables.ngrams.find_or_insert(hash_at(order, end_slot));
-    ++ngram.count;
-    ngram.last = end_position;
-    ++context.total;
-    // The continuation just recorded is the most recent one, so it wins every tie.
-    if (ngram.count >= context.best_count) {
-      if (token != context.best) context.runner_up = context.best_count;
+    bool second_continuation = false;
+    if (before_total == 0) {
+      context.total = 1;
       context.best = token;
-      context.best_count = ngram.count;
+      context.best_count = 0;
+      context.runner_up = 0;
+    } else if (context.best_count == 0 && token == context.best) {
+      ++context.total;
     } else {
-      context.runner_up = std::max(context.runner_up, ngram.count);
+      if (context.best_count == 0) {
+        // A second continuation: from now on continuations are counted one by one.
+        NGramCount& first = tables.ngrams.find_or_insert(detail::fnv1a_step(context_key, context.best));
+        first.count = context.total;
+        first.last = before_last;
+        context.best_count = context.total;
+        context.runner_up = 0;
+        second_continuation = true;
+      }
+      NGramCount& ngram = tables.ngrams.find_or_insert(ngram_keys[index]);
+      ++ngram.count;
+      ngram.last = end_position;
+      ++context.total;
+      // The continuation just recorded is the most recent one, so it wins every tie.
+      if (ngram.count >= context.best_count) {
+        if (token != context.best) context.runner_up = context.best_count;
+        context.best = token;
+        context.best_count = ngram.count;
+      } else {
+        context.runner_up = std::max(context.runner_up, ngram.count);
+      }
     }
-  }
 
-  if (order == config_.max_order || context.best_count == 0) return;
-  // The context has had two continuations: every occurrence of it is recorded one order up,
-  // the earlier ones now, when the second continuation has just appeared.
-  if (second_continuation) record_all(order + 1, before_last, before_total);
-  if (in_window(order + 1, end_position)) record(order + 1, end_slot, end_position);
+    if (order == max_order || context.best_count == 0) return;
+    // The context has had two continuations: every occurrence of it is recorded one order up,
+    // the earlier ones now, when the second continuation has just appeared.
+    if (second_continuation) record_all(order + 1, before_last, before_total);  // rare: not specialized
+    if (!in_window(order + 1, end_position)) return;
+    ++order;
+  }
 }
 
 void NGramPredictor::record_all(std::size_t order, std::uint32_t newest_end, std::uint32_t count) noexcept {
@@ -138,21 +165,25 @@ void NGramPredictor::record_all(std::size_t order, std::uint32_t newest_end, std
   }
   for (std::uint32_t i = count; i-- > 0;) {
     const std::size_t slot = slot_of(ends[i]);
-    if ((recorded_[slot] & order_bit(index)) == 0 && in_window(order, ends[i])) record(order, slot, ends[i]);
+    if (!contains(recorded_[slot], index) && in_window(order, ends[i])) record(order, slot, ends[i]);
   }
 }
 
+template <std::size_t kMinOrder>
 void NGramPredictor::remove(std::size_t order, std::size_t end_slot) noexcept {
   // Precondition: the n-gram ending at end_slot is recorded at this order.
-  recorded_[end_slot] &= static_cast<std::uint8_t>(~order_bit(order - config_.min_order));
-  OrderTables& tables = tables_[order - config_.min_order];
+  const std::size_t min_order = kMinOrder != 0 ? kMinOrder : config_.min_order;
+  const std::size_t index = order - min_order;
+  recorded_[end_slot] = without(recorded_[end_slot], index);
+  OrderTables& tables = tables_[index];
   const std::size_t context_slot = end_slot == 0 ? config_.window - 1 : end_slot - 1;
-  ContextStats* const context = tables.contexts.find(hash_at(order - 1, context_slot));
+  // Row entry i holds the hash of min_order - 1 + i tokens (see record).
+  ContextStats* const context = tables.contexts.find(hashes_[context_slot * hash_stride_ + index]);
   if (context->best_count == 0) {
     if (--context->total == 0) tables.contexts.erase(*context);
     return;
   }
-  NGramCount* const ngram = tables.ngrams.find(hash_at(order, end_slot));
+  NGramCount* const ngram = tables.ngrams.find(hashes_[end_slot * hash_stride_ + index + 1]);
   const std::uint32_t count = --ngram->count;
   if (count == 0) tables.ngrams.erase(*ngram);
   if (--context->total == 0) {
@@ -201,30 +232,49 @@ void NGramPredictor::rescan_best(std::size_t order, ContextStats& context) noexc
 }
 
 void NGramPredictor::update(Token token) noexcept {
-  const std::size_t min_order = config_.min_order;
-  const std::size_t max_order = config_.max_order;
+  SuffixHashes next;
+  next_suffix(token, next);
+  update(token, next);
+}
+
+void NGramPredictor::update(Token token, const SuffixHashes& next) noexcept {
+  // The common shapes get loops of known length; any other runs the same code on config_.
+  if (config_.min_order == 2 && config_.max_order == 3) {
+    update_orders<2, 3>(token, next);
+  } else if (config_.min_order == 2 && config_.max_order == 4) {
+    update_orders<2, 4>(token, next);
+  } else {
+    update_orders<0, 0>(token, next);
+  }
+}
+
+template <std::size_t kMinOrder, std::size_t kMaxOrder>
+void NGramPredictor::update_orders(Token token, const SuffixHashes& next) noexcept {
+  const std::size_t min_order = kMinOrder != 0 ? kMinOrder : config_.min_order;
+  const std::size_t max_order = kMaxOrder != 0 ? kMaxOrder : config_.max_order;
+  const std::size_t stride = max_order - min_order + 2;  // hash_stride_
 
   // The token leaving the window takes every n-gram that starts at it. Its slot is the new
   // token's, and an n-gram's hash sits in the slot where it ends, order - 1 slots on.
   if (seen_ >= config_.window) {
     for (std::size_t n = min_order; n <= max_order; ++n) {
       const std::size_t end = wrap(head_ + n - 1);
-      if ((recorded_[end] & order_bit(n - min_order)) != 0) remove(n, end);
+      if (contains(recorded_[end], n - min_order)) remove<kMinOrder>(n, end);
     }
   }
 
-  // The hash of the last j tokens after this one extends that of the last j - 1 before it.
-  SuffixHashes next;
-  next[0] = detail::kFnvOffsetBasis;
-  for (std::size_t j = 1; j <= max_order; ++j) next[j] = detail::fnv1a_step(suffix_[j - 1], token);
-
+  if constexpr (kMaxOrder != 0) {  // fixed lengths: unrolled moves
+    for (std::size_t j = 1; j <= kMaxOrder; ++j) suffix_[j] = next[j];
+    std::uint64_t* const row = &hashes_[head_ * stride];
+    for (std::size_t i = 0; i < stride; ++i) row[i] = next[min_order - 1 + i];
+  } else {
+    copy_hashes(&suffix_[1], &next[1], max_order);
+    copy_hashes(&hashes_[head_ * stride], &next[min_order - 1], stride);
+  }
   tokens_[head_] = token;
-  recorded_[head_] = 0;
-  std::uint64_t* const kept = &hash_at(min_order - 1, head_);
-  for (std::size_t j = min_order - 1; j <= max_order; ++j) kept[j - (min_order - 1)] = next[j];
-  if (seen_ >= min_order - 1) record(min_order, head_, static_cast<std::uint32_t>(seen_));
+  recorded_[head_] = OrderSet{};
+  if (seen_ >= min_order - 1) record<kMinOrder, kMaxOrder>(min_order, head_, static_cast<std::uint32_t>(seen_));
 
-  suffix_ = next;
   head_ = wrap(head_ + 1);
   ++seen_;
 }
@@ -259,7 +309,6 @@ std::size_t NGramPredictor::predict(std::span<Token> out, std::span<float> proba
 template <class OnDraft>
 std::size_t NGramPredictor::predict_chain(std::span<Token> out, const OnDraft& on_draft) const noexcept {
   const std::size_t limit = std::min(out.size(), config_.draft_count);
-  const std::size_t min_order = config_.min_order;
   const std::size_t keep = config_.max_order - 1;  // context tokens of the longest order
 
   // Each draft extends the context of the next step as if its predecessors were accepted.
@@ -267,17 +316,7 @@ std::size_t NGramPredictor::predict_chain(std::span<Token> out, const OnDraft& o
   std::size_t have = static_cast<std::size_t>(std::min<std::uint64_t>(seen_, keep));
   std::size_t made = 0;
   while (made < limit) {
-    // The longest context seen answers. Shortest first is the same search made cheaper: a
-    // context never seen has no longer context seen either, and one with a single
-    // continuation speaks for all its longer contexts (they are recorded only once it has had
-    // two). So climb while the context has had two continuations and a longer one was seen.
-    const ContextStats* found = nullptr;
-    for (std::size_t n = min_order; n <= have + 1; ++n) {
-      const ContextStats* const context = tables_[n - min_order].contexts.find(suffix[n - 1]);
-      if (context == nullptr) break;
-      found = context;
-      if (context->best_count == 0) break;
-    }
+    const ContextStats* const found = answering_context(suffix, have);
     if (found == nullptr) break;
     const Token proposal = found->best;
     on_draft(made, found->best_count == 0 ? found->total : found->best_count, found->total);
@@ -297,7 +336,7 @@ std::size_t NGramPredictor::size() const noexcept {
 std::size_t NGramPredictor::max_size() const noexcept { return 2 * tables_.size() * config_.window; }
 
 std::size_t NGramPredictor::memory_bytes() const noexcept {
-  std::size_t bytes = sizeof(*this) + tokens_.capacity() * sizeof(Token) + recorded_.capacity() +
+  std::size_t bytes = sizeof(*this) + tokens_.capacity() * sizeof(Token) + recorded_.capacity() * sizeof(OrderSet) +
                       (previous_.capacity() + scratch_.capacity()) * sizeof(std::uint32_t) +
                       hashes_.capacity() * sizeof(std::uint64_t) + tables_.capacity() * sizeof(OrderTables);
   for (const OrderTables& tables : tables_) bytes += tables.ngrams.memory_bytes() + tables.contexts.memory_bytes();

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <cstddef>
@@ -325,6 +326,86 @@ TEST(MatchDrafterProperty, AgreesWithTheNaiveDefinitionAfterEveryToken) {
       }
       const std::size_t room = rng() % 12;
       ASSERT_EQ(drafts(drafter, room), naive.predict(room)) << "room " << room;
+    }
+  }
+}
+
+TEST(MatchDrafterProperty, LongSpansObserveAsTokenByTokenWithEstimatesAndACorpus) {
+  // update(span) hashes ahead of the tokens it observes; nothing of that may show: the match,
+  // the drafts and the gate's calibrated estimates equal those of one update per token, with
+  // and without a corpus, at every count order and on both sides of the cap.
+  for (std::uint64_t seed = 0; seed < 60; ++seed) {
+    std::mt19937_64 rng(seed);
+    MatchConfig config = make_config(rng() % 3 == 0 ? 4 + rng() % 100 : 4096, 1 + rng() % 3, 8, 2 + rng() % 3);
+    config.min_confidence = rng() % 2 == 0 ? 0.0 : 0.03;
+    const std::vector<Token> stream = random_stream(rng, 1 + rng() % 600);
+    SharedCorpus corpus(std::size_t{1} << 20);
+    corpus.append(random_stream(rng, 200));
+    const bool with_corpus = rng() % 2 == 0;
+    SCOPED_TRACE("seed " + std::to_string(seed) + " config " + config_string(config) + (with_corpus ? " corpus" : ""));
+    MatchDrafter by_span(config, with_corpus ? &corpus : nullptr);
+    MatchDrafter by_token(config, with_corpus ? &corpus : nullptr);
+    for (std::size_t i = 0; i < stream.size();) {
+      const std::size_t run = std::min<std::size_t>(stream.size() - i, 1 + rng() % 200);
+      const std::span<const Token> piece(stream.data() + i, run);
+      by_span.update(piece);
+      for (const Token t : piece) by_token.update(t);
+      i += run;
+      SCOPED_TRACE("after " + std::to_string(i) + " tokens");
+      ASSERT_EQ(by_span.match_length(), by_token.match_length());
+      ASSERT_EQ(by_span.match_end(), by_token.match_end());
+      std::array<Token, 8> span_out{};
+      std::array<Token, 8> token_out{};
+      std::array<float, 8> span_chances{};
+      std::array<float, 8> token_chances{};
+      const std::size_t made = by_span.predict(span_out, span_chances);
+      ASSERT_EQ(made, by_token.predict(token_out, token_chances));
+      for (std::size_t j = 0; j < made; ++j) {
+        ASSERT_EQ(span_out[j], token_out[j]) << "draft " << j;
+        ASSERT_EQ(span_chances[j], token_chances[j]) << "draft " << j;
+      }
+    }
+  }
+}
+
+TEST(MatchDrafterProperty, PredictingBetweenUpdatesChangesNothing) {
+  // predict() keeps its first draft for the next update's calibration; the calibration must
+  // come out as if update() had looked it up itself, whatever room, path (corpus, counts,
+  // copy, a copy cut by the cap) or estimates the calls in between asked for.
+  for (std::uint64_t seed = 0; seed < 60; ++seed) {
+    std::mt19937_64 rng(seed);
+    MatchConfig config = make_config(rng() % 3 == 0 ? 4 + rng() % 60 : 4096, 1 + rng() % 3, 1 + rng() % 8, 2 + rng() % 3);
+    config.min_confidence = rng() % 4 == 0 ? 0.0 : 0.03;
+    const std::vector<Token> stream = random_stream(rng, 1 + rng() % 400);
+    SharedCorpus corpus(std::size_t{1} << 20);
+    corpus.append(random_stream(rng, 200));
+    const bool with_corpus = rng() % 2 == 0;
+    SCOPED_TRACE("seed " + std::to_string(seed) + " config " + config_string(config) + (with_corpus ? " corpus" : ""));
+    MatchDrafter asked(config, with_corpus ? &corpus : nullptr);    // asked after every token
+    MatchDrafter quiet(config, with_corpus ? &corpus : nullptr);    // asked only at the checks
+    for (std::size_t i = 0; i < stream.size(); ++i) {
+      asked.update(stream[i]);
+      quiet.update(stream[i]);
+      std::array<Token, 12> out{};
+      std::array<float, 12> chances{};
+      const std::size_t room = rng() % 13;
+      if (rng() % 2 == 0) {
+        static_cast<void>(asked.predict(std::span<Token>(out).first(room)));
+      } else {
+        static_cast<void>(asked.predict(std::span<Token>(out).first(room), std::span<float>(chances).first(room)));
+      }
+      if (i % 7 != 6 && i + 1 != stream.size()) continue;
+      SCOPED_TRACE("after " + std::to_string(i + 1) + " tokens");
+      std::array<Token, 8> asked_out{};
+      std::array<Token, 8> quiet_out{};
+      std::array<float, 8> asked_chances{};
+      std::array<float, 8> quiet_chances{};
+      const std::size_t made = asked.predict(asked_out, asked_chances);
+      ASSERT_EQ(made, quiet.predict(quiet_out, quiet_chances));
+      for (std::size_t j = 0; j < made; ++j) {
+        ASSERT_EQ(asked_out[j], quiet_out[j]) << "draft " << j;
+        ASSERT_EQ(asked_chances[j], quiet_chances[j]) << "draft " << j;
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -76,13 +77,18 @@ struct MatchConfig {
 /// the index; when that leaves it shorter than the room, the counts (which slide with the
 /// sequence over their own window) draft instead if they draft more.
 ///
-/// Cost: update() is O(1): three FNV steps and one comparison when the match extends; else
-/// up to three table probes and up to 3 · kMaxVerify comparisons; then three table stores
-/// while indexing, plus NGramPredictor's update over the count window (and with a gate, one
-/// first draft to score). The table slots are prefetched before the counts' update, so at long
-/// contexts their cache misses overlap it. predict() is O(draft_count). The tables are sized by
-/// the cap, not by the context seen: a cap far above the contexts an engine serves costs
-/// memory and cache misses, so set it to the longest context it serves.
+/// Cost: update() is O(1): three FNV steps, shared with the counts (the index and the counts
+/// key n-grams by the same hashes), and one comparison when the match extends; else three
+/// table probes, each of which also stamps the new end while indexing, and up to
+/// 3 · kMaxVerify comparisons; plus NGramPredictor's update over the count window and one
+/// first draft to score (a lookup, not a chain; none when the predict() just before drafted
+/// from the counts or a corpus, as it keeps its first draft for this). The table slots are
+/// prefetched before the
+/// gate's scoring and the counts' update, so at long contexts their cache misses overlap that
+/// work, and tables of 2 MiB or more (a cap of 131,072 tokens) sit in huge pages where the
+/// system has them, so random probes do not also miss the TLB. predict() is O(draft_count).
+/// The tables are sized by the cap, not by the context seen: a cap far above the contexts an
+/// engine serves costs memory and cache misses, so set it to the longest context it serves.
 /// Memory is fixed at construction: at most kIndexBytesPerToken per cap token, plus
 /// kCountBytesPerToken per count-window token (and kMaxBytesPerTokenPerOrder more with
 /// count_max_order 4), plus under 4 KiB; memory_bytes() reports it. update() and predict()
@@ -181,7 +187,9 @@ class MatchDrafter {
   [[nodiscard]] Token recent(std::size_t back) const noexcept {
     return recent_[(static_cast<std::size_t>(seen_) - 1 - back) & (kMaxVerify - 1)];
   }
-  void re_anchor(std::span<const std::uint64_t> hashes) noexcept;
+  // Anchors the match at the longest order whose end in `ends` (indexed by order - 1; 0: none)
+  // the tokens confirm.
+  void re_anchor(std::span<const std::uint32_t> ends) noexcept;
   [[nodiscard]] std::size_t draft(std::span<Token> out, std::span<float> probabilities) const noexcept;
   [[nodiscard]] std::size_t copy_from_sequence(std::span<Token> out, std::span<float> probabilities) const noexcept;
   [[nodiscard]] std::size_t draft_from_corpus(std::span<Token> out, std::span<float> probabilities) const noexcept;
@@ -194,7 +202,6 @@ class MatchDrafter {
   [[nodiscard]] std::size_t gate_counts(std::size_t made, const CountEvidence& evidence,
                                         std::span<float> probabilities) const noexcept;
   [[nodiscard]] CorpusDraft ask_corpus(std::span<Token> out) const noexcept;
-  [[nodiscard]] bool first_draft(Token& first, double& estimate) const noexcept;
   // Scores predict()'s first draft before `token` against it, for the gate's scale.
   void calibrate(Token token) noexcept;
   [[nodiscard]] double scale() const noexcept;
@@ -205,7 +212,7 @@ class MatchDrafter {
   std::vector<Token> tokens_;                                  // the index: the first `cap` tokens
   std::array<Token, kMaxVerify> recent_{};                     // ring of the last kMaxVerify tokens
   // [n - 1]: the most recent end (position after it) of each indexed n-gram of n tokens, keyed
-  // by the FNV-1a hash of its tokens read newest first.
+  // by the FNV-1a hash of its tokens, as the counts key their contexts.
   std::array<detail::LastEndTable, kAnchorOrder> last_;
   NGramPredictor counts_;
   std::size_t indexed_ = 0;
@@ -215,6 +222,24 @@ class MatchDrafter {
   // The gate's calibration: decayed sums of first-draft hits and of their estimates.
   double hits_ = 0;
   double expected_ = 0;
+
+  // The first draft predict() made from the current state when it came from a corpus or the
+  // counts, and its estimate's class, kept for the next update()'s calibration, which would
+  // otherwise ask again (a corpus lookup costs more than the rest of an update). Atomic
+  // because concurrent const calls may each write it (the same value); update(), beside which
+  // no call runs, reads and clears it. 0: nothing kept.
+  struct FirstDraftMemo {
+    std::atomic<std::uint64_t> value{0};
+    FirstDraftMemo() = default;
+    FirstDraftMemo(const FirstDraftMemo& other) noexcept : value(other.value.load(std::memory_order_relaxed)) {}
+    FirstDraftMemo& operator=(const FirstDraftMemo& other) noexcept {
+      value.store(other.value.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      return *this;
+    }
+  };
+  // Keeps predict()'s first draft (`drafted` false: it had none) and its estimate's class.
+  void remember_first_draft(bool drafted, Token token, std::size_t estimate_class) const noexcept;
+  mutable FirstDraftMemo first_draft_;
 };
 
 }  // namespace ngramspec

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "ngramspec/detail/fnv1a.hpp"
 #include "ngramspec/detail/open_table.hpp"
 #include "ngramspec/token.hpp"
 
@@ -98,6 +100,10 @@ class NGramPredictor {
   [[nodiscard]] std::size_t memory_bytes() const noexcept;
 
  private:
+  // MatchDrafter shares the suffix hashes (its match index is keyed by the same n-gram hashes)
+  // and asks for the first draft alone, on every token, for its gate's calibration.
+  friend class MatchDrafter;
+
   // Occurrences in the window of one n-gram, keyed by the hash of its n tokens.
   struct NGramCount {
     std::uint64_t key = 0;
@@ -124,20 +130,86 @@ class NGramPredictor {
   // suffix[j] = FNV-1a of the last j tokens; suffix[0] is the offset basis.
   using SuffixHashes = std::array<std::uint64_t, kMaxSupportedOrder + 1>;
 
+  // next[j] = FNV-1a of the last j tokens once `token` is appended: it extends the current
+  // suffix_[j - 1] by it. Written for 1 <= j <= max_order.
+  void next_suffix(Token token, SuffixHashes& next) const noexcept {
+    // The default orders and MatchDrafter's unrolled: the steps are independent, so they overlap.
+    switch (config_.max_order) {
+      case 4: next[4] = detail::fnv1a_step(suffix_[3], token); [[fallthrough]];
+      case 3:
+        next[3] = detail::fnv1a_step(suffix_[2], token);
+        next[2] = detail::fnv1a_step(suffix_[1], token);
+        next[1] = detail::fnv1a_step(suffix_[0], token);
+        return;
+      default:
+        for (std::size_t j = config_.max_order; j >= 1; --j) next[j] = detail::fnv1a_step(suffix_[j - 1], token);
+    }
+  }
+  // update(token) given next_suffix(token)'s hashes (those above max_order are not read).
+  void update(Token token, const SuffixHashes& next) noexcept;
+  // The context whose continuation predict() drafts after the suffix `suffix` (of which the
+  // last `have` tokens are known), or nullptr. The longest context seen answers; shortest first
+  // is the same search made cheaper: a context never seen has no longer context seen either,
+  // and one with a single continuation speaks for all its longer contexts (they are recorded
+  // only once it has had two). So climb while the context has had two continuations and a
+  // longer one was seen.
+  [[nodiscard]] const ContextStats* answering_context(const SuffixHashes& suffix, std::size_t have) const noexcept {
+    const std::size_t min_order = config_.min_order;
+    const ContextStats* found = nullptr;
+    for (std::size_t n = min_order; n <= have + 1; ++n) {
+      const ContextStats* const context = tables_[n - min_order].contexts.find(suffix[n - 1]);
+      if (context == nullptr) break;
+      found = context;
+      if (context->best_count == 0) break;
+    }
+    return found;
+  }
+  // What predict() would draft first and the evidence behind it, without extending the hashes
+  // for a second draft.
+  [[nodiscard]] bool first_draft(Token& token, DraftEvidence& evidence) const noexcept {
+    const ContextStats* const found =
+        answering_context(suffix_, static_cast<std::size_t>(std::min<std::uint64_t>(seen_, config_.max_order - 1)));
+    if (found == nullptr) return false;
+    token = found->best;
+    evidence = DraftEvidence{found->best_count == 0 ? found->total : found->best_count, found->total};
+    return true;
+  }
+
   // The chain of drafts; on_draft(j, count, total) hears the evidence behind draft j.
   template <class OnDraft>
   [[nodiscard]] std::size_t predict_chain(std::span<Token> out, const OnDraft& on_draft) const noexcept;
+  // Orders known at compile time (kMinOrder, kMaxOrder), or 0: config_'s.
+  template <std::size_t kMinOrder, std::size_t kMaxOrder>
+  void update_orders(Token token, const SuffixHashes& next) noexcept;
+  template <std::size_t kMinOrder = 0, std::size_t kMaxOrder = 0>
   void record(std::size_t order, std::size_t end_slot, std::uint32_t end_position) noexcept;
   void record_all(std::size_t order, std::uint32_t newest_end, std::uint32_t count) noexcept;
-  [[nodiscard]] bool in_window(std::size_t order, std::uint32_t end_position) const noexcept;
+  [[nodiscard]] bool in_window(std::size_t order, std::uint32_t end_position) const noexcept {
+    // During update() of the token at seen_, after the n-grams starting at seen_ - window
+    // left: an n-gram counts if it starts at or after max(0, seen_ - window + 1).
+    const std::uint64_t age = static_cast<std::uint32_t>(static_cast<std::uint32_t>(seen_) - end_position);
+    return age + order <= config_.window && age + order - 1 <= seen_;
+  }
+  static void copy_hashes(std::uint64_t* to, const std::uint64_t* from, std::size_t count) noexcept;
+  template <std::size_t kMinOrder = 0>
   void remove(std::size_t order, std::size_t end_slot) noexcept;
   void rescan_best(std::size_t order, ContextStats& context) noexcept;
   [[nodiscard]] std::size_t slot_of(std::uint32_t position) const noexcept {
     const std::size_t back = static_cast<std::uint32_t>(static_cast<std::uint32_t>(seen_) - position);
     return head_ >= back ? head_ - back : head_ + config_.window - back;
   }
-  [[nodiscard]] static std::uint8_t order_bit(std::size_t order_index) noexcept {
-    return static_cast<std::uint8_t>(1U << order_index);
+  // A set of orders by index (n - min_order), one bit each. An enum rather than std::uint8_t:
+  // a store through a character type may alias any object, so every such store would make the
+  // compiler reload the members the hot loops keep in registers.
+  enum class OrderSet : std::uint8_t {};
+  [[nodiscard]] static bool contains(OrderSet set, std::size_t index) noexcept {
+    return ((static_cast<unsigned>(set) >> index) & 1U) != 0;
+  }
+  [[nodiscard]] static OrderSet with(OrderSet set, std::size_t index) noexcept {
+    return static_cast<OrderSet>(static_cast<unsigned>(set) | (1U << index));
+  }
+  [[nodiscard]] static OrderSet without(OrderSet set, std::size_t index) noexcept {
+    return static_cast<OrderSet>(static_cast<unsigned>(set) & ~(1U << index));
   }
   [[nodiscard]] std::uint64_t& hash_at(std::size_t length, std::size_t slot) noexcept {
     return hashes_[slot * hash_stride_ + (length - (config_.min_order - 1))];
@@ -148,7 +220,7 @@ class NGramPredictor {
 
   NGramConfig config_;
   std::vector<Token> tokens_;          // the window, a ring indexed by slot
-  std::vector<std::uint8_t> recorded_;  // per slot, bit n - min_order: the n-gram ending there is counted
+  std::vector<OrderSet> recorded_;     // per slot: the orders whose n-gram ending there is counted
   std::vector<std::uint32_t> previous_;  // per slot and order: end of the previous counted occurrence
                                          // of the same context (a chain, newest to oldest)
   std::vector<std::uint32_t> scratch_;   // per order, room for a window of positions (record_all)

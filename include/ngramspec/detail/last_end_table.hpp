@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ngramspec/detail/huge_page_allocator.hpp"
+
 namespace ngramspec::detail {
 
 /// Fixed-capacity map from a 64-bit n-gram hash to the latest end position stored for it,
@@ -25,10 +27,16 @@ class LastEndTable {
         mask_(slots_.size() - 1),
         shift_(64 - static_cast<unsigned>(std::countr_zero(slots_.size()))) {}
 
+  /// Where a lookup of `key` begins; the calls below that take it save computing it again.
+  [[nodiscard]] std::size_t home(std::uint64_t key) const noexcept {
+    return static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ULL) >> shift_);
+  }
+
   /// The end stored for `key`, or 0.
-  [[nodiscard]] std::uint32_t find(std::uint64_t key) const noexcept {
+  [[nodiscard]] std::uint32_t find(std::uint64_t key) const noexcept { return find(key, home(key)); }
+  [[nodiscard]] std::uint32_t find(std::uint64_t key, std::size_t home) const noexcept {
     const std::uint32_t print = fingerprint(key);
-    for (std::size_t i = home(key);; i = (i + 1) & mask_) {
+    for (std::size_t i = home;; i = (i + 1) & mask_) {
       const Slot& slot = slots_[i];
       if (slot.end == 0 || slot.print == print) return slot.end;
     }
@@ -36,19 +44,31 @@ class LastEndTable {
 
   /// Stores `end` (>= 1) for `key`, replacing what was stored. Precondition: fewer than
   /// max_entries keys stored, or `key` among them.
-  void store(std::uint64_t key, std::uint32_t end) noexcept {
+  void store(std::uint64_t key, std::uint32_t end) noexcept { store(key, home(key), end); }
+  void store(std::uint64_t key, std::size_t home, std::uint32_t end) noexcept {
     const std::uint32_t print = fingerprint(key);
-    std::size_t i = home(key);
+    std::size_t i = home;
     while (slots_[i].end != 0 && slots_[i].print != print) i = (i + 1) & mask_;
     slots_[i] = Slot{print, end};
   }
 
-  /// Starts fetching the slot where a lookup of `key` begins, so that the miss overlaps other work.
-  void prefetch(std::uint64_t key) const noexcept {
+  /// Stores `end` (>= 1) for `key` and returns the end stored before (0: none): find and
+  /// store in one probe. Same precondition as store.
+  std::uint32_t exchange(std::uint64_t key, std::size_t home, std::uint32_t end) noexcept {
+    const std::uint32_t print = fingerprint(key);
+    std::size_t i = home;
+    while (slots_[i].end != 0 && slots_[i].print != print) i = (i + 1) & mask_;
+    const std::uint32_t before = slots_[i].end;
+    slots_[i] = Slot{print, end};
+    return before;
+  }
+
+  /// Starts fetching the slot at `home`, so that the miss overlaps other work.
+  void prefetch(std::size_t home) const noexcept {
 #if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(&slots_[home(key)]);
+    __builtin_prefetch(&slots_[home]);
 #else
-    static_cast<void>(key);
+    static_cast<void>(home);
 #endif
   }
 
@@ -69,11 +89,9 @@ class LastEndTable {
   [[nodiscard]] static std::uint32_t fingerprint(std::uint64_t key) noexcept {
     return static_cast<std::uint32_t>(key);
   }
-  [[nodiscard]] std::size_t home(std::uint64_t key) const noexcept {
-    return static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ULL) >> shift_);
-  }
-
-  std::vector<Slot> slots_;
+  // In huge pages once a table reaches 2 MiB (a cap of 131,072 tokens): every probe lands on
+  // a random slot, and with small pages nearly every one would also miss the TLB.
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;
   std::size_t mask_ = 0;
   unsigned shift_ = 63;
 };
