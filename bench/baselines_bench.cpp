@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "baselines/ngram_cache.hpp"
 #include "baselines/prompt_lookup.hpp"
 #include "ngramspec/match_drafter.hpp"
@@ -246,10 +247,8 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  register_all();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return ngramspec::bench::run_benchmarks(argc, argv, [] {
+    register_all();
+    return true;
+  });
 }

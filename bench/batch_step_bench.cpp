@@ -51,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "baselines/prompt_lookup.hpp"
 #include "ngramspec/batch_speculator.hpp"
 #include "ngramspec/verify_cost.hpp"
@@ -241,10 +242,8 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  register_all();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return ngramspec::bench::run_benchmarks(argc, argv, [] {
+    register_all();
+    return true;
+  });
 }

@@ -100,6 +100,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "ngramspec/corpus_builder.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"
@@ -930,11 +931,9 @@ bool configure_sizes() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  if (!configure_sizes()) return 1;
-  register_all();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return ngramspec::bench::run_benchmarks(argc, argv, [] {
+    if (!configure_sizes()) return false;
+    register_all();
+    return true;
+  });
 }

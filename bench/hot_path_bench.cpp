@@ -68,6 +68,7 @@
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "replay/token_streams.hpp"
+#include "bench_main.hpp"
 #include "stream_walk.hpp"
 
 #if __has_include(<valgrind/callgrind.h>)
@@ -276,10 +277,8 @@ int run_walk(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "--walk") return run_walk(argc, argv);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  register_all();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return ngramspec::bench::run_benchmarks(argc, argv, [] {
+    register_all();
+    return true;
+  });
 }

@@ -19,6 +19,7 @@
 
 #include "ngramspec/detail/corpus_format.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
+#include "ngramspec/detail/prefetch.hpp"
 #include "ngramspec/detail/suffix_match.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 
@@ -154,9 +155,7 @@ bool fill_table(std::span<const Token> tokens, const std::vector<std::uint64_t>&
   const auto fetch = [&](std::size_t p) {
     const std::uint64_t key = keys.next(p);
     ahead[p % kAhead] = key;
-#if defined(__GNUC__) || defined(__clang__)
-    if (key != 0) __builtin_prefetch(&slot[format::home(key, slots)], 1);
-#endif
+    if (key != 0) detail::prefetch_to_write(&slot[format::home(key, slots)]);
   };
   for (std::size_t p = 0; p < std::min(kAhead, n); ++p) fetch(p);
   {
@@ -212,20 +211,6 @@ FileTable build_table(std::span<const Token> tokens, const std::vector<std::uint
   return table;
 }
 
-// Writes `bytes` in full to `fd`, or says why not.
-void write_all(int fd, const void* data, std::size_t bytes, const std::filesystem::path& path) {
-  const auto* at = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t wrote = ::write(fd, at, std::min<std::size_t>(bytes, std::size_t{1} << 30));
-    if (wrote < 0) {
-      if (errno == EINTR) continue;
-      throw CorpusFileError(path, "", std::string("cannot write: ") + std::strerror(errno));
-    }
-    at += wrote;
-    bytes -= static_cast<std::size_t>(wrote);
-  }
-}
-
 // A file descriptor that removes its temporary file unless told it was renamed.
 class TemporaryFile {
  public:
@@ -243,7 +228,7 @@ class TemporaryFile {
   TemporaryFile(const TemporaryFile&) = delete;
   TemporaryFile& operator=(const TemporaryFile&) = delete;
 
-  [[nodiscard]] int fd() const noexcept { return fd_; }
+  // Writes `bytes` in full at `offset`, or says why not.
   void write_at(std::uint64_t offset, const void* data, std::size_t bytes) {
     const auto* at = static_cast<const char*>(data);
     while (bytes > 0) {
@@ -257,13 +242,13 @@ class TemporaryFile {
       bytes -= static_cast<std::size_t>(wrote);
     }
   }
-  void commit(const std::filesystem::path& target) {
-    if (::fdatasync(fd_) != 0) throw CorpusFileError(target, "", std::string("cannot flush: ") + std::strerror(errno));
+  void commit() {
+    if (::fdatasync(fd_) != 0) throw CorpusFileError(target_, "", std::string("cannot flush: ") + std::strerror(errno));
     const int closed = ::close(fd_);
     fd_ = -1;
-    if (closed != 0) throw CorpusFileError(target, "", std::string("cannot close: ") + std::strerror(errno));
-    if (::rename(path_.c_str(), target.c_str()) != 0) {
-      throw CorpusFileError(target, "", std::string("cannot rename '") + path_.string() + "' to it: " + std::strerror(errno));
+    if (closed != 0) throw CorpusFileError(target_, "", std::string("cannot close: ") + std::strerror(errno));
+    if (::rename(path_.c_str(), target_.c_str()) != 0) {
+      throw CorpusFileError(target_, "", std::string("cannot rename '") + path_.string() + "' to it: " + std::strerror(errno));
     }
     renamed_ = true;
   }
@@ -398,7 +383,7 @@ CorpusFileSummary CorpusBuilder::write(const std::filesystem::path& path, const 
   TemporaryFile file(path);
   std::uint64_t at = 0;
   const auto put = [&](const void* data, std::uint64_t bytes) {
-    write_all(file.fd(), data, static_cast<std::size_t>(bytes), path);
+    file.write_at(at, data, static_cast<std::size_t>(bytes));
     at += bytes;
   };
   static constexpr std::array<char, format::kHeaderBytes> kZeros{};
@@ -459,7 +444,7 @@ CorpusFileSummary CorpusBuilder::write(const std::filesystem::path& path, const 
       format::checksum(std::as_bytes(std::span(&header, 1)).first(offsetof(format::Header, header_checksum)));
   if (progress) progress("write", 0, 1);
   file.write_at(0, &header, sizeof(header));
-  file.commit(path);
+  file.commit();
   if (progress) progress("write", 1, 1);
 
   CorpusFileSummary summary;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ngramspec/detail/fnv1a.hpp"
+#include "ngramspec/detail/prefetch.hpp"
 
 namespace ngramspec {
 namespace {
@@ -141,15 +142,6 @@ std::size_t gated(double min_confidence, double scale, std::size_t made, const E
   return made;
 }
 
-// Starts loading the cache line at `address`, so that a miss overlaps other work.
-void prefetch(const void* address) noexcept {
-#if defined(__GNUC__) || defined(__clang__)
-  __builtin_prefetch(address);
-#else
-  static_cast<void>(address);
-#endif
-}
-
 }  // namespace
 
 MatchDrafter::MatchDrafter(MatchConfig config, const SharedCorpus* corpus, const MappedCorpus* file)
@@ -220,7 +212,7 @@ void MatchDrafter::update(Token token) noexcept {
     for (std::size_t n = 1; n <= orders; ++n) {
       ends[n - 1] = indexes ? last_[n - 1].exchange(hashes[n - 1], homes[n - 1], end)
                             : last_[n - 1].find(hashes[n - 1], homes[n - 1]);
-      if (ends[n - 1] != 0) prefetch(&tokens_[ends[n - 1] - 1]);
+      if (ends[n - 1] != 0) detail::prefetch(&tokens_[ends[n - 1] - 1]);
     }
   } else if (indexes) {
     for (std::size_t n = 1; n <= orders; ++n) last_[n - 1].store(hashes[n - 1], homes[n - 1], end);

@@ -1167,16 +1167,6 @@ CorpusDrafted corpus_drafts(Draft draft, std::span<const Token> context, std::si
   return d;
 }
 
-std::vector<char> file_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const std::filesystem::path& path, const std::vector<char>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 /// A context that ends in the corpus's own text (so that it matches), or random tokens.
 std::vector<Token> probe_context(std::mt19937_64& rng, const std::vector<Token>& held, Token vocab) {
   std::vector<Token> context(rng() % 5);
@@ -1423,7 +1413,7 @@ TEST(CApiCorpusFile, BadFilesAreReportedNamingTheFileAndTheSection) {
   }
   const std::filesystem::path good = dir / "good.ngc";
   ASSERT_C_OK(ngramspec_corpus_save(corpus.get(), good.c_str()));
-  const std::vector<char> bytes = file_bytes(good);
+  const std::vector<char> bytes = test::read_file(good);
   ASSERT_GT(bytes.size(), detail::corpus_format::kHeaderBytes);
   detail::corpus_format::Header header;
   std::memcpy(&header, bytes.data(), sizeof header);
@@ -1455,32 +1445,32 @@ TEST(CApiCorpusFile, BadFilesAreReportedNamingTheFileAndTheSection) {
   expect_unreadable(dir.path(), {"it is a directory"});
   {
     const std::filesystem::path path = dir / "empty.ngc";
-    write_bytes(path, {});
+    ASSERT_TRUE(test::write_file(path, std::vector<char>{}));
     expect_unreadable(path, {", section header: ", "the file is empty"});
   }
   {
     const std::filesystem::path path = dir / "not-a-corpus.ngc";
-    write_bytes(path, std::vector<char>(400, 'x'));
+    ASSERT_TRUE(test::write_file(path, std::vector<char>(400, 'x')));
     expect_unreadable(path, {", section header: ", "not a corpus file"});
   }
   {
     std::vector<char> corrupted = bytes;
     corrupted[offsetof(detail::corpus_format::Header, tokens)] ^= 0x10;  // the header's checksum no longer holds
     const std::filesystem::path path = dir / "bad-header.ngc";
-    write_bytes(path, corrupted);
+    ASSERT_TRUE(test::write_file(path, corrupted));
     expect_unreadable(path, {", section header: ", "checksum mismatch"});
   }
   {
     std::vector<char> truncated(bytes.begin(), bytes.end() - 64);
     const std::filesystem::path path = dir / "truncated.ngc";
-    write_bytes(path, truncated);
+    ASSERT_TRUE(test::write_file(path, truncated));
     expect_unreadable(path, {"truncated: " + std::to_string(truncated.size()) + " bytes"});
   }
   {  // A token flipped: it maps (only the header is checked), verify finds it.
     std::vector<char> corrupted = bytes;
     corrupted[header.sections[0].offset + 5] ^= 0x01;
     const std::filesystem::path path = dir / "bad-tokens.ngc";
-    write_bytes(path, corrupted);
+    ASSERT_TRUE(test::write_file(path, corrupted));
     const CorpusFilePtr file = open_file(path);
     ASSERT_NE(file, nullptr);
     EXPECT_FILE_ERROR(ngramspec_corpus_file_verify(file.get()),
@@ -1492,7 +1482,7 @@ TEST(CApiCorpusFile, BadFilesAreReportedNamingTheFileAndTheSection) {
     const detail::corpus_format::SectionEntry& last = header.sections[detail::corpus_format::kSections - 1];
     corrupted[last.offset + last.bytes - 3] ^= 0x40;
     const std::filesystem::path path = dir / "bad-ngrams3.ngc";
-    write_bytes(path, corrupted);
+    ASSERT_TRUE(test::write_file(path, corrupted));
     const CorpusFilePtr file = open_file(path);
     ASSERT_NE(file, nullptr);
     EXPECT_FILE_ERROR(ngramspec_corpus_file_verify(file.get()), ", section ngrams3: ");

@@ -36,15 +36,10 @@ using test::TempDir;
 
 using Bytes = std::vector<std::uint8_t>;
 
-Bytes read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+Bytes read_bytes(const std::filesystem::path& path) { return test::read_file<std::uint8_t>(path); }
 
 void write_bytes(const std::filesystem::path& path, const Bytes& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << "cannot write " << path;
+  ASSERT_TRUE(test::write_file(path, bytes)) << "cannot write " << path;
 }
 
 format::Header header_of(const Bytes& bytes) {

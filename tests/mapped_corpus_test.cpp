@@ -29,11 +29,6 @@ using test::Drafted;
 using test::random_tokens;
 using test::TempDir;
 
-std::vector<char> read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // Contexts that hit the corpus (its own n-grams, extended by random tokens) and miss it.
 std::vector<std::vector<Token>> probe_contexts(std::mt19937_64& rng, std::span<const Token> held, Token vocab,
                                                std::size_t count) {
@@ -216,11 +211,11 @@ TEST(CorpusMerge, ResultDependsOnlyOnTheSetOfRecordsOverManyRandomShardings) {
     for (std::size_t s = 0; s < shards; ++s) paths.push_back(build(dir, "shard" + std::to_string(s) + ".ngc", dealt[s]));
     std::shuffle(paths.begin(), paths.end(), rng);
     const auto merged = merge(dir, "merged.ngc", paths);
-    ASSERT_EQ(read_bytes(merged), read_bytes(whole)) << "trial " << trial;
+    ASSERT_EQ(test::read_file(merged), test::read_file(whole)) << "trial " << trial;
     EXPECT_NO_THROW(MappedCorpus(merged).verify());
     // Idempotent: merging the result with one of its shards changes nothing.
     const auto again = merge(dir, "again.ngc", {merged, paths.front()});
-    ASSERT_EQ(read_bytes(again), read_bytes(whole)) << "trial " << trial;
+    ASSERT_EQ(test::read_file(again), test::read_file(whole)) << "trial " << trial;
   }
 }
 

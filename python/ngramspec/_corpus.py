@@ -54,8 +54,6 @@ class _Attachable(Closable):
         self._handle = native
         self._users = 0
         self._closed = False
-        self._count = ctypes.c_size_t(0)
-        self._length = ctypes.c_size_t(0)
 
     @property
     def closed(self) -> bool:
@@ -72,11 +70,14 @@ class _Attachable(Closable):
     def _draft(self, function: Callable[..., int], context: TokensLike, room: int) -> CorpusDraft:
         array, pointer, n = tokens_arg(context, "context")
         out = np.empty(size_arg(room, "room"), np.uint32)
-        status = function(self._handle, pointer, n, out.ctypes.data, out.shape[0], ctypes.byref(self._count),
-                          ctypes.byref(self._length))
+        # Out-parameters of this call's own: threads may draft from one corpus at once.
+        count = ctypes.c_size_t(0)
+        length = ctypes.c_size_t(0)
+        status = function(self._handle, pointer, n, out.ctypes.data, out.shape[0], ctypes.byref(count),
+                          ctypes.byref(length))
         if status:
             raise_status(status)
-        return CorpusDraft(out[: self._count.value], int(self._length.value))
+        return CorpusDraft(out[: count.value], int(length.value))
 
     # Drafters and batches that read it register here, and free it with them.
     def _attach(self) -> int:

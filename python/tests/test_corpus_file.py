@@ -237,13 +237,18 @@ def test_a_batch_drafts_from_the_file_and_finishes_into_the_live_corpus(tmp_path
     builder.save(tmp_path / "c.ngc")
     live = SharedCorpus(1 << 16)
     with MappedCorpus(tmp_path / "c.ngc") as mapped:
+        prompt = [3, 0, 1]  # then the prefill's 4: nothing of its own to copy; the file has 6 5 2 0
+        expected = []  # plain greedy decoding after the prompt
+        last = prompt[-1]
+        for _ in range(20):
+            last = next_of(last)
+            expected.append(last)
         accepted = {}
         for with_file in (False, True):
             spec = BatchSpeculator(max_sequences=2, cost="knee:16", drafter={"min_confidence": 0, "cap": 64},
                                    corpus=live, corpus_file=mapped if with_file else None,
                                    corpus_preference="file")
             assert spec.corpus is live and spec.corpus_file is (mapped if with_file else None)
-            prompt = [3, 0, 1]  # then the prefill's 4: nothing of its own to copy; the file has 6 5 2 0
             spec.begin(42, prompt, max_new_tokens=20)
             output: list[int] = []
             for pass_index in range(40):
@@ -256,18 +261,13 @@ def test_a_batch_drafts_from_the_file_and_finishes_into_the_live_corpus(tmp_path
                 output += answers[: steps["emitted"][0]]
                 if steps["finished"][0]:
                     break
-            expected = []
-            last = prompt[-1]
-            for _ in range(20):
-                last = next_of(last)
-                expected.append(last)
             assert output == expected  # plain greedy decoding
             accepted[with_file] = spec.stats.accepted
             records = live.records
             spec.finish(42)
             assert live.records == records + 1  # the output goes to the live corpus
             spec.close()
-        assert accepted[True] >= 4
+        assert accepted[True] > accepted[False]  # the file's continuation is accepted
         assert mapped.records == 1  # read-only
         mapped.verify()
 

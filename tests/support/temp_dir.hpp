@@ -4,8 +4,11 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace ngramspec::test {
 
@@ -32,5 +35,21 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// A file's bytes, as `Byte`s (char or std::uint8_t); empty when it cannot be read.
+template <class Byte = char>
+std::vector<Byte> read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Replaces a file's contents with `bytes`; false when it cannot.
+template <class Byte>
+[[nodiscard]] bool write_file(const std::filesystem::path& path, const std::vector<Byte>& bytes) {
+  static_assert(sizeof(Byte) == 1);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return out.good();
+}
 
 }  // namespace ngramspec::test

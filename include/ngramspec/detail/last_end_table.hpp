@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ngramspec/detail/huge_page_allocator.hpp"
+#include "ngramspec/detail/prefetch.hpp"
 
 namespace ngramspec::detail {
 
@@ -64,13 +65,7 @@ class LastEndTable {
   }
 
   /// Starts fetching the slot at `home`, so that the miss overlaps other work.
-  void prefetch(std::size_t home) const noexcept {
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(&slots_[home]);
-#else
-    static_cast<void>(home);
-#endif
-  }
+  void prefetch(std::size_t home) const noexcept { detail::prefetch(&slots_[home]); }
 
   void clear() noexcept {
     for (Slot& slot : slots_) slot = Slot{};
