@@ -157,6 +157,9 @@ def count_walk(args, drafter, stream, context, function, predict):
         done = run(command)
         if f"walked {args.tokens} tokens" not in done.stdout:
             sys.exit(f"unexpected output of {' '.join(command)}:\n{done.stdout}")
+        if "preparation not zeroed" in done.stdout:
+            sys.exit(f"{args.bench} was built without valgrind's headers, so its counts would include the "
+                     "preparation: install valgrind (apt-get install valgrind) and build it again")
         return read_header_costs(out), done.stdout
 
 
