@@ -1,0 +1,334 @@
+// ngramspec-llama: llama.cpp decoding with ngramspec drafting, checked against plain decoding and
+// compared with llama.cpp's own n-gram drafters in one run.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <ngramspec/batch_speculator.hpp>
+#include <ngramspec/mapped_corpus.hpp>
+#include <ngramspec/shared_corpus.hpp>
+
+#include "llama_cost.hpp"
+#include "llama_decoding.hpp"
+#include "llama_engine.hpp"
+#include "llama_options.hpp"
+#if NGRAMSPEC_LLAMA_CPP_DRAFTERS
+#include "llama_cpp_drafter.hpp"
+#endif
+
+namespace {
+
+using namespace ngramspec;
+using namespace ngramspec::llama_cpp;
+
+std::vector<std::string> read_prompts(const LlamaOptions& o) {
+  if (o.prompt) return {*o.prompt};
+  std::ifstream in(o.prompts_file);
+  if (!in) throw std::runtime_error("cannot open --prompts file '" + o.prompts_file + "'");
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) prompts.push_back(line);
+  }
+  if (prompts.empty()) throw std::runtime_error("--prompts file '" + o.prompts_file + "' holds no prompt (one a line)");
+  return prompts;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// One way of decoding in a comparison: its name and a run over the prompts.
+struct Contender {
+  std::string name;
+  std::function<RunResult()> run;
+  std::vector<double> seconds;
+  RunResult first;  // the first timed run's outputs and counts
+  bool identical = true;
+};
+
+// The cost the speculative runs plan with, and the line that says where it came from.
+struct CostChoice {
+  std::optional<VerifyCost> cost;
+  std::string line;
+};
+
+CostChoice choose_cost(const LlamaOptions& o, Engine& engine) {
+  CostChoice c;
+  if (o.cost_source == LlamaOptions::Cost::none) {
+    c.line = "verify cost: none (MatchDrafter's gate sizes the drafts)";
+  } else if (o.cost_source == LlamaOptions::Cost::given) {
+    c.cost = *o.cost;
+    c.line = "verify cost (given): " + c.cost->spec();
+  } else {
+    const auto start = std::chrono::steady_clock::now();
+    c.cost = measure_pass_cost(engine, o.parallel, o.k);
+    char took[64];
+    std::snprintf(took, sizeof took, "measured in %.1f s",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    c.line = std::string("verify cost: ") + took + (o.print_cost ? ": " + c.cost->spec() : " (--print-cost shows it)");
+  }
+  return c;
+}
+
+void print_run(const char* label, const RunResult& r) {
+  std::printf("%-10s %6llu tokens in %7.3f s, %8.1f tokens/s, %5llu passes, drafted %llu, accepted %llu, "
+              "mean accepted length %.2f, outside llama_decode %.1f%%\n",
+              label, static_cast<unsigned long long>(r.generated), r.seconds, r.tokens_per_second(),
+              static_cast<unsigned long long>(r.passes), static_cast<unsigned long long>(r.drafted),
+              static_cast<unsigned long long>(r.accepted), r.mean_accepted_length(),
+              r.seconds > 0 ? 100.0 * (r.seconds - r.decode_seconds) / r.seconds : 0.0);
+}
+
+std::string run_json(const std::string& name, const RunResult& r, double seconds, double plain_seconds, bool identical) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"drafter\": %s, \"generated\": %llu, \"passes\": %llu, \"drafted\": %llu, \"accepted\": %llu, "
+                "\"mean_accepted_length\": %.4f, \"seconds\": %.6f, \"tokens_per_second\": %.2f, \"speedup\": %.4f, "
+                "\"outside_decode_fraction\": %.4f, \"identical\": %s}",
+                json_string(name).c_str(), static_cast<unsigned long long>(r.generated),
+                static_cast<unsigned long long>(r.passes), static_cast<unsigned long long>(r.drafted),
+                static_cast<unsigned long long>(r.accepted), r.mean_accepted_length(), seconds,
+                seconds > 0 ? static_cast<double>(r.generated) / seconds : 0.0, seconds > 0 ? plain_seconds / seconds : 0.0,
+                r.seconds > 0 ? (r.seconds - r.decode_seconds) / r.seconds : 0.0, identical ? "true" : "false");
+  return buf;
+}
+
+int curve_mode(const LlamaOptions& o) {
+  EngineConfig config{o.model, o.threads, *std::max_element(o.curve.begin(), o.curve.end()), o.context, 0, o.verbose};
+  Engine engine(config);
+  std::printf("# %s, %d threads; ms per llama_decode of k tokens per sequence (median of 7 after a warm-up)\n",
+              engine.description().c_str(), o.threads);
+  std::vector<std::vector<double>> ms(o.curve.size());
+  std::vector<std::string> specs;
+  for (std::size_t c = 0; c < o.curve.size(); ++c) {
+    const std::size_t s = o.curve[c];
+    PassTimer timer(engine, s, o.curve_tokens);
+    std::vector<std::size_t> counts;
+    for (std::size_t k = 1; k <= o.curve_tokens; ++k) counts.push_back(k * s);
+    // Raw seconds: measure_verify_cost normalizes, so time here the same way, unnormalized.
+    std::vector<std::vector<double>> seconds(counts.size());
+    for (const std::size_t n : counts) timer(n);
+    for (int round = 0; round < 7; ++round) {
+      for (std::size_t i = 0; i < counts.size(); ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        timer(counts[i]);
+        seconds[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+    }
+    std::string spec = "table:";
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      ms[c].push_back(1e3 * median(seconds[i]));
+      char point[64];
+      std::snprintf(point, sizeof point, "%s%zu=%.4g", i ? "," : "", counts[i], ms[c].back() / ms[c].front());
+      spec += point;
+    }
+    specs.push_back(spec);
+  }
+  std::printf("| k |");
+  for (const std::size_t s : o.curve) std::printf(" %zu seq |", s);
+  std::printf("\n|---:|");
+  for (std::size_t c = 0; c < o.curve.size(); ++c) std::printf("---:|");
+  std::printf("\n");
+  for (std::size_t k = 0; k < o.curve_tokens; ++k) {
+    std::printf("| %zu |", k + 1);
+    for (std::size_t c = 0; c < o.curve.size(); ++c) std::printf(" %.3f |", ms[c][k]);
+    std::printf("\n");
+  }
+  for (std::size_t c = 0; c < o.curve.size(); ++c) std::printf("# %zu sequences: --cost %s\n", o.curve[c], specs[c].c_str());
+  return 0;
+}
+
+int run(const LlamaOptions& o) {
+  if (!o.curve.empty()) return curve_mode(o);
+  EngineConfig config{o.model, o.threads, o.parallel, o.context, 0, o.verbose};
+  Engine engine(config);
+  const std::vector<std::string> texts = read_prompts(o);
+  std::vector<std::vector<Token>> prompts;
+  for (const std::string& t : texts) prompts.push_back(engine.tokenize(t, true));
+  llama_cpp::detail::prompt_limit_check(engine, prompts);
+
+  RunSettings settings;
+  settings.max_new_tokens = o.n;
+  settings.stop_at_eog = !o.ignore_eos;
+  settings.sampling = o.sampling;
+
+  std::unique_ptr<SharedCorpus> corpus;
+  if (o.corpus_mib != 0) corpus = std::make_unique<SharedCorpus>(o.corpus_mib << 20);
+  std::unique_ptr<MappedCorpus> file;
+  if (!o.corpus_file.empty()) file = std::make_unique<MappedCorpus>(o.corpus_file);
+
+  const bool speculates = o.speculate || o.check || o.compare;
+  CostChoice cost = speculates ? choose_cost(o, engine) : CostChoice{};
+  BatchConfig batch;
+  batch.max_sequences = o.parallel;
+  batch.max_pass_tokens = engine.max_pass_tokens();
+  batch.cost = cost.cost;
+  BatchSpeculator<MatchDrafter> speculator(batch, corpus.get(), file.get());
+  const auto run_plain = [&] { return decode_plain(engine, prompts, settings); };
+  const auto run_ngramspec = [&] {
+    if (corpus) corpus->clear();  // every timed run starts from the same corpus
+    return decode_speculative(engine, speculator, prompts, settings, o.k);
+  };
+
+  if (!o.check && !o.compare) {
+    const RunResult r = o.speculate ? run_ngramspec() : run_plain();
+    if (o.json) {
+      std::printf("{\"model\": %s, \"cost\": %s, \"runs\": [%s], \"outputs\": [", json_string(engine.description()).c_str(),
+                  json_string(cost.cost ? cost.cost->spec() : "none").c_str(),
+                  run_json(o.speculate ? "ngramspec" : "plain", r, r.seconds, r.seconds, true).c_str());
+      for (std::size_t i = 0; i < r.outputs.size(); ++i) {
+        std::printf("%s{\"prompt\": %s, \"text\": %s, \"tokens\": [", i ? ", " : "", json_string(texts[i]).c_str(),
+                    json_string(engine.detokenize(r.outputs[i])).c_str());
+        for (std::size_t j = 0; j < r.outputs[i].size(); ++j) std::printf("%s%d", j ? ", " : "", static_cast<int>(r.outputs[i][j]));
+        std::printf("]}");
+      }
+      std::printf("]}\n");
+      return 0;
+    }
+    for (std::size_t i = 0; i < r.outputs.size(); ++i) {
+      std::printf("%s%s\n\n", texts[i].c_str(), engine.detokenize(r.outputs[i]).c_str());
+    }
+    std::printf("%s\n", engine.description().c_str());
+    if (o.speculate) std::printf("%s\n", cost.line.c_str());
+    print_run(o.speculate ? "ngramspec" : "plain", r);
+    return 0;
+  }
+
+  std::vector<Contender> contenders;
+  contenders.push_back({"plain", run_plain, {}, {}, true});
+  contenders.push_back({"ngramspec", run_ngramspec, {}, {}, true});
+#if NGRAMSPEC_LLAMA_CPP_DRAFTERS
+  std::vector<std::unique_ptr<BatchSpeculator<LlamaCppDrafter>>> llama_speculators;
+  if (o.compare) {
+    const std::vector<std::string> specs = o.llama_drafters.empty() ? default_comparison_drafters() : o.llama_drafters;
+    for (const std::string& spec : specs) {
+      const std::size_t max_drafts = LlamaCppDrafter::max_drafts(spec);
+      BatchConfig c;
+      c.max_sequences = o.parallel;
+      c.max_pass_tokens = engine.max_pass_tokens();
+      llama_speculators.push_back(std::make_unique<BatchSpeculator<LlamaCppDrafter>>(
+          c, [spec] { return LlamaCppDrafter(spec); }));
+      BatchSpeculator<LlamaCppDrafter>* s = llama_speculators.back().get();
+      contenders.push_back({"llama.cpp " + spec,
+                            [&engine, s, &prompts, &settings, max_drafts] {
+                              return decode_speculative(engine, *s, prompts, settings, max_drafts);
+                            },
+                            {}, {}, true});
+    }
+  }
+#else
+  if (o.compare) {
+    std::fprintf(stderr, "ngramspec-llama: this build has no llama.cpp drafters (built without llama.cpp's common "
+                         "library); --compare runs plain and ngramspec only\n");
+  }
+#endif
+
+  // Rounds over every contender, each round in a rotated order so none always runs first.
+  for (std::size_t round = 0; round < o.repeats; ++round) {
+    for (std::size_t j = 0; j < contenders.size(); ++j) {
+      Contender& c = contenders[(j + round) % contenders.size()];
+      RunResult r = c.run();
+      c.seconds.push_back(r.seconds);
+      if (c.seconds.size() == 1) c.first = std::move(r);
+      else c.identical = c.identical && r.outputs == c.first.outputs;
+    }
+  }
+  const std::vector<std::vector<Token>>& reference = contenders[0].first.outputs;
+  for (Contender& c : contenders) c.identical = c.identical && c.first.outputs == reference && contenders[0].identical;
+  const double plain_seconds = median(contenders[0].seconds);
+
+  bool all_identical = true;
+  for (const Contender& c : contenders) all_identical = all_identical && c.identical;
+  if (o.json) {
+    std::printf("{\"model\": %s, \"prompts\": %zu, \"parallel\": %zu, \"threads\": %d, \"cost\": %s, \"repeats\": %zu, "
+                "\"runs\": [",
+                json_string(engine.description()).c_str(), prompts.size(), o.parallel, o.threads,
+                json_string(cost.cost ? cost.cost->spec() : "none").c_str(), o.repeats);
+    for (std::size_t i = 0; i < contenders.size(); ++i) {
+      std::printf("%s%s", i ? ", " : "",
+                  run_json(contenders[i].name, contenders[i].first, median(contenders[i].seconds), plain_seconds,
+                           contenders[i].identical).c_str());
+    }
+    std::printf("], \"identical\": %s}\n", all_identical ? "true" : "false");
+    return all_identical ? 0 : 1;
+  }
+  std::printf("%s; %zu prompts, --n %zu, --parallel %zu, %s\n%s\n", engine.description().c_str(), prompts.size(), o.n,
+              o.parallel, o.sampling.temperature > 0 ? "sampled" : "greedy", cost.line.c_str());
+  if (o.check) {
+    const Contender& plain = contenders[0];
+    const Contender& spec = contenders[1];
+    print_run("plain", plain.first);
+    print_run("ngramspec", spec.first);
+    std::printf("identical: %s\n", spec.identical ? "yes" : "no");
+    std::printf("plain %.1f tokens/s, ngramspec %.1f tokens/s, mean accepted length %.2f\n",
+                static_cast<double>(plain.first.generated) / plain_seconds,
+                static_cast<double>(spec.first.generated) / median(spec.seconds), spec.first.mean_accepted_length());
+    std::printf("speedup %.2fx (median of %zu alternating runs each)\n", plain_seconds / median(spec.seconds), o.repeats);
+    return spec.identical ? 0 : 1;
+  }
+  std::printf("\n| drafter | drafted | accepted | mean accepted length | tokens/s | speedup | identical |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---|\n");
+  for (const Contender& c : contenders) {
+    const double s = median(c.seconds);
+    std::printf("| %s | %llu | %llu | %.2f | %.1f | %.2fx | %s |\n", c.name.c_str(),
+                static_cast<unsigned long long>(c.first.drafted), static_cast<unsigned long long>(c.first.accepted),
+                c.first.mean_accepted_length(), static_cast<double>(c.first.generated) / s, plain_seconds / s,
+                c.identical ? "yes" : "no");
+  }
+  std::printf("\ntokens/s and speedup: medians of %zu rounds, each running every drafter in a rotated order\n",
+              o.repeats);
+  return all_identical ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string_view> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  LlamaOptions options;
+  try {
+    options = parse_llama_options(args);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "ngramspec-llama: %s\n%s", e.what(), llama_usage());
+    return 2;
+  }
+  if (options.help) {
+    std::fputs(llama_usage(), stdout);
+    return 0;
+  }
+  try {
+    return run(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ngramspec-llama: error: %s\n", e.what());
+    return 1;
+  }
+}

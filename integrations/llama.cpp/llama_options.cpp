@@ -1,0 +1,175 @@
+#include "llama_options.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include <ngramspec/decode_step.hpp>
+
+namespace ngramspec::llama_cpp {
+namespace {
+
+[[noreturn]] void bad(std::string_view flag, std::string_view text, const std::string& why) {
+  throw std::invalid_argument(std::string(flag) + " " + std::string(text) + ": " + why);
+}
+
+std::size_t parse_count(std::string_view flag, std::string_view text, std::size_t min, std::size_t max) {
+  std::size_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range) bad(flag, text, "is too large; at most " + std::to_string(max));
+  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) bad(flag, text, "is not a whole number");
+  if (value < min || value > max) {
+    bad(flag, text, "is out of range: " + std::to_string(min) + " to " + std::to_string(max));
+  }
+  return value;
+}
+
+float parse_real(std::string_view flag, std::string_view text) {
+  float value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::general);
+  if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(value)) {
+    bad(flag, text, "is not a finite number");
+  }
+  return value;
+}
+
+}  // namespace
+
+const char* llama_usage() noexcept {
+  return "usage: ngramspec-llama --model FILE.gguf (--prompt TEXT | --prompts FILE) [options]\n"
+         "Decodes with llama.cpp, drafting with ngramspec (MatchDrafter through BatchSpeculator).\n"
+         "  --model FILE       a GGUF model llama.cpp loads\n"
+         "  --prompt TEXT      one prompt (\"\" decodes from BOS alone); --prompts FILE: one prompt a line\n"
+         "  --n N              most tokens generated per prompt (default 256)\n"
+         "  --threads N        CPU threads (default: every core)\n"
+         "  --parallel N       sequences decoded together in one llama_batch, 1 to 256 (default 1); a finished\n"
+         "                     sequence's slot takes the next prompt\n"
+         "  --ctx N            tokens each sequence holds (default: the model's training context)\n"
+         "  --k N              most drafts per sequence and pass, 1 to 1024 (default 16; 4 with --cost none)\n"
+         "  --cost SPEC        what a verify pass costs, which sizes every pass's drafts: measure (default: time\n"
+         "                     this model's passes at start), none (MatchDrafter's own gate decides), flat,\n"
+         "                     knee:N, or table:1=1,2=1.5,... (what --print-cost prints)\n"
+         "  --print-cost       print the cost table used, to give back to --cost\n"
+         "  --temperature T    sample (default 0: greedy); --top-k K, --top-p P, --min-p P filter, --seed S keys\n"
+         "                     the randomness per position (prompt i uses seed S + i), so the same seed gives the\n"
+         "                     same text with and without drafting\n"
+         "  --ignore-eos       do not stop at the model's end-of-generation tokens\n"
+         "  --no-speculate     plain decoding\n"
+         "  --corpus MIB       a SharedCorpus of MIB MiB: each prompt drafts from the outputs of earlier ones\n"
+         "  --corpus-file F    draft from a corpus file too (made by ngramspec-corpus build)\n"
+         "  --check            also decode plainly; print 'identical: yes' (or 'no', exit 1), both speeds, the mean\n"
+         "                     accepted length and 'speedup N.NNx' (plain time / speculative time, medians of\n"
+         "                     --repeats alternating runs)\n"
+         "  --compare          plain, ngramspec and llama.cpp's own n-gram drafters (through its\n"
+         "                     common_speculative code) on the same prompts in one run: one table\n"
+         "  --llama-drafter S  with --compare: a llama.cpp drafter to run, TYPE[:key=value,...] (repeatable;\n"
+         "                     default: every n-gram type at its defaults and at the best of a few settings)\n"
+         "  --repeats N        timed rounds of --check and --compare (default 3)\n"
+         "  --curve 1,4,16     measure the cost of passes of 1 .. --curve-tokens (default 17) tokens per sequence\n"
+         "                     for each number of sequences given, print the table, and exit\n"
+         "  --json             print the result as JSON\n"
+         "  --verbose          show llama.cpp's log\n";
+}
+
+LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
+  LlamaOptions o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view flag = args[i];
+    const auto value = [&]() -> std::string_view {
+      if (i + 1 >= args.size()) throw std::invalid_argument(std::string(flag) + " needs a value");
+      return args[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      o.help = true;
+      return o;
+    } else if (flag == "--model") {
+      o.model = value();
+    } else if (flag == "--prompt") {
+      o.prompt = std::string(value());
+    } else if (flag == "--prompts") {
+      o.prompts_file = value();
+    } else if (flag == "--n") {
+      o.n = parse_count(flag, value(), 1, std::size_t{1} << 24);
+    } else if (flag == "--threads") {
+      o.threads = static_cast<int>(parse_count(flag, value(), 1, 1024));
+    } else if (flag == "--parallel") {
+      o.parallel = parse_count(flag, value(), 1, 256);
+    } else if (flag == "--ctx") {
+      o.context = parse_count(flag, value(), 2, std::size_t{1} << 24);
+    } else if (flag == "--k") {
+      o.k = parse_count(flag, value(), 1, kMaxDraftsPerPass);
+      o.k_given = true;
+    } else if (flag == "--cost") {
+      const std::string_view text = value();
+      if (text == "measure") {
+        o.cost_source = LlamaOptions::Cost::measure;
+      } else if (text == "none") {
+        o.cost_source = LlamaOptions::Cost::none;
+      } else {
+        o.cost = text == "flat" ? VerifyCost::knee(std::size_t{1} << 30) : VerifyCost::parse(text);
+        o.cost_source = LlamaOptions::Cost::given;
+      }
+    } else if (flag == "--print-cost") {
+      o.print_cost = true;
+    } else if (flag == "--temperature") {
+      o.sampling.temperature = parse_real(flag, value());
+    } else if (flag == "--top-k") {
+      o.sampling.top_k = parse_count(flag, value(), 0, std::size_t{1} << 31);
+    } else if (flag == "--top-p") {
+      o.sampling.top_p = parse_real(flag, value());
+    } else if (flag == "--min-p") {
+      o.sampling.min_p = parse_real(flag, value());
+    } else if (flag == "--seed") {
+      o.sampling.seed = parse_count(flag, value(), 0, std::numeric_limits<std::uint64_t>::max());
+    } else if (flag == "--ignore-eos") {
+      o.ignore_eos = true;
+    } else if (flag == "--no-speculate") {
+      o.speculate = false;
+    } else if (flag == "--check") {
+      o.check = true;
+    } else if (flag == "--compare") {
+      o.compare = true;
+    } else if (flag == "--llama-drafter") {
+      o.llama_drafters.emplace_back(value());
+    } else if (flag == "--repeats") {
+      o.repeats = parse_count(flag, value(), 1, 1000);
+    } else if (flag == "--corpus") {
+      o.corpus_mib = parse_count(flag, value(), 1, std::size_t{1} << 16);
+    } else if (flag == "--corpus-file") {
+      o.corpus_file = value();
+    } else if (flag == "--curve") {
+      const std::string_view text = value();
+      std::size_t start = 0;
+      while (start <= text.size()) {
+        const std::size_t comma = std::min(text.find(',', start), text.size());
+        o.curve.push_back(parse_count(flag, text.substr(start, comma - start), 1, 256));
+        start = comma + 1;
+      }
+    } else if (flag == "--curve-tokens") {
+      o.curve_tokens = parse_count(flag, value(), 1, 1024);
+    } else if (flag == "--json") {
+      o.json = true;
+    } else if (flag == "--verbose") {
+      o.verbose = true;
+    } else {
+      throw std::invalid_argument("unknown option '" + std::string(flag) + "'");
+    }
+  }
+  if (o.model.empty()) throw std::invalid_argument("--model FILE is required");
+  if (o.curve.empty() && !o.prompt && o.prompts_file.empty()) {
+    throw std::invalid_argument("give --prompt TEXT or --prompts FILE");
+  }
+  if (o.prompt && !o.prompts_file.empty()) throw std::invalid_argument("give --prompt or --prompts, not both");
+  if (o.check && o.compare) throw std::invalid_argument("--check and --compare are separate modes; give one");
+  if (!o.speculate && (o.check || o.compare)) {
+    throw std::invalid_argument("--no-speculate decodes plainly; --check and --compare decode both ways already");
+  }
+  if (!o.llama_drafters.empty() && !o.compare) throw std::invalid_argument("--llama-drafter goes with --compare");
+  if (o.cost_source == LlamaOptions::Cost::none && !o.k_given) o.k = LlamaOptions::kDefaultKWithoutCost;
+  validate(o.sampling);
+  return o;
+}
+
+}  // namespace ngramspec::llama_cpp

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <ngramspec/sampling_options.hpp>
+#include <ngramspec/verify_cost.hpp>
+
+namespace ngramspec::llama_cpp {
+
+/// The command line of ngramspec-llama, parsed and checked (see its --help).
+struct LlamaOptions {
+  bool help = false;
+  std::string model;                 ///< --model (required)
+  std::optional<std::string> prompt;  ///< --prompt TEXT (may be empty: BOS alone)
+  std::string prompts_file;          ///< --prompts FILE, one prompt a line
+  std::size_t n = 256;               ///< --n: most tokens generated per prompt
+  int threads = 0;                   ///< --threads (0: every core)
+  std::size_t parallel = 1;          ///< --parallel: sequences decoded together
+  std::size_t context = 0;           ///< --ctx: tokens per sequence (0: the model's training context)
+  std::size_t k = 16;                ///< --k: most drafts a pass per sequence
+  bool k_given = false;
+  /// --cost: measure (default), none (the drafter's gate alone), or a spec VerifyCost::parse reads.
+  enum class Cost { measure, given, none };
+  Cost cost_source = Cost::measure;
+  std::optional<VerifyCost> cost;
+  bool print_cost = false;           ///< --print-cost: print the cost table spec (to reuse with --cost)
+  SamplingOptions sampling;          ///< --temperature, --top-k, --top-p, --min-p, --seed
+  bool ignore_eos = false;           ///< --ignore-eos
+  bool speculate = true;             ///< false with --no-speculate
+  bool check = false;                ///< --check
+  bool compare = false;              ///< --compare
+  std::vector<std::string> llama_drafters;  ///< --llama-drafter SPEC (repeatable): what --compare runs of llama.cpp's
+  std::size_t repeats = 3;           ///< --repeats: timed rounds of --check and --compare
+  std::size_t corpus_mib = 0;        ///< --corpus MIB: a SharedCorpus across prompts
+  std::string corpus_file;           ///< --corpus-file FILE: a corpus file (ngramspec-corpus build)
+  std::vector<std::size_t> curve;    ///< --curve 1,4,16: measure and print cost curves, then exit
+  std::size_t curve_tokens = 17;     ///< --curve-tokens: most tokens per sequence a curve pass carries
+  bool json = false;                 ///< --json
+  bool verbose = false;              ///< --verbose: llama.cpp's log
+
+  static constexpr std::size_t kDefaultK = 16;           ///< with a cost: it keeps drafts that do not pay out
+  static constexpr std::size_t kDefaultKWithoutCost = 4;  ///< --cost none: the drafter's gate alone
+};
+
+/// Parses the arguments after the program name. Throws std::invalid_argument naming the option
+/// and the value for anything unknown, missing, malformed or out of range.
+[[nodiscard]] LlamaOptions parse_llama_options(std::span<const std::string_view> args);
+
+/// The usage text.
+[[nodiscard]] const char* llama_usage() noexcept;
+
+}  // namespace ngramspec::llama_cpp

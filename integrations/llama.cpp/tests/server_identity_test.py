@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""llama-server answers greedy completions identically with and without `--spec-type ngramspec`.
+
+Starts llama-server (built with the patch in ../patches and -DLLAMA_NGRAMSPEC=ON) on 127.0.0.1 twice, once
+plain and once drafting with ngramspec, sends both the same greedy /completion requests, and checks that
+- every answer's text and token ids are the same in both runs, and
+- the ngramspec server drafted tokens and had some of them accepted (the `draft_n` and `draft_n_accepted`
+  of each answer's `timings`), so that drafting silently switched off fails the test.
+
+  server_identity_test.py --server build/bin/llama-server --model stories260K.gguf [--n-predict 200]
+
+Standard library only. Every wait is bounded, the servers are stopped whatever happens, and the last line
+says PASS or FAIL; the exit status is 0 on success, 1 on a failed check, 2 on bad arguments.
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+# Prompts whose stories260K continuations repeat themselves, so n-gram drafts get accepted.
+PROMPTS = [
+    "Once upon a time",
+    "Lily and Ben were playing in the park.",
+    "Tom had a big red ball. He",
+    "One day, a little bird",
+]
+
+
+class TestFailure(Exception):
+    """A check of the test failed; the message says which and with what values."""
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path, lines=40):
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError as e:
+        return f"(cannot read {path}: {e})"
+
+
+class Server:
+    """One llama-server process on 127.0.0.1; stop() is safe to call at any time and more than once."""
+
+    def __init__(self, args, name, extra, log_dir):
+        self.name = name
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = os.path.join(log_dir, f"{name}.log")
+        self.args = args
+        command = [
+            args.server,
+            "--model", args.model,
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--ctx-size", str(args.ctx_size),
+            "--parallel", "1",
+            "--threads", str(args.threads),
+            "--threads-batch", str(args.threads),
+            "--seed", "0",
+        ] + extra
+        self.command = command
+        self.log = open(self.log_path, "w", encoding="utf-8")
+        try:
+            self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL)
+        except OSError as e:
+            self.log.close()
+            raise TestFailure(f"{name}: cannot start {args.server}: {e}") from e
+
+    def fail(self, message):
+        return TestFailure(f"{self.name} server ({' '.join(self.command)}): {message}\n"
+                           f"--- last lines of {self.log_path} ---\n{log_tail(self.log_path)}")
+
+    def wait_ready(self, timeout):
+        """Polls /health until it answers 200 (503 while the model loads), at most `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                raise self.fail(f"exited with status {code} before it was ready")
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+                    last = f"HTTP {r.status}"
+            except urllib.error.HTTPError as e:
+                last = f"HTTP {e.code}"
+            except (urllib.error.URLError, OSError) as e:
+                last = str(e)
+            time.sleep(0.2)
+        raise self.fail(f"not ready after {timeout} s (last /health: {last})")
+
+    def complete(self, prompt, n_predict, timeout):
+        body = json.dumps({
+            "prompt": prompt,
+            "n_predict": n_predict,
+            "temperature": 0.0,
+            "seed": 0,
+            "cache_prompt": False,
+            "return_tokens": True,
+            "stream": False,
+        }).encode("utf-8")
+        request = urllib.request.Request(self.base + "/completion", data=body,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode("utf-8", errors="replace")[:500]
+            raise self.fail(f"/completion for {prompt!r}: HTTP {e.code}: {detail}") from e
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise self.fail(f"/completion for {prompt!r} failed: {e}") from e
+
+    def stop(self, timeout=10):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=timeout)
+        if not self.log.closed:
+            self.log.close()
+
+
+def run_server(args, name, extra, log_dir):
+    """The answers of one server to every prompt."""
+    server = Server(args, name, extra, log_dir)
+    try:
+        server.wait_ready(args.timeout)
+        answers = [server.complete(p, args.n_predict, args.timeout) for p in PROMPTS]
+        for prompt, answer in zip(PROMPTS, answers):
+            if not answer.get("tokens"):
+                raise server.fail(f"the answer to {prompt!r} has no tokens: {json.dumps(answer)[:500]}")
+        return answers
+    finally:
+        server.stop()
+
+
+def check(args, log_dir):
+    plain = run_server(args, "plain", [], log_dir)
+    spec = run_server(args, "ngramspec", ["--spec-type", "ngramspec"] + args.spec_arg, log_dir)
+
+    drafted = accepted = 0
+    for prompt, a, b in zip(PROMPTS, plain, spec):
+        if a["tokens"] != b["tokens"] or a["content"] != b["content"]:
+            n = next((i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y),
+                     min(len(a["tokens"]), len(b["tokens"])))
+            raise TestFailure(f"prompt {prompt!r}: the answers differ from token {n} on "
+                              f"(plain {len(a['tokens'])} tokens, ngramspec {len(b['tokens'])})\n"
+                              f"plain:     {a['content']!r}\nngramspec: {b['content']!r}")
+        if "draft_n" in a.get("timings", {}):
+            raise TestFailure(f"prompt {prompt!r}: the plain server drafted: {a['timings']}")
+        timings = b.get("timings", {})
+        n_drafted = timings.get("draft_n", 0)
+        n_accepted = timings.get("draft_n_accepted", 0)
+        print(f"prompt {prompt!r}: {len(b['tokens'])} tokens identical, drafted {n_drafted}, "
+              f"accepted {n_accepted}")
+        drafted += n_drafted
+        accepted += n_accepted
+
+    if drafted == 0:
+        raise TestFailure("the ngramspec server drafted no token for any prompt: is the type active?\n"
+                          f"--- last lines of its log ---\n{log_tail(os.path.join(log_dir, 'ngramspec.log'))}")
+    if accepted == 0:
+        raise TestFailure(f"the ngramspec server drafted {drafted} tokens and none was accepted")
+    return drafted, accepted
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--server", required=True, help="path of llama-server built with -DLLAMA_NGRAMSPEC=ON")
+    parser.add_argument("--model", required=True, help="GGUF model (stories260K.gguf)")
+    parser.add_argument("--n-predict", type=int, default=200, help="tokens per answer (default 200)")
+    parser.add_argument("--ctx-size", type=int, default=512,
+                        help="context of the server's one slot; stories260K was trained on 512 (default 512)")
+    parser.add_argument("--threads", type=int, default=2, help="llama-server threads (default 2)")
+    parser.add_argument("--timeout", type=float, default=120,
+                        help="seconds to wait for a server to load and for each answer (default 120)")
+    parser.add_argument("--spec-arg", action="append", default=[],
+                        help="another argument for the ngramspec server (repeatable), e.g. --spec-arg=--spec-ngramspec-n-max=8")
+    args = parser.parse_args()
+
+    for what, path in (("--server", args.server), ("--model", args.model)):
+        if not os.path.isfile(path):
+            print(f"error: {what} {path!r} is not a file", file=sys.stderr)
+            return 2
+    if args.n_predict < 1 or args.ctx_size < 1 or args.threads < 1 or args.timeout <= 0:
+        print(f"error: --n-predict ({args.n_predict}), --ctx-size ({args.ctx_size}), --threads ({args.threads}) "
+              f"and --timeout ({args.timeout}) must be positive", file=sys.stderr)
+        return 2
+
+    with tempfile.TemporaryDirectory(prefix="llama-server-identity-") as log_dir:
+        try:
+            drafted, accepted = check(args, log_dir)
+        except TestFailure as e:
+            print(f"FAIL: {e}")
+            return 1
+    print(f"PASS: {len(PROMPTS)} greedy completions identical with and without --spec-type ngramspec; "
+          f"ngramspec drafted {drafted} tokens, {accepted} accepted")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
