@@ -16,10 +16,11 @@ Shapes (--shape):
 converter leaves them.
 
 The weights are normal random numbers of standard deviation --std (0.02) from --seed, the norms
-all 1: activations stay finite through every layer and llama.cpp decodes with them, but the
-output means nothing and greedy decoding soon loops. Such a model is for measuring what a decode
-of k tokens costs at a real model's size (the verify-cost curve) and for checking that drafting
-never makes decoding slower; never for acceptance rates.
+all 1: activations and logits stay finite through every layer and llama.cpp decodes with them,
+but the output means nothing (with seed 0, the 134M's greedy output falls into a loop within a
+dozen tokens; the 1.1B's hardly repeats). Such a model is for measuring what a decode of k tokens
+costs at a real model's size (the verify-cost curve) and for checking that drafting never makes
+decoding slower; never for acceptance rates.
 
 The vocabulary is a SentencePiece-style "llama" one that llama.cpp loads: <unk>, <s>, </s>, the
 256 byte tokens <0x00>..<0xFF> (type BYTE, so any text tokenizes by byte fallback), then filler
