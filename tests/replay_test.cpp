@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <set>
 #include <span>
@@ -21,6 +22,7 @@
 
 #include "drafter_registry.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/shared_corpus.hpp"
 #include "replay_model.hpp"
 #include "ngramspec/verify_cost.hpp"
 #include "replay_options.hpp"
@@ -115,7 +117,7 @@ TEST(ParseStreams, RejectsEveryMalformedRecordNamingSourceLineAndProblem) {
       {"id\tcat\t1,2\t3", "invalid token id '1,2'"},
       {"id\tcat\t0x10\t3", "invalid token id '0x10'"},
       {"id\tcat\t1.5\t3", "invalid token id '1.5'"},
-      {"id\tcat\t1\t2\r\r", "invalid token id '2\r'"},
+      {"id\tcat\t1\t2\r\r", "invalid token id '2\\x0d'"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE("bad record: " + c.line);
@@ -175,14 +177,38 @@ TEST(ReadStreams, ADirectoryIsRejectedNamingThePathAsADirectory) {
   EXPECT_EQ(message.find("read error"), std::string::npos) << message;
 }
 
-// A file without a record (empty, or blank lines only) is invalid input, not an empty replay.
-TEST(ReadStreams, AFileWithNoRecordsIsInvalidNamingTheFile) {
+// A file without a record (empty, or blank lines only) is bad input, as a malformed line is (a
+// runtime_error: the tools report it as an input error, not as a usage mistake), not an empty replay.
+TEST(ReadStreams, AFileWithNoRecordsIsBadInputNamingTheFile) {
   const TempFile empty("empty.tsv", "");
-  EXPECT_EQ(message_of<std::invalid_argument>([&] { (void)read_streams(empty.path()); }),
-            empty.path() + ": no records");
+  EXPECT_EQ(message_of<std::runtime_error>([&] { (void)read_streams(empty.path()); }), empty.path() + ": no records");
+  EXPECT_THROW((void)read_streams(empty.path()), std::runtime_error);
   const TempFile blank("blank.tsv", "\n\r\n\n");
-  EXPECT_EQ(message_of<std::invalid_argument>([&] { (void)read_streams(blank.path()); }),
-            blank.path() + ": no records");
+  EXPECT_EQ(message_of<std::runtime_error>([&] { (void)read_streams(blank.path()); }), blank.path() + ": no records");
+}
+
+// A bad token shows escaped in the message: a NUL byte must not cut it short, nor a control
+// character reach the terminal.
+TEST(ReadStreams, ABadTokenIsShownEscaped) {
+  const std::string text = std::string("r1\tc\t5 2") + '\0' + "3\x1b[31m\\ 6\t7\n";
+  const std::string message = message_of<std::runtime_error>([&] { (void)parse_text(text); });
+  EXPECT_NE(message.find("invalid token id '2\\x003\\x1b[31m\\\\' (expected"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\0'), std::string::npos);
+  EXPECT_EQ(replay::escape_for_message(std::string(50, 'a')), std::string(40, 'a') + "...");
+  EXPECT_EQ(replay::escape_for_message("\xff\t"), "\\xff\\x09");
+}
+
+// Every selection of no record is refused, as ngramspec-corpus build refuses it: the one rule.
+TEST(RecordRange, ASelectionOfNoRecordIsRefusedNamingItAndTheCount) {
+  for (const char* text : {"10:20", "3:3", "50%:50%", "3:", "0:0"}) {
+    const replay::RecordRange range = replay::parse_record_range("--records", text);
+    EXPECT_EQ(message_of<std::invalid_argument>([&] { (void)range.resolve(3); }).rfind(
+                  "record range '" + std::string(text) + "' selects none of the 3 records", 0),
+              0u)
+        << text;
+  }
+  EXPECT_EQ(replay::parse_record_range("--records", "2:").resolve(3), (std::pair<std::size_t, std::size_t>{2, 3}));
+  EXPECT_EQ(replay::parse_record_range("--records", "50%:").resolve(3), (std::pair<std::size_t, std::size_t>{1, 3}));
 }
 
 // The recorded Spec-Bench streams, when the shared data folder is beside the project: the
@@ -746,6 +772,52 @@ TEST(ReplayOptions, TheDefaultDrafterIsTheLibrarysDefaultMatchDrafter) {
   EXPECT_EQ(make_drafter("match", DrafterDefaults{}).name.rfind("match(", 0), 0u);
 }
 
+// A corpus file named is a file used: the default drafter reads it; which drafters read it is
+// known, so the program can refuse a --drafter list that would leave it unused.
+TEST(ReplayOptions, WithACorpusFileTheDefaultDrafterReadsIt) {
+  EXPECT_EQ(parse_args({"--synthetic", "random", "--corpus-file", "c.ngc"}).drafter_names,
+            std::vector<std::string>{"match:file=1"});
+  EXPECT_EQ(parse_args({"--synthetic", "random", "--corpus-file", "c.ngc", "--drafter", "match"}).drafter_names,
+            std::vector<std::string>{"match"});
+  EXPECT_FALSE(make_drafter("match", DrafterDefaults{}).reads_corpus_file);
+  EXPECT_FALSE(make_drafter("match:corpus=1", DrafterDefaults{}).reads_corpus_file);
+  EXPECT_FALSE(make_drafter("ngram", DrafterDefaults{}).reads_corpus_file);
+}
+
+// Synthetic streams are bounded up front: --length, --samples and their product over the specs.
+TEST(ReplayOptions, SyntheticSizesBeyondTheMostAreRefusedNamingValueAndLimit) {
+  static_assert(replay::kMaxSyntheticTokens == std::size_t{1} << 24);
+  EXPECT_EQ(message_of<std::invalid_argument>([] {
+              (void)parse_args({"--synthetic", "random", "--length", "99999999999"});
+            }),
+            "--length: '99999999999' is out of range: it must be from 1 to 16777216");
+  EXPECT_EQ(message_of<std::invalid_argument>([] {
+              (void)parse_args({"--synthetic", "random", "--samples", "16777217"});
+            }),
+            "--samples: '16777217' is out of range: it must be from 1 to 16777216");
+  EXPECT_EQ(message_of<std::invalid_argument>([] {
+              (void)parse_args({"--synthetic", "random", "--synthetic", "periodic:4", "--length", "16777216",
+                                "--samples", "16777216"});
+            }),
+            "--synthetic: 2 spec(s) x --samples 16777216 x --length 16777216 tokens is more than the most "
+            "synthetic tokens, 16777216");
+  const replay::ReplayOptions most = parse_args({"--synthetic", "random", "--length", "4194304", "--samples", "4"});
+  EXPECT_EQ(most.length * most.samples, replay::kMaxSyntheticTokens);
+}
+
+// A live corpus larger than SharedCorpus holds is refused, not silently capped (and allocated).
+TEST(DrafterRegistry, ACorpusBeyondTheLargestIsRefusedNamingValueAndLimit) {
+  const std::string most = std::to_string(replay::max_corpus_mib());
+  EXPECT_EQ(replay::max_corpus_mib(), (SharedCorpus::bytes_for(SharedCorpus::kMaxTokens) + (1u << 20) - 1) >> 20);
+  for (const std::string& value : {std::string("999999999999"), std::to_string(replay::max_corpus_mib() + 1),
+                                  std::string("18446744073709551615")}) {
+    const std::string spec = "match:corpus=" + value;
+    EXPECT_EQ(message_of<std::invalid_argument>([&] { (void)make_drafter(spec, DrafterDefaults{}); }),
+              "drafter '" + spec + "': corpus = " + value + " MiB is more than the largest corpus, " + most +
+                  " MiB (268435456 tokens)");
+  }
+}
+
 // Every --k outside 1 .. kMaxDraftsPerPass, however far outside, names that range.
 TEST(ReplayOptions, KOutOfRangeNamesTheAcceptedRange) {
   static_assert(kMaxDraftsPerPass == 1024);
@@ -1127,6 +1199,96 @@ TEST(ReplayOptions, BadBatchCostAndPolicyValuesNameTheValue) {
       EXPECT_EQ(message, c.message);
     }
   }
+}
+
+// --- the report: check_costs_fit, format_json, format_table ------------------------------
+
+// Costs whose sums would overflow a double are refused before the replay, naming the cost.
+TEST(CheckCostsFit, CostsWhoseSumsOverflowAreRefused) {
+  const std::vector<TokenStream> streams = make_synthetic(spec_of("random", 100, 2, 1));
+  const auto check = [&](std::vector<std::string_view> args) {
+    std::vector<std::string_view> all = {"--synthetic", "random"};
+    all.insert(all.end(), args.begin(), args.end());
+    replay::check_costs_fit(streams, parse_args(all));
+  };
+  EXPECT_NO_THROW(check({"--cost", "table:1=1,2=1.25,9=5", "--batch", "4", "--k", "16"}));
+  EXPECT_NO_THROW(check({"--cost", "knee:4", "--cost", "flat"}));
+  EXPECT_NO_THROW(check({"--cost", "table:1=1e300,2=1e300"}));  // 200 passes of 1e300: finite
+  for (const auto& args : std::vector<std::vector<std::string_view>>{
+           {"--cost", "table:1=1e308,2=1e308"}, {"--cost", "table:1=1,2=1.79e308", "--batch", "4"}}) {
+    const std::string message = message_of<std::invalid_argument>([&] { check(args); });
+    EXPECT_EQ(message.rfind("--cost '", 0), 0u) << message;
+    EXPECT_NE(message.find("more than a double holds: scale the costs down"), std::string::npos) << message;
+  }
+}
+
+replay::Row report_row(std::string drafter, std::size_t k, Policy policy, std::string cost, std::string category) {
+  replay::Row row;
+  row.drafter = std::move(drafter);
+  row.k = k;
+  row.policy = policy;
+  row.cost = std::move(cost);
+  row.category = std::move(category);
+  row.totals.samples = 2;
+  row.totals.passes = 10;
+  row.totals.generated = 16;
+  row.totals.drafted = 8;
+  row.totals.accepted = 6;
+  row.totals.simulated_cost = 8;
+  row.speedup = 1.25;
+  return row;
+}
+
+// JSON has no inf or nan: such a number is written as null, and the row names it.
+TEST(FormatJson, NumbersThatAreNotFiniteAreNullAndNamed) {
+  std::vector<replay::Row> rows = {report_row("m", 4, Policy::gate, "flat", "qa"),
+                                   report_row("m\"\n", 4, Policy::gate, "flat", "qa")};
+  rows[1].speedup = std::numeric_limits<double>::quiet_NaN();
+  rows[1].totals.simulated_cost = std::numeric_limits<double>::infinity();
+  const std::string json = replay::format_json(rows);
+  EXPECT_EQ(json.find("nan"), std::string::npos) << json;
+  EXPECT_EQ(json.find("inf"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"speedup\": 1.250000}"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"drafter\": \"m\\\"\\u000a\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"simulated_cost\": null, \"speedup\": null, \"not_finite\": [\"simulated_cost\", \"speedup\"]}"),
+            std::string::npos)
+      << json;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Compact: no blank line, columns named as the README's tables name them, every line as wide,
+// and a column whose value every row shares said once above instead.
+TEST(FormatTable, CompactWithTheReadmesColumnNames) {
+  const std::vector<replay::Row> rows = {report_row("ngram(w=512,2-4)", 4, Policy::gate, "flat", "qa"),
+                                         report_row("ngram(w=512,2-4)", 16, Policy::gate, "flat", "qa"),
+                                         report_row("match", 4, Policy::gate, "flat", "qa")};
+  const std::vector<std::string> lines = lines_of(replay::format_table(rows, false));
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines[0], "every row: batch 1, policy gate, cost flat, category qa");
+  EXPECT_EQ(lines[1], "                                 tokens  acceptance  rejected drafts           "
+                      "drafter ns         peak");
+  EXPECT_EQ(lines[2], "drafter            k  samples  per pass        rate         per pass  speedup   "
+                      "per token  drafter KiB");
+  EXPECT_EQ(lines[3], "ngram(w=512,2-4)   4        2     1.600       0.750            0.250    1.250         "
+                      "0.0          0.0");
+  for (std::size_t i = 1; i < lines.size(); ++i) EXPECT_EQ(lines[i].size(), lines[1].size()) << lines[i];
+
+  // Columns that differ between rows are shown; plain's k is "-".
+  std::vector<replay::Row> served = rows;
+  served[1].batch = 8;
+  served[2].policy = Policy::plain;
+  served[2].cost = "knee:4";
+  const std::vector<std::string> more = lines_of(replay::format_table(served, false));
+  ASSERT_EQ(more.size(), 6u);
+  EXPECT_EQ(more[0], "every row: category qa");
+  EXPECT_EQ(more[2].rfind("drafter            k  batch  policy  cost    samples", 0), 0u) << more[2];
+  EXPECT_EQ(more[5].rfind("match              -      1  plain   knee:4        2", 0), 0u) << more[5];
 }
 
 }  // namespace

@@ -84,6 +84,24 @@ if(NGRAMSPEC_TOP_LEVEL)
         -DNGRAMSPEC_EXPECTED_PREFIX=${_ngramspec_consumer_prefix}
         -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
 
+    # The C++ library linked by its file name, statically (-Wl,-Bstatic -lngramspec_cpp), and the
+    # C ABI's name naming no static library. GNU-style drivers only.
+    get_target_property(_ngramspec_type ngramspec TYPE)
+    if(_ngramspec_type STREQUAL "STATIC_LIBRARY" AND TARGET ngramspec_c AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang"
+       AND NOT APPLE AND NOT WIN32)
+      add_test(NAME consumer.static_link_by_name
+        COMMAND ${CMAKE_COMMAND}
+          -DPREFIX=${_ngramspec_consumer_prefix}
+          -DLIBDIR=${CMAKE_INSTALL_LIBDIR}
+          -DINCLUDEDIR=${CMAKE_INSTALL_INCLUDEDIR}
+          -DCXX_COMPILER=${CMAKE_CXX_COMPILER}
+          "-DCXX_FLAGS=${CMAKE_CXX_FLAGS}"
+          -DSOURCE=${_ngramspec_consumer_source}/consumer.cpp
+          -DBINARY_DIR=${_ngramspec_consumer_binary}/static_link
+          -P ${_ngramspec_consumer_source}/static_link_consumer.cmake)
+      set_tests_properties(consumer.static_link_by_name PROPERTIES FIXTURES_REQUIRED ngramspec_installed TIMEOUT 300)
+    endif()
+
     # The C ABI from C: with find_package (ngramspec::ngramspec_c), and with pkg-config alone.
     if(TARGET ngramspec_c)
       list(JOIN NGRAMSPEC_C_SANITIZER_FLAGS " " _ngramspec_c_sanitizers)

@@ -1,6 +1,7 @@
 # Builds the C ABI's consumer program (tests/consumer/c_api/consumer.c) against an installed
 # prefix with nothing but the C compiler and `pkg-config --cflags --libs ngramspec`, as a Makefile
-# would, and runs it with the prefix's library.
+# would, and runs it without LD_LIBRARY_PATH: the flags carry an rpath to the prefix's library
+# folder, which the loader does not search by itself.
 #
 # cmake -DPKG_CONFIG=<pkg-config> -DPREFIX=<prefix> -DLIBDIR=lib -DC_COMPILER=<cc> "-DC_FLAGS=<flags>"
 #       ["-DLINK_FLAGS=<flags after the libraries>"] -DSOURCE=<consumer.c> -DBINARY_DIR=<dir>
@@ -37,6 +38,13 @@ if(NOT libdir STREQUAL expected_libdir)
 endif()
 
 pkg_config(flags --cflags --libs)
+set(rpath "")
+if(flags MATCHES "-Wl,-rpath,([^ ]+)")
+  file(REAL_PATH "${CMAKE_MATCH_1}" rpath)
+endif()
+if(NOT rpath STREQUAL expected_libdir)
+  message(FATAL_ERROR "pkg-config --libs ngramspec carries no -Wl,-rpath to ${expected_libdir}: ${flags}")
+endif()
 separate_arguments(flags UNIX_COMMAND "${flags}")
 separate_arguments(c_flags UNIX_COMMAND "${C_FLAGS}")
 separate_arguments(link_flags UNIX_COMMAND "${LINK_FLAGS}")
@@ -51,7 +59,7 @@ if(NOT result EQUAL 0)
   message(FATAL_ERROR "the pkg-config build failed (${result}):\n${command_text}\n${output}")
 endif()
 
-execute_process(COMMAND ${CMAKE_COMMAND} -E env "LD_LIBRARY_PATH=${PREFIX}/${LIBDIR}" "${program}"
+execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH "${program}"
   RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE errors)
 if(NOT result EQUAL 0)
   message(FATAL_ERROR "${program} failed (${result}):\n${output}${errors}")

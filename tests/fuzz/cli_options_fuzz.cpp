@@ -232,14 +232,25 @@ void fuzz_replay(std::span<const std::string_view> args) {
       } else {
         const auto count = reference_count(value);
         const std::uint64_t min_value = arg == "--seed" ? 0 : 1;
-        const std::uint64_t max_value = arg == "--timing-repeats" ? replay::kMaxTimingRepeats
-                                                                  : std::numeric_limits<std::size_t>::max();
+        const std::uint64_t max_value = arg == "--timing-repeats"                    ? replay::kMaxTimingRepeats
+                                        : arg == "--length" || arg == "--samples" ? replay::kMaxSyntheticTokens
+                                                                                  : std::numeric_limits<std::size_t>::max();
         if (!count || *count < min_value || *count > max_value) wrong = true;
         last.emplace_back(arg, value);
       }
     }
   }
   if (!help && streams.empty() && synthetic.empty()) wrong = true;
+  if (!help && !wrong && !synthetic.empty()) {
+    // Synthetic tokens in all: the specs x the last --samples x the last --length, bounded.
+    std::uint64_t length = 2048;
+    std::uint64_t samples = 4;
+    for (const auto& [name, text] : last) {
+      if (name == "--length") length = *reference_count(text);
+      if (name == "--samples") samples = *reference_count(text);
+    }
+    if (samples * length > replay::kMaxSyntheticTokens / synthetic.size()) wrong = true;
+  }
 
   replay::ReplayOptions options;
   const bool parsed = returns_or_rejects([&] { options = replay::parse_replay_options(args); },
@@ -257,7 +268,10 @@ void fuzz_replay(std::span<const std::string_view> args) {
   check(std::equal(options.synthetic_specs.begin(), options.synthetic_specs.end(), synthetic.begin(), synthetic.end()),
         "replay: --synthetic values differ");
   if (drafters.empty()) {
-    check(options.drafter_names == std::vector<std::string>{"match"}, "replay: the default drafter is not match");
+    // The default drafter reads a --corpus-file when one is named.
+    const std::string expected_default = corpus_file.empty() ? "match" : "match:file=1";
+    check(options.drafter_names == std::vector<std::string>{expected_default},
+          "replay: the default drafter is not match (match:file=1 with --corpus-file)");
   } else {
     check(std::equal(options.drafter_names.begin(), options.drafter_names.end(), drafters.begin(), drafters.end()),
           "replay: --drafter values differ");

@@ -219,9 +219,9 @@ void parse_id_lines(std::istream& in, std::string_view source, RecordPool& pool)
       std::uint64_t value = 0;
       const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
       if (ec != std::errc() || ptr != word.data() + word.size() || value > std::numeric_limits<Token>::max()) {
-        // Long words are shortened: the line may hold a whole document.
-        const std::string shown = word.size() > 40 ? std::string(word.substr(0, 40)) + "..." : std::string(word);
-        throw std::runtime_error(std::string(source) + ":" + std::to_string(line) + ": invalid token id '" + shown +
+        // Shortened (the line may hold a whole document) and escaped (it may hold a NUL byte).
+        throw std::runtime_error(std::string(source) + ":" + std::to_string(line) + ": invalid token id '" +
+                                 replay::escape_for_message(word) +
                                  "' (expected whole numbers from 0 to 4294967295 separated by spaces or tabs)");
       }
       ids.push_back(static_cast<Token>(value));

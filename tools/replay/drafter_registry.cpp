@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include <unistd.h>
+
 #include "baselines/ngram_cache.hpp"
 #include "baselines/prompt_lookup.hpp"
 #include "ngramspec/match_drafter.hpp"
@@ -180,7 +182,35 @@ DrafterEntry entry(std::string name, Make make, bool has_gate = false, std::size
   return e;
 }
 
+// Refuses a live corpus larger than SharedCorpus holds (it would be capped without a word) or
+// than the machine's memory holds (the kernel would kill the replay): each way of replaying
+// holds a corpus of its own while the served replay runs (gated, with a gate ungated, served).
+void check_corpus_size(const std::string& spec, std::size_t corpus_mib, bool has_gate) {
+  const std::size_t most = max_corpus_mib();
+  if (corpus_mib > most) {
+    throw std::invalid_argument("drafter '" + spec + "': corpus = " + std::to_string(corpus_mib) +
+                                " MiB is more than the largest corpus, " + std::to_string(most) + " MiB (" +
+                                std::to_string(SharedCorpus::kMaxTokens) + " tokens)");
+  }
+  const std::size_t copies = has_gate ? 3 : 2;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_bytes = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_bytes > 0) {
+    const std::size_t memory_mib = static_cast<std::size_t>(pages) * static_cast<std::size_t>(page_bytes) >> 20;
+    if (corpus_mib * copies > memory_mib) {
+      throw std::invalid_argument("drafter '" + spec + "': corpus = " + std::to_string(corpus_mib) + " MiB, held " +
+                                  std::to_string(copies) + " times at once by the replays, is more than this "
+                                  "machine's memory, " + std::to_string(memory_mib) + " MiB");
+    }
+  }
+}
+
 }  // namespace
+
+std::size_t max_corpus_mib() noexcept {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  return (SharedCorpus::bytes_for(SharedCorpus::kMaxTokens) + kMiB - 1) / kMiB;
+}
 
 DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaults) {
   std::string name;
@@ -240,15 +270,23 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     const bool has_gate = config.min_confidence > 0;
     if (use_file) display += ",file";
     if (use_file && corpus_mib != 0 && prefer != 0) display += std::string(",prefer=") + (prefer == 1 ? "live" : "file");
-    if (corpus_mib == 0) return entry(display + ")", make, has_gate);
-    if (corpus_mib > (std::numeric_limits<std::size_t>::max() >> 20)) {
-      throw std::invalid_argument("drafter '" + spec + "': corpus = " + std::to_string(corpus_mib) +
-                                  " MiB does not fit in memory");
+    if (corpus_mib == 0) {
+      DrafterEntry e = entry(display + ")", make, has_gate);
+      e.reads_corpus_file = use_file;
+      return e;
     }
+    check_corpus_size(spec, corpus_mib, has_gate);
     // The corpus is causal: each record drafts from the outputs of the records before it in
     // the file (served: of the records finished before it began), then adds its own.
     display += ",corpus=" + std::to_string(corpus_mib) + "MiB" + (prime ? ",primed)" : ")");
-    return entry(display, make, has_gate, corpus_mib << 20, prime ? defaults.corpus_file : nullptr);
+    try {
+      DrafterEntry e = entry(display, make, has_gate, corpus_mib << 20, prime ? defaults.corpus_file : nullptr);
+      e.reads_corpus_file = use_file || prime;
+      return e;
+    } catch (const std::bad_alloc&) {
+      throw std::runtime_error("drafter '" + spec + "': cannot allocate its corpus of " + std::to_string(corpus_mib) +
+                               " MiB: out of memory");
+    }
   }
   if (name == "prompt-lookup") {
     const std::size_t min_n = parameters.count("min", 1);
@@ -308,7 +346,8 @@ std::string drafter_names_help() {
          "                                       (default 2048; 0: the cap); indexes the first N tokens\n"
          "                                       (default 8192); stops drafting when the estimated chance that\n"
          "                                       all drafts are accepted falls below P (default 0.03; 0: no\n"
-         "                                       gate); with corpus > 0, a SharedCorpus of that many MiB that\n"
+         "                                       gate); with corpus > 0, a SharedCorpus of that many MiB (at\n"
+         "                                       most " + std::to_string(max_corpus_mib()) + " and what the machine's memory holds) that\n"
          "                                       holds the outputs of the records before, in file order\n"
          "                                       (served in batches: of the records finished before);\n"
          "                                       file=1 drafts from the --corpus-file too (prefer: which of the\n"

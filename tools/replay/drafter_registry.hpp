@@ -51,6 +51,8 @@ struct DrafterEntry {
   Run run_ungated;
   /// Whether run_ungated differs from run: the drafter has a gate that is on.
   bool has_gate = false;
+  /// Whether the drafter reads DrafterDefaults::corpus_file (match:file=1 or prime=1).
+  bool reads_corpus_file = false;
   /// Serves `streams` (in file order) as serve_records() does, with pooled drafters made as
   /// run's are for the longest record (what a whole-context window needs), the gate off for
   /// Policy::fixed and Policy::cost; a corpus (match:corpus=MIB) starts empty for each call.
@@ -59,6 +61,9 @@ struct DrafterEntry {
 
 /// Builds the drafter NAME[:key=value,...]; throws std::invalid_argument naming what is wrong.
 [[nodiscard]] DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaults);
+
+/// Largest live corpus (match:corpus=MIB) in MiB: what SharedCorpus::kMaxTokens tokens take.
+[[nodiscard]] std::size_t max_corpus_mib() noexcept;
 
 /// One line per drafter name, for --help.
 [[nodiscard]] std::string drafter_names_help();

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -26,6 +27,8 @@ namespace {
 
 using namespace ngramspec;
 using namespace ngramspec::replay;
+
+static_assert(kMaxSyntheticTokens == 16777216, "the usage below states the limit on synthetic tokens");
 
 constexpr const char* kUsage = R"(usage: ngramspec-replay [options]
 Replays recorded or synthetic token streams with each drafter as an inference server decodes
@@ -80,39 +83,47 @@ A record's charge thus depends on its own passes and drafts, not on which record
 run beside it; the excess cost of passes while the batch is not full goes to no category, so
 the categories' costs need not add up to the overall one (at batch 1 they do).
 
-Columns:
-  drafter, k     the drafter and its most drafts per pass (- in the table, 0 in JSON: plain)
+Columns (named as in the README's and docs/BENCHMARKS.md's tables; the table leaves out a
+batch, policy, cost or category column whose value is the same on every row, and says it on a
+line above):
+  drafter, k                 the drafter and its most drafts per pass (- in the table, 0 in
+                             JSON: plain)
   batch, policy, cost, category   the configuration and the records ("overall": all of them)
-  samples        records
-  passes         per record, the target passes it took part in after its prompt, its prefill
-                 counting as one (so a batch of N records running together counts N per
-                 decode pass), summed over the records
-  generated      output tokens
-  AL             mean accepted length, generated / passes (plain decoding = 1.00)
-  accept         acceptance rate: accepted / drafted drafts
-  rej/pass       rejected drafts per record per decode pass
-  speedup        see Cost above
-  ns/token       drafter ns per generated token (all its updates, the prompt's included, and
-                 predicts), timed on the single-sequence replay of each record (gate off for
-                 fixed and cost), whatever the batch; 0 for plain, which runs no drafter
-  peak KiB       peak drafter heap on the same replays
-JSON rows add decode_passes (passes - samples), drafted, accepted and simulated_cost (see
-Cost above).
+  samples                    records
+  tokens per pass            mean accepted length (AL): generated tokens / target passes, a
+                             record's passes being those it took part in after its prompt, its
+                             prefill counting as one (plain decoding = 1.000)
+  acceptance rate            accepted / drafted drafts
+  rejected drafts per pass   rejected drafts per record per decode pass
+  speedup                    see Cost above
+  drafter ns per token       drafter ns per generated token (all its updates, the prompt's
+                             included, and predicts), timed on the single-sequence replay of
+                             each record (gate off for fixed and cost), whatever the batch; 0
+                             for plain, which runs no drafter
+  peak drafter KiB           peak drafter heap on the same replays
+JSON rows add passes (summed over the records: a batch of N records running together counts N
+per decode pass), decode_passes (passes - samples), generated, drafted, accepted and
+simulated_cost (see Cost above); a number that is not finite would be null, named in the row's
+not_finite list (a --cost whose sums could overflow is refused before the replay).
 
 inputs (at least one):
   --streams FILE       records: id TAB category TAB prompt ids TAB output ids
   --synthetic SPEC     periodic:P[:noise] | random | mixture:P   (repeatable)
   --length N           output tokens per synthetic stream (default 2048)
-  --samples N          streams per synthetic spec (default 4)
+  --samples N          streams per synthetic spec (default 4); specs x samples x length is at
+                       most 16777216 tokens
   --seed N             seed of the synthetic streams (default 1)
   --limit N            replay only the first N records of each --streams file
   --records START:END  replay only records START to END (exclusive) of each --streams file, after
                        --limit; each a record index or a percentage, either may be empty:
                        --records 50%%: is the second half
   --corpus-file FILE   a corpus file (ngramspec-corpus build) that match:file=1 drafts from and
-                       match:corpus=MIB,prime=1 loads into its live corpus
+                       match:corpus=MIB,prime=1 loads into its live corpus. Without --drafter,
+                       the default drafter reads it (match:file=1); with --drafter, at least one
+                       drafter must read it (else the replay is refused: the file would be unused)
 drafters:
-  --drafter NAME       repeatable; default match (MatchDrafter, the decoder's default). Drafters:
+  --drafter NAME       repeatable; default match (MatchDrafter, the decoder's default), or
+                       match:file=1 with --corpus-file. Drafters:
 )" "%s" R"(
   --k LIST             most drafts per pass, each 1 to 1024, comma-separated (default 4)
   --window W           default window of ngram drafters (default 512)
@@ -140,83 +151,6 @@ checks:
   --tolerance T        default 0.005
 )";
 
-// Every row with `categories`; else the overall rows (with one category, its rows).
-void print_table(const std::vector<Row>& all_rows, bool categories) {
-  bool several = false;
-  for (const Row& row : all_rows) several = several || row.category == "overall";
-  std::vector<Row> rows;
-  for (const Row& row : all_rows) {
-    if (categories || !several || row.category == "overall") rows.push_back(row);
-  }
-  // The text columns are as wide as their longest entry, so every row lines up.
-  int drafter_width = static_cast<int>(std::string_view("drafter").size());
-  int cost_width = static_cast<int>(std::string_view("cost").size());
-  int category_width = static_cast<int>(std::string_view("category").size());
-  for (const Row& row : rows) {
-    drafter_width = std::max(drafter_width, static_cast<int>(row.drafter.size()));
-    cost_width = std::max(cost_width, static_cast<int>(row.cost.size()));
-    category_width = std::max(category_width, static_cast<int>(row.category.size()));
-  }
-  std::printf("%-*s %4s %5s %-6s %-*s %-*s %7s %8s %9s %6s %7s %9s %7s %9s %10s\n", drafter_width, "drafter", "k",
-              "batch", "policy", cost_width, "cost", category_width, "category", "samples", "passes", "generated",
-              "AL", "accept", "rej/pass", "speedup", "ns/token", "peak KiB");
-  // A blank line between configurations' groups: of every policy and k of a batch and cost, or,
-  // with the categories, of one configuration's categories.
-  std::string last;
-  for (const Row& row : rows) {
-    std::string group = row.drafter + "/" + row.cost + "/" + std::to_string(row.batch);
-    if (categories) {
-      group += '/';
-      group += std::to_string(row.k);
-      group += '/';
-      group += to_string(row.policy);
-    }
-    if (!last.empty() && group != last) std::printf("\n");
-    last = group;
-    const Totals& t = row.totals;
-    const std::string k = row.policy == Policy::plain ? "-" : std::to_string(row.k);
-    std::printf("%-*s %4s %5zu %-6s %-*s %-*s %7zu %8zu %9zu %6.3f %7.3f %9.3f %7.3f %9.1f %10.1f\n", drafter_width,
-                row.drafter.c_str(), k.c_str(), row.batch, to_string(row.policy), cost_width, row.cost.c_str(),
-                category_width, row.category.c_str(), t.samples, t.passes, t.generated, t.mean_accepted_length(),
-                t.acceptance_rate(), t.rejected_per_pass(), row.speedup, t.ns_per_token(),
-                double(t.peak_bytes) / 1024.0);
-  }
-}
-
-std::string json_escape(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-void print_json(const std::vector<Row>& rows) {
-  std::printf("{\"results\": [");
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const Row& row = rows[i];
-    const Totals& t = row.totals;
-    std::printf(
-        "%s\n  {\"drafter\": \"%s\", \"k\": %zu, \"category\": \"%s\", \"samples\": %zu, \"passes\": %zu, "
-        "\"decode_passes\": %zu, \"generated\": %zu, \"drafted\": %zu, \"accepted\": %zu, \"mean_accepted_length\": %.6f, "
-        "\"acceptance_rate\": %.6f, \"rejected_per_pass\": %.6f, \"drafter_ns_per_token\": %.3f, "
-        "\"drafter_peak_bytes\": %zu, \"batch\": %zu, \"cost\": \"%s\", \"policy\": \"%s\", "
-        "\"simulated_cost\": %.6f, \"speedup\": %.6f}",
-        i ? "," : "", json_escape(row.drafter).c_str(), row.k, json_escape(row.category).c_str(), t.samples, t.passes,
-        t.passes - t.samples, t.generated, t.drafted, t.accepted, t.mean_accepted_length(), t.acceptance_rate(),
-        t.rejected_per_pass(), t.ns_per_token(), t.peak_bytes, row.batch, json_escape(row.cost).c_str(),
-        to_string(row.policy), t.simulated_cost, row.speedup);
-  }
-  std::printf("\n]}\n");
-}
-
 int run(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + (argc > 0 ? 1 : 0), argv + argc);
   ReplayOptions options = parse_replay_options(args);
@@ -228,9 +162,18 @@ int run(int argc, char** argv) {
     return 0;
   }
   const std::vector<TokenStream> streams = load_streams(options);
+  check_costs_fit(streams, options);
 
   std::vector<DrafterEntry> drafters;
   for (const std::string& name : options.drafter_names) drafters.push_back(make_drafter(name, options.defaults));
+  // A corpus file named is a file used: with no drafter that reads it, it would be ignored.
+  if (!options.corpus_file.empty() &&
+      std::none_of(drafters.begin(), drafters.end(), [](const DrafterEntry& d) { return d.reads_corpus_file; })) {
+    throw std::invalid_argument("--corpus-file '" + options.corpus_file +
+                                "': no --drafter reads it: add file=1 to a match drafter (match:file=1 drafts from "
+                                "it) or prime=1 beside corpus=MIB (match:corpus=64,prime=1 loads it into the live "
+                                "corpus), or leave --drafter out (the default, match:file=1, reads it)");
+  }
 
   std::vector<std::string> categories;
   for (const TokenStream& s : streams) {
@@ -241,8 +184,8 @@ int run(int argc, char** argv) {
 
   const HeapMeter meter{live_heap_bytes, peak_heap_bytes, reset_peak_heap_bytes};
   const std::vector<Row> rows = measure_rows(drafters, streams, options, meter);
-  if (options.json) print_json(rows);
-  else print_table(rows, options.categories);
+  const std::string report = options.json ? format_json(rows) : format_table(rows, options.categories);
+  std::fputs(report.c_str(), stdout);
   if (options.expect_al >= 0) {
     for (const Row& row : rows) {
       if (row.policy == Policy::plain || (row.category != "overall" && categories.size() > 1)) continue;
@@ -269,6 +212,10 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "ngramspec-replay: %s\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "ngramspec-replay: error: out of memory (the records, the drafters and their corpora do not "
+                         "fit; try fewer or smaller)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ngramspec-replay: error: %s\n", e.what());
     return 1;

@@ -144,9 +144,9 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
     } else if (arg == "--max-order") {
       options.defaults.max_order = parse_count(arg, value(), 1);
     } else if (arg == "--length") {
-      options.length = parse_count(arg, value(), 1);
+      options.length = parse_count(arg, value(), 1, kMaxSyntheticTokens);
     } else if (arg == "--samples") {
-      options.samples = parse_count(arg, value(), 1);
+      options.samples = parse_count(arg, value(), 1, kMaxSyntheticTokens);
     } else if (arg == "--seed") {
       options.seed = parse_count(arg, value(), 0);
     } else if (arg == "--records") {
@@ -171,7 +171,18 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
   if (options.stream_files.empty() && options.synthetic_specs.empty()) {
     throw std::invalid_argument("nothing to replay: give --streams FILE or --synthetic SPEC (see --help)");
   }
-  if (options.drafter_names.empty()) options.drafter_names.emplace_back("match");  // the library's default drafter
+  // --samples and --length are each at most kMaxSyntheticTokens (2^24), so their product fits.
+  const std::size_t specs = options.synthetic_specs.size();
+  if (specs != 0 && options.samples * options.length > kMaxSyntheticTokens / specs) {
+    throw std::invalid_argument("--synthetic: " + std::to_string(specs) + " spec(s) x --samples " +
+                                std::to_string(options.samples) + " x --length " + std::to_string(options.length) +
+                                " tokens is more than the most synthetic tokens, " +
+                                std::to_string(kMaxSyntheticTokens));
+  }
+  // The library's default drafter; with a corpus file, reading it (a file named is a file used).
+  if (options.drafter_names.empty()) {
+    options.drafter_names.emplace_back(options.corpus_file.empty() ? "match" : "match:file=1");
+  }
   if (options.ks.empty()) options.ks.push_back(4);
   if (options.batches.empty()) options.batches.push_back(1);
   if (options.policies.empty()) {

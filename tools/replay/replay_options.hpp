@@ -17,7 +17,9 @@ struct ReplayOptions {
   bool help = false;                         ///< --help / -h: print the usage and do nothing else
   std::vector<std::string> stream_files;     ///< --streams, in order
   std::vector<std::string> synthetic_specs;  ///< --synthetic, unparsed (parse_synthetic checks them)
-  std::vector<std::string> drafter_names;    ///< --drafter, unparsed (make_drafter checks them); default {"match"}
+  /// --drafter, unparsed (make_drafter checks them); default {"match"}, or {"match:file=1"} with a
+  /// --corpus-file (the default drafter reads the file named).
+  std::vector<std::string> drafter_names;
   std::vector<std::size_t> ks;               ///< --k: each in 1 .. kMaxDraftsPerPass; default {4}
   std::vector<std::size_t> batches;          ///< --batch: each in 1 .. kMaxBatch; default {1}
   /// --cost, repeatable, parsed: "flat", "knee:N" or "table:T=C,..."; empty (the default): flat only.
@@ -27,8 +29,8 @@ struct ReplayOptions {
   std::vector<Policy> policies;
   bool categories = false;                   ///< --categories: the table prints every category row
   DrafterDefaults defaults;                  ///< --window, --min-order, --max-order: each >= 1
-  std::size_t length = 2048;                 ///< --length: >= 1
-  std::size_t samples = 4;                   ///< --samples: >= 1
+  std::size_t length = 2048;                 ///< --length: 1 .. kMaxSyntheticTokens
+  std::size_t samples = 4;                   ///< --samples: 1 .. kMaxSyntheticTokens
   std::size_t seed = 1;                      ///< --seed
   std::size_t limit = 0;                     ///< --limit: >= 1 when given; 0 = every record
   RecordRange records;                       ///< --records START:END of each --streams file (after --limit)
@@ -41,6 +43,11 @@ struct ReplayOptions {
 
 /// Most --batch: records running at once in a serving simulation.
 inline constexpr std::size_t kMaxBatch = 65536;
+
+/// Most synthetic tokens in all (--synthetic specs x --samples x --length): 2^24 token ids
+/// (64 MiB), each replayed by every drafter, k, batch and policy; --length and --samples are
+/// each at most this too.
+inline constexpr std::size_t kMaxSyntheticTokens = std::size_t{1} << 24;
 
 /// Most --timing-repeats: the runner counts repeats in an int.
 inline constexpr std::size_t kMaxTimingRepeats = static_cast<std::size_t>(std::numeric_limits<int>::max());

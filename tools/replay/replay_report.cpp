@@ -1,6 +1,8 @@
 #include "replay_report.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -14,7 +16,16 @@ std::vector<TokenStream> load_streams(const ReplayOptions& options) {
   for (const std::string& file : options.stream_files) {
     std::vector<TokenStream> read = read_streams(file);
     if (options.limit != 0 && read.size() > options.limit) read.resize(options.limit);
-    if (!options.records.all()) read = slice_records(std::move(read), options.records);
+    if (!options.records.all()) {
+      // The rule ngramspec-corpus applies too (RecordRange::resolve): a range that selects no
+      // record, or starts after it ends, is refused.
+      try {
+        read = slice_records(std::move(read), options.records);
+      } catch (const std::invalid_argument& e) {
+        const std::string after_limit = options.limit != 0 ? " after --limit " + std::to_string(options.limit) : "";
+        throw std::invalid_argument("--records: '" + file + "'" + after_limit + ": " + e.what());
+      }
+    }
     for (TokenStream& s : read) streams.push_back(std::move(s));
   }
   for (const std::string& text : options.synthetic_specs) {
@@ -183,6 +194,193 @@ std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters, std::sp
     }
   }
   return rows;
+}
+
+namespace {
+
+std::string printed(const char* format, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, value);
+  return buf;
+}
+
+}  // namespace
+
+void check_costs_fit(std::span<const TokenStream> streams, const ReplayOptions& options) {
+  double outputs = 0;
+  for (const TokenStream& s : streams) outputs += static_cast<double>(s.output.size());
+  const std::size_t batch = std::min<std::size_t>(*std::max_element(options.batches.begin(), options.batches.end()),
+                                                  std::max<std::size_t>(streams.size(), 1));
+  const std::size_t k = *std::max_element(options.ks.begin(), options.ks.end());
+  const std::size_t tokens = batch * (k + 1);
+  for (const CostCurve& cost : options.costs) {
+    // Costs do not decrease with the tokens, so the largest pass costs the most.
+    const double most = cost.curve(tokens);
+    const double bound = most * outputs;
+    if (!std::isfinite(most) || !std::isfinite(bound)) {
+      throw std::invalid_argument("--cost '" + cost.name + "': a pass of " + std::to_string(tokens) + " tokens (batch " +
+                                  std::to_string(batch) + ", k " + std::to_string(k) + ") costs " +
+                                  printed("%g", most) + ", and the decode passes of these " +
+                                  printed("%.0f", outputs) + " output tokens could cost up to " +
+                                  printed("%g", bound) + " in all, more than a double holds: scale the costs "
+                                  "down (only their ratios matter)");
+    }
+  }
+}
+
+std::string format_table(const std::vector<Row>& all_rows, bool categories) {
+  bool several = false;
+  for (const Row& row : all_rows) several = several || row.category == "overall";
+  std::vector<const Row*> rows;
+  for (const Row& row : all_rows) {
+    if (categories || !several || row.category == "overall") rows.push_back(&row);
+  }
+  if (rows.empty()) return {};
+
+  // The columns: names as the README's and docs/BENCHMARKS.md's tables name them, over two
+  // lines so the numbers' columns stay narrow.
+  struct Column {
+    std::string top;
+    std::string bottom;
+    bool left = false;  // text, left-aligned; numbers are right-aligned
+    std::vector<std::string> cells;
+  };
+  const auto same_everywhere = [&](const auto& field) {
+    return std::all_of(rows.begin(), rows.end(), [&](const Row* r) { return field(*r) == field(*rows.front()); });
+  };
+  std::vector<Column> columns;
+  std::vector<std::string> shared;  // the values of the columns left out
+  const auto add = [&](std::string top, std::string bottom, bool left, const auto& cell) {
+    Column c{std::move(top), std::move(bottom), left, {}};
+    for (const Row* r : rows) c.cells.push_back(cell(*r));
+    columns.push_back(std::move(c));
+  };
+  // A serving column, left out (and its value said once) when every row has the same value.
+  const auto add_serving = [&](const char* name, bool left, const auto& cell, const std::string& shared_text) {
+    if (same_everywhere(cell)) {
+      shared.push_back(shared_text);
+    } else {
+      add("", name, left, cell);
+    }
+  };
+  add("", "drafter", true, [](const Row& r) { return r.drafter; });
+  add("", "k", false, [](const Row& r) { return r.policy == Policy::plain ? std::string("-") : std::to_string(r.k); });
+  const Row& first = *rows.front();
+  add_serving("batch", false, [](const Row& r) { return std::to_string(r.batch); },
+              "batch " + std::to_string(first.batch));
+  add_serving("policy", true, [](const Row& r) { return std::string(to_string(r.policy)); },
+              std::string("policy ") + to_string(first.policy));
+  add_serving("cost", true, [](const Row& r) { return r.cost; }, "cost " + first.cost);
+  add_serving("category", true, [](const Row& r) { return r.category; },
+              first.category == "overall" ? std::string("all records") : "category " + first.category);
+  add("", "samples", false, [](const Row& r) { return std::to_string(r.totals.samples); });
+  add("tokens", "per pass", false, [](const Row& r) { return printed("%.3f", r.totals.mean_accepted_length()); });
+  add("acceptance", "rate", false, [](const Row& r) { return printed("%.3f", r.totals.acceptance_rate()); });
+  add("rejected drafts", "per pass", false, [](const Row& r) { return printed("%.3f", r.totals.rejected_per_pass()); });
+  add("", "speedup", false, [](const Row& r) { return printed("%.3f", r.speedup); });
+  add("drafter ns", "per token", false, [](const Row& r) { return printed("%.1f", r.totals.ns_per_token()); });
+  add("peak", "drafter KiB", false,
+      [](const Row& r) { return printed("%.1f", static_cast<double>(r.totals.peak_bytes) / 1024.0); });
+
+  std::vector<std::size_t> widths;
+  for (const Column& c : columns) {
+    std::size_t w = std::max(c.top.size(), c.bottom.size());
+    for (const std::string& cell : c.cells) w = std::max(w, cell.size());
+    widths.push_back(w);
+  }
+  const auto line = [&](const auto& text_of) {
+    std::string out;
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+      const std::string text = text_of(columns[i]);
+      const std::string pad(widths[i] - text.size(), ' ');
+      if (i > 0) out += "  ";
+      out += columns[i].left ? text + pad : pad + text;
+    }
+    out += '\n';
+    return out;
+  };
+  std::string out;
+  if (!shared.empty()) {
+    out += "every row: ";
+    for (std::size_t i = 0; i < shared.size(); ++i) out += (i ? ", " : "") + shared[i];
+    out += '\n';
+  }
+  out += line([](const Column& c) { return c.top; });
+  out += line([](const Column& c) { return c.bottom; });
+  for (std::size_t r = 0; r < rows.size(); ++r) out += line([r](const Column& c) { return c.cells[r]; });
+  return out;
+}
+
+namespace {
+
+std::string json_escape(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string format_json(const std::vector<Row>& rows) {
+  std::string out = "{\"results\": [";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    const Totals& t = row.totals;
+    std::vector<std::string> not_finite;
+    std::string fields;
+    const auto text = [&](const char* key, const std::string& value) {
+      fields += std::string(fields.empty() ? "" : ", ") + "\"" + key + "\": \"" + json_escape(value) + "\"";
+    };
+    const auto count = [&](const char* key, std::size_t value) {
+      fields += std::string(fields.empty() ? "" : ", ") + "\"" + key + "\": " + std::to_string(value);
+    };
+    // JSON has no inf or nan: such a number is null, and the row says which it was.
+    const auto number = [&](const char* key, double value, const char* format) {
+      fields += std::string(fields.empty() ? "" : ", ") + "\"" + key + "\": ";
+      if (std::isfinite(value)) {
+        fields += printed(format, value);
+      } else {
+        fields += "null";
+        not_finite.emplace_back(key);
+      }
+    };
+    text("drafter", row.drafter);
+    count("k", row.k);
+    text("category", row.category);
+    count("samples", t.samples);
+    count("passes", t.passes);
+    count("decode_passes", t.passes - t.samples);
+    count("generated", t.generated);
+    count("drafted", t.drafted);
+    count("accepted", t.accepted);
+    number("mean_accepted_length", t.mean_accepted_length(), "%.6f");
+    number("acceptance_rate", t.acceptance_rate(), "%.6f");
+    number("rejected_per_pass", t.rejected_per_pass(), "%.6f");
+    number("drafter_ns_per_token", t.ns_per_token(), "%.3f");
+    count("drafter_peak_bytes", t.peak_bytes);
+    count("batch", row.batch);
+    text("cost", row.cost);
+    text("policy", to_string(row.policy));
+    number("simulated_cost", t.simulated_cost, "%.6f");
+    number("speedup", row.speedup, "%.6f");
+    if (!not_finite.empty()) {
+      fields += ", \"not_finite\": [";
+      for (std::size_t j = 0; j < not_finite.size(); ++j) fields += (j ? ", \"" : "\"") + not_finite[j] + "\"";
+      fields += "]";
+    }
+    out += std::string(i ? "," : "") + "\n  {" + fields + "}";
+  }
+  out += "\n]}\n";
+  return out;
 }
 
 }  // namespace ngramspec::replay

@@ -15,7 +15,8 @@
 namespace ngramspec::replay {
 
 /// The records the options name: every --streams file (its first --limit records), then every
-/// --synthetic spec (--length, --samples, --seed). Throws as read_streams and parse_synthetic do.
+/// --synthetic spec (--length, --samples, --seed). Throws as read_streams and parse_synthetic do,
+/// and std::invalid_argument naming the file when --records selects none of its records.
 [[nodiscard]] std::vector<TokenStream> load_streams(const ReplayOptions& options);
 
 /// Counts of a set of records replayed one way.
@@ -82,5 +83,21 @@ struct Row {
 [[nodiscard]] std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters,
                                             std::span<const TokenStream> streams, const ReplayOptions& options,
                                             const HeapMeter& meter = {});
+
+/// Refuses (std::invalid_argument naming the cost, the pass and the bound) a --cost under which
+/// the decode passes of `streams` at the largest --batch and --k could sum to more than a double
+/// holds: every row's simulated cost and speedup must be a finite number. The bound is the
+/// output tokens (no more decode passes than that) times the cost of the largest pass.
+void check_costs_fit(std::span<const TokenStream> streams, const ReplayOptions& options);
+
+/// The report as text: a header and one line per row, columns aligned; with `categories` every
+/// row, else the overall rows (with one category, its rows). Columns that hold one value on every
+/// row (batch, policy, cost, category) are left out and their values said on a line above.
+[[nodiscard]] std::string format_table(const std::vector<Row>& rows, bool categories);
+
+/// The report as one JSON object, {"results": [row, ...]}, every row with every field. Numbers
+/// are always finite: one that is not is written as null, and the row names it in
+/// "not_finite" (check_costs_fit keeps that from happening).
+[[nodiscard]] std::string format_json(const std::vector<Row>& rows);
 
 }  // namespace ngramspec::replay

@@ -31,7 +31,7 @@ std::vector<Token> parse_ids(std::string_view field, std::string_view source, st
     std::uint64_t value = 0;
     const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
     if (ec != std::errc() || ptr != word.data() + word.size() || value > std::numeric_limits<Token>::max()) {
-      fail(source, line, std::string(name) + " has an invalid token id '" + std::string(word) +
+      fail(source, line, std::string(name) + " has an invalid token id '" + escape_for_message(word) +
                              "' (expected an integer from 0 to 4294967295)");
     }
     ids.push_back(static_cast<Token>(value));
@@ -42,6 +42,28 @@ std::vector<Token> parse_ids(std::string_view field, std::string_view source, st
 }
 
 }  // namespace
+
+std::string escape_for_message(std::string_view text, std::size_t max_bytes) {
+  const bool shortened = text.size() > max_bytes;
+  if (shortened) text = text.substr(0, max_bytes);
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    }
+  }
+  if (shortened) out += "...";
+  return out;
+}
 
 std::vector<TokenStream> parse_streams(std::istream& in, std::string_view source_name) {
   std::vector<TokenStream> streams;
@@ -85,7 +107,8 @@ std::vector<TokenStream> read_streams(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open streams file '" + path + "'");
   std::vector<TokenStream> streams = parse_streams(in, path);
-  if (streams.empty()) throw std::invalid_argument(path + ": no records");
+  // An input's fault, as a malformed line is (exit 1, "error:"), not a usage mistake.
+  if (streams.empty()) throw std::runtime_error(path + ": no records");
   return streams;
 }
 
@@ -234,10 +257,14 @@ RecordRange parse_record_range(std::string_view option, std::string_view text) {
 std::pair<std::size_t, std::size_t> RecordRange::resolve(std::size_t count) const {
   const std::size_t first = resolve_bound(begin, count, 0);
   const std::size_t last = resolve_bound(end, count, count);
+  const std::string name = "record range '" + begin + ":" + end + "'";
   if (first > last) {
-    throw std::invalid_argument("record range '" + begin + ":" + end + "' starts after it ends (records " +
-                                std::to_string(first) + " to " + std::to_string(last) + " of " +
-                                std::to_string(count) + ")");
+    throw std::invalid_argument(name + " starts after it ends (records " + std::to_string(first) + " to " +
+                                std::to_string(last) + " of " + std::to_string(count) + ")");
+  }
+  if (first == last) {
+    throw std::invalid_argument(name + " selects none of the " + std::to_string(count) + " records (it resolves to " +
+                                std::to_string(first) + ":" + std::to_string(last) + ")");
   }
   return {first, last};
 }

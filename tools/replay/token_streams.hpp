@@ -20,12 +20,17 @@ struct TokenStream {
   std::vector<Token> output;
 };
 
+/// `text` as a message shows it: printable ASCII as is, a backslash doubled, any other byte as
+/// \xNN (so a NUL or a control character neither cuts the message short nor garbles the
+/// terminal); longer than `max_bytes`, its first `max_bytes` bytes and "...".
+[[nodiscard]] std::string escape_for_message(std::string_view text, std::size_t max_bytes = 40);
+
 /// Parses the streams TSV format (one record per line: id, category, prompt ids, output ids,
 /// TAB-separated; ids space-separated). Throws std::runtime_error naming the source, the line
 /// and what is wrong. Empty lines are skipped.
 [[nodiscard]] std::vector<TokenStream> parse_streams(std::istream& in, std::string_view source_name);
 /// Reads a streams TSV file; throws std::runtime_error when it cannot be opened (a directory
-/// included) or parsed, and std::invalid_argument ("FILE: no records") when it holds no record.
+/// included), cannot be parsed or holds no record ("FILE: no records").
 [[nodiscard]] std::vector<TokenStream> read_streams(const std::string& path);
 
 /// A slice of records in file order: [begin, end) of `count`, each bound a record index or a
@@ -33,7 +38,9 @@ struct TokenStream {
 struct RecordRange {
   std::string begin;  ///< "" (0), "N" or "P%"
   std::string end;    ///< "" (count), "N" or "P%"
-  /// The indices [first, last) of `count` records. Throws std::invalid_argument when begin > end.
+  /// The indices [first, last) of `count` records. Throws std::invalid_argument when begin > end
+  /// or when the range selects no record (first == last): a selection that replays or builds
+  /// nothing is a mistake, whichever tool it is given to.
   [[nodiscard]] std::pair<std::size_t, std::size_t> resolve(std::size_t count) const;
   [[nodiscard]] bool all() const noexcept { return begin.empty() && end.empty(); }
 };
