@@ -6,9 +6,9 @@
 #
 #   integrations/llama.cpp/fetch_llama_cpp.sh [--dest DIR]
 #
-# The source lands in DIR/llama.cpp-<commit>-<patches> (DIR: build/_deps of the repository),
-# named by the commit and a hash of the patches, so a second run with the same patches costs
-# nothing and a changed patch gets a fresh tree. Needs npm, git, tar and sha256sum.
+# The source lands in DIR/llama.cpp-<commit> (DIR: build/_deps of the repository) with a stamp of
+# the patches it holds, so a second run with the same patches costs nothing and a changed patch
+# gets a fresh tree in the same place. Needs npm, git, tar and sha256sum.
 set -euo pipefail
 
 readonly package=node-llama-cpp
@@ -35,8 +35,11 @@ done
 patches=()
 while IFS= read -r p; do patches+=("$p"); done < <(find "$here/patches" -maxdepth 1 -name '*.patch' | LC_ALL=C sort)
 patch_hash="$( (for p in "${patches[@]}"; do basename "$p"; cat "$p"; done) | sha256sum | cut -c1-12)"
-source_dir="$dest/llama.cpp-${commit:0:12}-$patch_hash"
-if [[ -f "$source_dir/.ngramspec-ready" ]]; then
+# One folder per commit, whatever the patches: a build that points at it keeps its objects (and a
+# compiler cache its hits) when a patch changes; the stamp says which patches it holds.
+source_dir="$dest/llama.cpp-${commit:0:12}"
+stamp="$source_dir/.ngramspec-patches"
+if [[ -f "$stamp" ]] && [[ "$(cat "$stamp")" == "$patch_hash" ]]; then
   echo "$source_dir"
   exit 0
 fi
@@ -68,7 +71,7 @@ for p in "${patches[@]}"; do
   say "applying $(basename "$p")"
   git -C "$work/llama.cpp" apply --whitespace=nowarn "$p" || { echo "error: patch $p does not apply to llama.cpp $commit" >&2; exit 1; }
 done
-touch "$work/llama.cpp/.ngramspec-ready"
+echo "$patch_hash" > "$work/llama.cpp/.ngramspec-patches"
 rm -rf "$source_dir"
 mv "$work/llama.cpp" "$source_dir"
 say "llama.cpp ${commit:0:12} with ${#patches[@]} patch(es) is in $source_dir"

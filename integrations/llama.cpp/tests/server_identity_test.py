@@ -5,9 +5,12 @@ Starts llama-server (built with the patch in ../patches and -DLLAMA_NGRAMSPEC=ON
 plain and once drafting with ngramspec, sends both the same greedy /completion requests, and checks that
 - every answer's text and token ids are the same in both runs, and
 - the ngramspec server drafted tokens and had some of them accepted (the `draft_n` and `draft_n_accepted`
-  of each answer's `timings`), so that drafting silently switched off fails the test.
+  of each answer's `timings`), so that drafting silently switched off fails the test, and
+- with --golden IDS (a file of space-separated token ids generated greedily after BOS), both servers answer
+  the prompt [BOS] with exactly those ids.
 
-  server_identity_test.py --server build/bin/llama-server --model stories260K.gguf [--n-predict 200]
+  server_identity_test.py --server build/bin/llama-server --model stories260K.gguf
+                          [--golden stories260K_greedy256.ids] [--n-predict 200]
 
 Standard library only. Every wait is bounded, the servers are stopped whatever happens, and the last line
 says PASS or FAIL; the exit status is 0 on success, 1 on a failed check, 2 on bad arguments.
@@ -105,8 +108,27 @@ class Server:
             time.sleep(0.2)
         raise self.fail(f"not ready after {timeout} s (last /health: {last})")
 
+    def post(self, path, body, timeout):
+        request = urllib.request.Request(self.base + path, data=json.dumps(body).encode("utf-8"),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode("utf-8", errors="replace")[:500]
+            raise self.fail(f"{path} {json.dumps(body)[:200]}: HTTP {e.code}: {detail}") from e
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise self.fail(f"{path} {json.dumps(body)[:200]} failed: {e}") from e
+
+    def bos(self, timeout):
+        """The model's BOS token: what /tokenize makes of no text with the special tokens added."""
+        tokens = self.post("/tokenize", {"content": "", "add_special": True}, timeout).get("tokens")
+        if not tokens or len(tokens) != 1 or not isinstance(tokens[0], int):
+            raise self.fail(f"/tokenize of no text with special tokens gave {tokens!r}, not one BOS token")
+        return tokens[0]
+
     def complete(self, prompt, n_predict, timeout):
-        body = json.dumps({
+        return self.post("/completion", {
             "prompt": prompt,
             "n_predict": n_predict,
             "temperature": 0.0,
@@ -114,17 +136,7 @@ class Server:
             "cache_prompt": False,
             "return_tokens": True,
             "stream": False,
-        }).encode("utf-8")
-        request = urllib.request.Request(self.base + "/completion", data=body,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as r:
-                return json.load(r)
-        except urllib.error.HTTPError as e:
-            detail = e.read().decode("utf-8", errors="replace")[:500]
-            raise self.fail(f"/completion for {prompt!r}: HTTP {e.code}: {detail}") from e
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise self.fail(f"/completion for {prompt!r} failed: {e}") from e
+        }, timeout)
 
     def stop(self, timeout=10):
         if self.process.poll() is None:
@@ -138,11 +150,21 @@ class Server:
             self.log.close()
 
 
-def run_server(args, name, extra, log_dir):
-    """The answers of one server to every prompt."""
+def run_server(args, name, extra, log_dir, golden):
+    """The answers of one server to every prompt, after checking its answer to [BOS] against `golden`."""
     server = Server(args, name, extra, log_dir)
     try:
         server.wait_ready(args.timeout)
+        if golden:
+            answer = server.complete([server.bos(args.timeout)], len(golden), args.timeout)
+            tokens = answer.get("tokens", [])
+            if tokens != golden:
+                n = next((i for i, (x, y) in enumerate(zip(tokens, golden)) if x != y), min(len(tokens), len(golden)))
+                raise server.fail(f"its answer to [BOS] ({len(tokens)} tokens) differs from {args.golden} "
+                                  f"({len(golden)} tokens) from token {n} on")
+            timings = answer.get("timings", {})
+            print(f"{name}: [BOS] gives the {len(golden)} golden tokens, drafted {timings.get('draft_n', 0)}, "
+                  f"accepted {timings.get('draft_n_accepted', 0)}")
         answers = [server.complete(p, args.n_predict, args.timeout) for p in PROMPTS]
         for prompt, answer in zip(PROMPTS, answers):
             if not answer.get("tokens"):
@@ -152,9 +174,9 @@ def run_server(args, name, extra, log_dir):
         server.stop()
 
 
-def check(args, log_dir):
-    plain = run_server(args, "plain", [], log_dir)
-    spec = run_server(args, "ngramspec", ["--spec-type", "ngramspec"] + args.spec_arg, log_dir)
+def check(args, log_dir, golden):
+    plain = run_server(args, "plain", [], log_dir, golden)
+    spec = run_server(args, "ngramspec", ["--spec-type", "ngramspec"] + args.spec_arg, log_dir, golden)
 
     drafted = accepted = 0
     for prompt, a, b in zip(PROMPTS, plain, spec):
@@ -186,6 +208,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--server", required=True, help="path of llama-server built with -DLLAMA_NGRAMSPEC=ON")
     parser.add_argument("--model", required=True, help="GGUF model (stories260K.gguf)")
+    parser.add_argument("--golden", help="token ids generated greedily after BOS, space-separated "
+                        "(stories260K_greedy256.ids): both servers must answer [BOS] with them")
     parser.add_argument("--n-predict", type=int, default=200, help="tokens per answer (default 200)")
     parser.add_argument("--ctx-size", type=int, default=512,
                         help="context of the server's one slot; stories260K was trained on 512 (default 512)")
@@ -193,12 +217,24 @@ def main():
     parser.add_argument("--timeout", type=float, default=120,
                         help="seconds to wait for a server to load and for each answer (default 120)")
     parser.add_argument("--spec-arg", action="append", default=[],
-                        help="another argument for the ngramspec server (repeatable), e.g. --spec-arg=--spec-ngramspec-n-max=8")
+                        help="another argument for the ngramspec server (repeatable), e.g. --spec-arg=--spec-ngramspec-n-max --spec-arg=8")
     args = parser.parse_args()
 
-    for what, path in (("--server", args.server), ("--model", args.model)):
-        if not os.path.isfile(path):
+    for what, path in (("--server", args.server), ("--model", args.model), ("--golden", args.golden)):
+        if path is not None and not os.path.isfile(path):
             print(f"error: {what} {path!r} is not a file", file=sys.stderr)
+            return 2
+    golden = []
+    if args.golden:
+        with open(args.golden, "r", encoding="utf-8") as f:
+            words = f.read().split()
+        try:
+            golden = [int(w) for w in words]
+        except ValueError as e:
+            print(f"error: --golden {args.golden!r} holds something other than token ids: {e}", file=sys.stderr)
+            return 2
+        if not golden:
+            print(f"error: --golden {args.golden!r} holds no token ids", file=sys.stderr)
             return 2
     if args.n_predict < 1 or args.ctx_size < 1 or args.threads < 1 or args.timeout <= 0:
         print(f"error: --n-predict ({args.n_predict}), --ctx-size ({args.ctx_size}), --threads ({args.threads}) "
@@ -207,12 +243,13 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="llama-server-identity-") as log_dir:
         try:
-            drafted, accepted = check(args, log_dir)
+            drafted, accepted = check(args, log_dir, golden)
         except TestFailure as e:
             print(f"FAIL: {e}")
             return 1
-    print(f"PASS: {len(PROMPTS)} greedy completions identical with and without --spec-type ngramspec; "
-          f"ngramspec drafted {drafted} tokens, {accepted} accepted")
+    print(f"PASS: {len(PROMPTS)} greedy completions identical with and without --spec-type ngramspec"
+          f"{' and the golden ids reproduced' if golden else ''}; ngramspec drafted {drafted} tokens, "
+          f"{accepted} accepted")
     return 0
 
 
