@@ -20,6 +20,10 @@
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/shared_corpus.hpp"
 
+#ifdef NGRAMSPEC_REPLAY_WITH_LLAMA_CPP
+#include "llama_cpp_drafter.hpp"
+#endif
+
 namespace ngramspec::replay {
 namespace {
 
@@ -205,6 +209,22 @@ void check_corpus_size(const std::string& spec, std::size_t corpus_mib, bool has
   }
 }
 
+// llama.cpp:TYPE[:key=value,...]: llama.cpp's own n-gram drafter, run by its code.
+DrafterEntry llama_cpp_drafter(const std::string& spec) {
+#ifdef NGRAMSPEC_REPLAY_WITH_LLAMA_CPP
+  const std::string type = spec.size() > 10 ? spec.substr(10) : std::string();
+  const llama_cpp::LlamaCppDrafterConfig config = llama_cpp::parse_spec(type, "drafter '" + spec + "'");
+  return entry(llama_cpp::describe(config), [config](const TokenStream&, std::size_t, const SharedCorpus*, bool) {
+    return llama_cpp::LlamaCppDrafter(config);
+  });
+#else
+  throw std::invalid_argument("drafter '" + spec +
+                              "': this ngramspec-replay was built without llama.cpp; configure with "
+                              "-DNGRAMSPEC_WITH_LLAMA_CPP=ON (or run `cmake --workflow --preset llama-cpp`) "
+                              "to replay llama.cpp's own drafters");
+#endif
+}
+
 }  // namespace
 
 std::size_t max_corpus_mib() noexcept {
@@ -213,6 +233,7 @@ std::size_t max_corpus_mib() noexcept {
 }
 
 DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaults) {
+  if (spec == "llama.cpp" || spec.starts_with("llama.cpp:")) return llama_cpp_drafter(spec);
   std::string name;
   Parameters parameters(spec, parse_parameters(spec, name));
   if (name == "ngram") {
@@ -360,7 +381,16 @@ std::string drafter_names_help() {
          "  pld-specbench                        Spec-Bench's PLD: suffix of 3, 2, 1 tokens, earliest occurrence\n"
          "                                       followed by all k drafts\n"
          "  prompt-lookup-hf[:max=N,eos=ID]      Hugging Face prompt lookup (default max 2, eos 2)\n"
-         "  ngram-cache                          llama.cpp's context n-gram cache, lax thresholds\n";
+         "  ngram-cache                          llama.cpp's context n-gram cache, lax thresholds\n"
+#ifdef NGRAMSPEC_REPLAY_WITH_LLAMA_CPP
+         "  llama.cpp:TYPE[:key=value,...]       llama.cpp's own n-gram drafter, run by llama.cpp's code\n"
+         "                                       (common_speculative): ngram-simple[:n=N,m=M],\n"
+         "                                       ngram-map-k[:n=N,m=M], ngram-map-k4v[:n=N,m=M,min_hits=H],\n"
+         "                                       ngram-mod[:n_match=N,n_max=M,n_min=L], ngram-cache;\n"
+         "                                       defaults llama.cpp's (n 12, m 48, min_hits 1; n_match 24,\n"
+         "                                       n_max 64, n_min 48)\n"
+#endif
+         ;
 }
 
 }  // namespace ngramspec::replay

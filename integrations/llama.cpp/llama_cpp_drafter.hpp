@@ -1,0 +1,138 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ngramspec/drafter.hpp"
+#include "ngramspec/token.hpp"
+
+// llama.cpp's drafting state (common/speculative.h); only the .cpp sees its definition.
+struct common_speculative;
+
+namespace ngramspec::llama_cpp {
+
+/// llama.cpp's n-gram drafting types (common_speculative_type), the ones that need no draft model.
+enum class NGramType {
+  simple,   ///< "ngram-simple": the latest earlier occurrence of the last n tokens, the m after it
+  map_k,    ///< "ngram-map-k": the same through a map of keys, drafting as long as the key's last acceptance
+  map_k4v,  ///< "ngram-map-k4v": keys with up to 4 values, drafting the dominant value
+  mod,      ///< "ngram-mod": a hashed table of n_match-grams to their next token, chained
+  cache,    ///< "ngram-cache": 1- to 4-gram counts of the context (llama-lookup's cache), 8 drafts at most
+};
+
+/// llama.cpp's name of `type` ("ngram-simple", ...).
+[[nodiscard]] std::string_view type_name(NGramType type) noexcept;
+
+/// Configuration of a LlamaCppDrafter. The defaults are llama.cpp's (common_params_speculative
+/// at the pinned commit; a test holds them equal). Each field applies to the types named.
+struct LlamaCppDrafterConfig {
+  NGramType type = NGramType::mod;  ///< which of llama.cpp's drafters runs
+  std::uint16_t n = 12;             ///< simple, map-k, map-k4v: tokens of the lookup n-gram (size_n), 1-1024
+  std::uint16_t m = 48;             ///< simple, map-k, map-k4v: tokens of the drafted m-gram (size_m), 1-1024
+  std::uint16_t min_hits = 1;       ///< map-k4v: sightings of a key before it drafts, >= 1
+  std::int32_t n_match = 24;        ///< mod: tokens of the lookup n-gram, 1-1024
+  std::int32_t n_max = 64;          ///< mod: most tokens one draft chains, 0-1024
+  std::int32_t n_min = 48;          ///< mod: a chain that stops before this many tokens drafts nothing, 0-1024
+  /// On construction, lower llama.cpp's common log threshold (process-wide) to errors, so its
+  /// drafters' warnings and notes are not printed; errors still are. false: leave it as it is.
+  bool quiet_logs = true;
+};
+
+/// Parses "TYPE[:key=value,...]": TYPE is one of llama.cpp's n-gram type names; the keys are
+/// n, m (all but ngram-mod and ngram-cache), min_hits (ngram-map-k4v), n_match, n_max, n_min
+/// (ngram-mod); ngram-cache takes none. Throws std::invalid_argument naming the spec and what is
+/// wrong: an unknown type or key, a key the type does not use, a bad or out-of-range value. The
+/// message begins with `source` when given (what the user typed, e.g. "drafter 'llama.cpp:...'"),
+/// else with "llama.cpp drafter 'SPEC'".
+[[nodiscard]] LlamaCppDrafterConfig parse_spec(std::string_view spec, std::string_view source = {});
+
+/// The type and its parameters, without spaces: "llama.cpp:ngram-simple(n=12,m=48)".
+[[nodiscard]] std::string describe(const LlamaCppDrafterConfig& config);
+
+/// Lowers the threshold of llama.cpp's common log to errors (warnings, notes and debug output
+/// are dropped; errors still print) and routes libllama's own log (llama_log_set) to standard
+/// error for errors only. Process-wide; for programs that want llama.cpp quiet.
+void quiet_llama_cpp_logs();
+
+/// llama.cpp's own n-gram drafting, run by llama.cpp's code (common_speculative_init / begin /
+/// draft / accept for one sequence), as an ngramspec Drafter. It drives llama.cpp exactly as
+/// llama.cpp's examples/speculative-simple does: at the first predict() after construction or
+/// reset(), begin() with every observed token but the last; each predict() drafts with the
+/// observed tokens but the last as the target's context, the last as the pending token, and at
+/// most out.size() drafts (llama.cpp's n_max); the next predict() first reports to llama.cpp how
+/// many of the previous draft were accepted: the common prefix of that draft and the tokens
+/// update() brought since (the decoder feeds the accepted drafts, then the model's own token).
+///
+/// predict() is const as the Drafter concept asks, but llama.cpp's drafters learn while they
+/// draft (ngram-mod and ngram-cache add the context's new n-grams then, the maps their keys),
+/// so it changes this object's hidden state: a second predict() without an update() in between
+/// drafts again, as llama.cpp would; calls must not overlap, const or not.
+///
+/// Cost: update() appends to a token vector; predict() copies the draft out of llama.cpp's
+/// vector (reused) and costs what llama.cpp's draft costs: ngram-simple scans the context
+/// backwards, ngram-cache copies the whole context into a new vector on every call (llama.cpp
+/// does), the others are near-constant. reset() builds a fresh llama.cpp state.
+/// Memory: the observed tokens, plus llama.cpp's state: ngram-mod allocates a table of 4M
+/// entries (16 MiB) per drafter, ngram-map-k/k4v a 1 MiB key hash map, ngram-cache grows with
+/// the distinct n-grams of the context.
+///
+/// Thread safety: none; one drafter per thread.
+class LlamaCppDrafter {
+ public:
+  /// Throws std::invalid_argument naming the field and its value when `config` is invalid.
+  explicit LlamaCppDrafter(const LlamaCppDrafterConfig& config = {});
+  /// As LlamaCppDrafter(parse_spec(spec)).
+  explicit LlamaCppDrafter(std::string_view spec) : LlamaCppDrafter(parse_spec(spec)) {}
+  LlamaCppDrafter(LlamaCppDrafter&&) noexcept;
+  LlamaCppDrafter& operator=(LlamaCppDrafter&&) noexcept;
+  LlamaCppDrafter(const LlamaCppDrafter&) = delete;
+  LlamaCppDrafter& operator=(const LlamaCppDrafter&) = delete;
+  ~LlamaCppDrafter();
+
+  /// Appends one token. Throws std::invalid_argument for an id llama.cpp cannot hold (> INT32_MAX).
+  void update(Token token);
+  /// Appends several tokens in order (none if one is invalid).
+  void update(std::span<const Token> tokens);
+  /// Writes llama.cpp's draft, at most out.size() tokens, to `out`; returns how many. Nothing
+  /// before the first update() or into an empty `out` (llama.cpp is not called then).
+  std::size_t predict(std::span<Token> out) const;
+  /// Forgets everything: the tokens and llama.cpp's state.
+  void reset();
+
+  [[nodiscard]] const LlamaCppDrafterConfig& config() const noexcept { return config_; }
+  /// Tokens observed since construction or the last reset().
+  [[nodiscard]] std::size_t tokens_seen() const noexcept { return context_.size() + (has_last_ ? 1 : 0); }
+
+ private:
+  struct Free {
+    void operator()(common_speculative* spec) const noexcept;
+  };
+  using Spec = std::unique_ptr<common_speculative, Free>;
+  [[nodiscard]] static Spec make_state(const LlamaCppDrafterConfig& config);
+  void observe(Token token) noexcept;
+  void settle_accepted() const;
+
+  LlamaCppDrafterConfig config_;
+  Spec spec_;
+  // What speculative-simple keeps: the tokens in the target's context (every observed token but
+  // the last; llama.cpp's prompt_tgt) and the last one (its id_last).
+  std::vector<std::int32_t> context_;
+  std::int32_t last_ = 0;
+  bool has_last_ = false;
+  // Drafting state, changed by the const predict() (see the class comment).
+  mutable bool begun_ = false;               // begin() was called
+  mutable std::vector<std::int32_t> draft_;  // llama.cpp's last draft (its result vector, reused)
+  mutable std::size_t proposed_ = 0;         // drafts of it predict() handed out
+  mutable bool pending_ = false;             // the accept() of that draft is still owed
+  mutable std::size_t matched_ = 0;          // tokens since the draft equal to its first ones
+  mutable bool matching_ = true;             // every token since the draft matched it
+};
+
+static_assert(Drafter<LlamaCppDrafter>);
+
+}  // namespace ngramspec::llama_cpp
