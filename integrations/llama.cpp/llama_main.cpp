@@ -43,6 +43,27 @@ std::vector<std::string> read_prompts(const LlamaOptions& o) {
   return prompts;
 }
 
+#if NGRAMSPEC_LLAMA_CPP_DRAFTERS
+// What --compare runs of llama.cpp's drafters without --llama-drafter: every n-gram type at its
+// defaults, and the settings that draft on short texts (the defaults look for 12 to 24 tokens of
+// match and draft nothing on a story of 256).
+std::vector<std::string> comparison_drafters() {
+  return {"ngram-simple",     "ngram-simple:n=1,m=4",      "ngram-simple:n=2,m=4",      "ngram-simple:n=3,m=4",
+          "ngram-map-k",      "ngram-map-k:n=2,m=4",       "ngram-map-k:n=3,m=4",       "ngram-map-k4v",
+          "ngram-map-k4v:n=2,m=4", "ngram-map-k4v:n=3,m=4", "ngram-mod",                "ngram-mod:n_match=2,n_max=4,n_min=1",
+          "ngram-mod:n_match=3,n_max=4,n_min=1", "ngram-mod:n_match=3,n_max=8,n_min=1", "ngram-cache"};
+}
+
+// The most tokens one llama.cpp draft of this configuration holds.
+std::size_t most_drafts(const LlamaCppDrafterConfig& c) {
+  switch (c.type) {
+    case NGramType::mod: return static_cast<std::size_t>(std::max(1, c.n_max));
+    case NGramType::cache: return 8;
+    default: return c.m;
+  }
+}
+#endif
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -230,16 +251,20 @@ int run(const LlamaOptions& o) {
 #if NGRAMSPEC_LLAMA_CPP_DRAFTERS
   std::vector<std::unique_ptr<BatchSpeculator<LlamaCppDrafter>>> llama_speculators;
   if (o.compare) {
-    const std::vector<std::string> specs = o.llama_drafters.empty() ? default_comparison_drafters() : o.llama_drafters;
+    quiet_llama_cpp_logs();
+    const std::vector<std::string> specs = o.llama_drafters.empty() ? comparison_drafters() : o.llama_drafters;
     for (const std::string& spec : specs) {
-      const std::size_t max_drafts = LlamaCppDrafter::max_drafts(spec);
+      const LlamaCppDrafterConfig drafter = parse_spec(spec, "--llama-drafter '" + spec + "'");
+      // Each type drafts as many tokens as llama.cpp lets it (its own n_max); llama.cpp sizes
+      // nothing by cost, so neither does this speculator.
+      const std::size_t max_drafts = most_drafts(drafter);
       BatchConfig c;
       c.max_sequences = o.parallel;
       c.max_pass_tokens = engine.max_pass_tokens();
       llama_speculators.push_back(std::make_unique<BatchSpeculator<LlamaCppDrafter>>(
-          c, [spec] { return LlamaCppDrafter(spec); }));
+          c, [drafter] { return LlamaCppDrafter(drafter); }));
       BatchSpeculator<LlamaCppDrafter>* s = llama_speculators.back().get();
-      contenders.push_back({"llama.cpp " + spec,
+      contenders.push_back({describe(drafter),
                             [&engine, s, &prompts, &settings, max_drafts] {
                               return decode_speculative(engine, *s, prompts, settings, max_drafts);
                             },
