@@ -103,8 +103,10 @@ class BatchSpeculator(Closable):
         """A speculator with a pool of `max_sequences` MatchDrafters, made now (memory is fixed).
 
         `max_pass_tokens`: the most tokens one verify pass carries (0: no limit).
-        `max_record_tokens`: output tokens of a sequence kept for the corpus.
-        `cost`: what a verify pass costs, ``"knee:N"`` or ``"table:T=C,..."``; propose then sizes
+        `max_record_tokens`: output tokens of a sequence kept for the corpus (up to 2**28).
+        `cost`: what a verify pass costs, ``"flat"``, ``"knee:N"`` or ``"table:T=C,..."`` (the
+        grammar of the C++ VerifyCost::parse; only ratios matter, and a cost more than 1e200 times
+        the one-token pass's is refused); propose then sizes
         every draft so that the pass's expected tokens per unit of cost is highest. None: every
         sequence sends what its drafter proposes, up to its max_drafts.
         `drafter`: MatchDrafter keyword settings for the pool (those left out take MatchDrafter's
