@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ngramspec/allocation_error.hpp"
 #include "ngramspec/batch_speculator.hpp"
 #include "ngramspec/corpus_file.hpp"
 #include "ngramspec/decode_options.hpp"
@@ -117,6 +118,30 @@ ngramspec_status null_array(const char* where, const char* name, const char* cou
   return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but %s = %zu", where, name, count_name, count);
 }
 
+// No array is larger than PTRDIFF_MAX bytes (pointer differences must hold its size), so a count
+// of elements whose bytes exceed it, or wrap round size_t, is not a real array's: a negative
+// number converted, a length in bytes, garbage. It is refused before any element is read.
+constexpr std::size_t kLargestArrayBytes = static_cast<std::size_t>(PTRDIFF_MAX);
+
+// NGRAMSPEC_OK when `pointer` and `count` (of `element_bytes`-byte elements) can be an array:
+// not NULL unless empty, and no larger than the largest array.
+ngramspec_status check_array(const char* where, const void* pointer, const char* name, const char* count_name,
+                             std::size_t count, std::size_t element_bytes) noexcept {
+  if (pointer == nullptr && count != 0) return null_array(where, name, count_name, count);
+  if (count > kLargestArrayBytes / element_bytes) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: %s = %zu is too large: %zu elements of %zu bytes exceed the largest array (PTRDIFF_MAX = %zu "
+                "bytes)",
+                where, count_name, count, count, element_bytes, kLargestArrayBytes);
+  }
+  return NGRAMSPEC_OK;
+}
+// check_array for an array of tokens.
+ngramspec_status check_tokens(const char* where, const void* pointer, const char* name, const char* count_name,
+                              std::size_t count) noexcept {
+  return check_array(where, pointer, name, count_name, count, sizeof(ngramspec_token));
+}
+
 // A C++ message, less the prefix naming the C++ function that the C function's name replaces
 // ("ngramspec::BatchSpeculator::propose: ", or the step functions' "ngramspec: "). `generic`:
 // the message was the step functions', which do not name the sequence.
@@ -140,6 +165,8 @@ const char* c_message(const char* message, bool& generic) noexcept {
 ngramspec_status translate_exception(const char* where, const char* subject = "") noexcept {
   try {
     throw;
+  } catch (const ngramspec::AllocationError& e) {  // names what was being made
+    return fail(NGRAMSPEC_ERROR_OUT_OF_MEMORY, "%s: %sout of memory: %s", where, subject, e.what());
   } catch (const std::bad_alloc&) {
     return fail(NGRAMSPEC_ERROR_OUT_OF_MEMORY, "%s: %sout of memory", where, subject);
   } catch (const ngramspec::CorpusFileError& e) {  // names the file, the section and the problem
@@ -174,8 +201,8 @@ bool to_cpp(int value, ngramspec::CorpusPreference& out, const char* where) noex
 ngramspec_status check_draft_arguments(const char* where, const ngramspec_token* context, std::size_t n,
                                        const ngramspec_token* out, std::size_t room,
                                        const std::size_t* count) noexcept {
-  if (context == nullptr && n != 0) return null_array(where, "context", "n", n);
-  if (out == nullptr && room != 0) return null_array(where, "out", "room", room);
+  if (const ngramspec_status bad = check_tokens(where, context, "context", "n", n); bad != NGRAMSPEC_OK) return bad;
+  if (const ngramspec_status bad = check_tokens(where, out, "out", "room", room); bad != NGRAMSPEC_OK) return bad;
   if (count == nullptr) return null_argument(where, "count");
   return NGRAMSPEC_OK;
 }
@@ -307,7 +334,9 @@ void ngramspec_corpus_free(ngramspec_corpus* corpus) { delete corpus; }
 
 ngramspec_status ngramspec_corpus_append(ngramspec_corpus* corpus, const ngramspec_token* tokens, size_t count) {
   if (corpus == nullptr) return null_argument(__func__, "corpus");
-  if (tokens == nullptr && count != 0) return null_array(__func__, "tokens", "count", count);
+  if (const ngramspec_status bad = check_tokens(__func__, tokens, "tokens", "count", count); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
   try {
     corpus->corpus.append(std::span<const ngramspec::Token>(tokens, count));
     return NGRAMSPEC_OK;
@@ -357,7 +386,9 @@ size_t ngramspec_corpus_memory_bytes(const ngramspec_corpus* corpus) {
 ngramspec_status ngramspec_corpus_append_stamped(ngramspec_corpus* corpus, const ngramspec_token* tokens, size_t count,
                                                  int64_t stamp) {
   if (corpus == nullptr) return null_argument(__func__, "corpus");
-  if (tokens == nullptr && count != 0) return null_array(__func__, "tokens", "count", count);
+  if (const ngramspec_status bad = check_tokens(__func__, tokens, "tokens", "count", count); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
   try {
     corpus->corpus.append(std::span<const ngramspec::Token>(tokens, count), stamp);
     return NGRAMSPEC_OK;
@@ -509,7 +540,9 @@ void ngramspec_match_drafter_free(ngramspec_match_drafter* drafter) { delete dra
 ngramspec_status ngramspec_match_drafter_update(ngramspec_match_drafter* drafter, const ngramspec_token* tokens,
                                                 size_t count) {
   if (drafter == nullptr) return null_argument(__func__, "drafter");
-  if (tokens == nullptr && count != 0) return null_array(__func__, "tokens", "count", count);
+  if (const ngramspec_status bad = check_tokens(__func__, tokens, "tokens", "count", count); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
   drafter->drafter.update(std::span<const ngramspec::Token>(tokens, count));  // noexcept
   return NGRAMSPEC_OK;
 }
@@ -517,7 +550,9 @@ ngramspec_status ngramspec_match_drafter_update(ngramspec_match_drafter* drafter
 ngramspec_status ngramspec_match_drafter_predict(const ngramspec_match_drafter* drafter, ngramspec_token* out,
                                                  size_t capacity, float* probabilities, size_t* count) {
   if (drafter == nullptr) return null_argument(__func__, "drafter");
-  if (out == nullptr && capacity != 0) return null_array(__func__, "out", "capacity", capacity);
+  if (const ngramspec_status bad = check_tokens(__func__, out, "out", "capacity", capacity); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
   if (count == nullptr) return null_argument(__func__, "count");
   const std::span<ngramspec::Token> drafts(out, capacity);
   *count = probabilities != nullptr ? drafter->drafter.predict(drafts, std::span<float>(probabilities, capacity))
@@ -563,7 +598,9 @@ void ngramspec_ngram_predictor_free(ngramspec_ngram_predictor* predictor) { dele
 ngramspec_status ngramspec_ngram_predictor_update(ngramspec_ngram_predictor* predictor, const ngramspec_token* tokens,
                                                   size_t count) {
   if (predictor == nullptr) return null_argument(__func__, "predictor");
-  if (tokens == nullptr && count != 0) return null_array(__func__, "tokens", "count", count);
+  if (const ngramspec_status bad = check_tokens(__func__, tokens, "tokens", "count", count); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
   predictor->predictor.update(std::span<const ngramspec::Token>(tokens, count));  // noexcept
   return NGRAMSPEC_OK;
 }
@@ -571,7 +608,9 @@ ngramspec_status ngramspec_ngram_predictor_update(ngramspec_ngram_predictor* pre
 ngramspec_status ngramspec_ngram_predictor_predict(const ngramspec_ngram_predictor* predictor, ngramspec_token* out,
                                                    size_t capacity, float* probabilities, size_t* count) {
   if (predictor == nullptr) return null_argument(__func__, "predictor");
-  if (out == nullptr && capacity != 0) return null_array(__func__, "out", "capacity", capacity);
+  if (const ngramspec_status bad = check_tokens(__func__, out, "out", "capacity", capacity); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
   if (count == nullptr) return null_argument(__func__, "count");
   const std::span<ngramspec::Token> drafts(out, capacity);
   *count = probabilities != nullptr ? predictor->predictor.predict(drafts, std::span<float>(probabilities, capacity))
@@ -635,12 +674,20 @@ void ngramspec_batch_free(ngramspec_batch* batch) { delete batch; }
 ngramspec_status ngramspec_batch_begin(ngramspec_batch* batch, ngramspec_sequence_id id, const ngramspec_token* prompt,
                                        size_t prompt_length, const ngramspec_sequence_options* options) {
   if (batch == nullptr) return null_argument(__func__, "batch");
-  if (prompt == nullptr && prompt_length != 0) return null_array(__func__, "prompt", "prompt_length", prompt_length);
+  if (const ngramspec_status bad = check_tokens(__func__, prompt, "prompt", "prompt_length", prompt_length);
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
   const ngramspec_sequence_options o = options != nullptr ? *options : ngramspec_sequence_options_default();
   if (o.stop_tokens == nullptr && o.n_stop_tokens != 0) {
     return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
                 "%s: sequence %" PRIu64 ": options->stop_tokens is NULL but options->n_stop_tokens = %zu", __func__, id,
                 o.n_stop_tokens);
+  }
+  if (const ngramspec_status bad =
+          check_tokens(__func__, o.stop_tokens, "options->stop_tokens", "options->n_stop_tokens", o.n_stop_tokens);
+      bad != NGRAMSPEC_OK) {
+    return bad;
   }
   try {
     ngramspec::DecodeOptions& d = batch->options;
@@ -663,7 +710,10 @@ ngramspec_status ngramspec_batch_propose(ngramspec_batch* batch, const ngramspec
                                          size_t extra_tokens, size_t* n_drafts) {
   if (batch == nullptr) return null_argument(__func__, "batch");
   if (ids == nullptr && n_ids != 0) return null_array(__func__, "ids", "n_ids", n_ids);
-  if (drafts == nullptr && drafts_capacity != 0) return null_array(__func__, "drafts", "drafts_capacity", drafts_capacity);
+  if (const ngramspec_status bad = check_tokens(__func__, drafts, "drafts", "drafts_capacity", drafts_capacity);
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
   if (offsets == nullptr) return null_argument(__func__, "offsets");
   if (n_drafts == nullptr) return null_argument(__func__, "n_drafts");
   if (n_ids > batch->steps.size()) return too_many_ids(__func__, n_ids, *batch);
@@ -682,8 +732,9 @@ ngramspec_status ngramspec_batch_accept(ngramspec_batch* batch, const ngramspec_
                                         const size_t* offsets, ngramspec_step* steps) {
   if (batch == nullptr) return null_argument(__func__, "batch");
   if (ids == nullptr && n_ids != 0) return null_array(__func__, "ids", "n_ids", n_ids);
-  if (model_tokens == nullptr && n_model_tokens != 0) {
-    return null_array(__func__, "model_tokens", "n_model_tokens", n_model_tokens);
+  if (const ngramspec_status bad = check_tokens(__func__, model_tokens, "model_tokens", "n_model_tokens", n_model_tokens);
+      bad != NGRAMSPEC_OK) {
+    return bad;
   }
   if (offsets == nullptr) return null_argument(__func__, "offsets");
   if (steps == nullptr && n_ids != 0) return null_array(__func__, "steps", "n_ids", n_ids);

@@ -52,22 +52,33 @@ void check_header(const std::filesystem::path& path, const std::byte* base, std:
   }
   format::Header h;
   std::memcpy(&h, base, sizeof(h));
-  if (h.byte_order != format::kByteOrderMark) {
-    fail("header", h.byte_order == byte_swapped(format::kByteOrderMark)
-                       ? "written on a machine of the other byte order (" +
-                             std::string(std::endian::native == std::endian::little ? "big" : "little") +
-                             "-endian); rebuild it on this one"
-                       : "byte-order mark " + hex(h.byte_order) + " is not " + hex(format::kByteOrderMark));
-  }
-  if (h.version != format::kVersion) {
-    fail("header", "format version " + std::to_string(h.version) + ": this build of ngramspec reads version " +
-                       std::to_string(format::kVersion));
+  // A file of the other byte order is named before its checksum is, which it fails (the lanes
+  // are read in this machine's order). Otherwise the checksum comes first: a field is believed
+  // only once the bytes are known to be those written, so a flipped bit reads as corruption,
+  // not as a byte-order mark or a format version that no writer wrote.
+  if (h.byte_order == byte_swapped(format::kByteOrderMark)) {
+    fail("header", "written on a machine of the other byte order (" +
+                       std::string(std::endian::native == std::endian::little ? "big" : "little") +
+                       "-endian); rebuild it on this one");
   }
   const std::uint64_t expected =
       format::checksum(std::span<const std::byte>(base, offsetof(format::Header, header_checksum)));
   if (h.header_checksum != expected) {
+    // A later format may lay its header out otherwise: then the version field, unchecked, says so.
     fail("header", "checksum mismatch: stored " + hex(h.header_checksum) + ", computed " + hex(expected) +
-                       " (the header is corrupted)");
+                       (h.version == format::kVersion
+                            ? std::string(" (the header is corrupted)")
+                            : " (the header is corrupted, or of a format version this build does not read: its "
+                              "version field reads " +
+                                  std::to_string(h.version) + ", this build reads version " +
+                                  std::to_string(format::kVersion) + ")"));
+  }
+  if (h.byte_order != format::kByteOrderMark) {
+    fail("header", "byte-order mark " + hex(h.byte_order) + " is not " + hex(format::kByteOrderMark));
+  }
+  if (h.version != format::kVersion) {
+    fail("header", "format version " + std::to_string(h.version) + ": this build of ngramspec reads version " +
+                       std::to_string(format::kVersion));
   }
   if (h.header_bytes != format::kHeaderBytes) fail("header", "header_bytes = " + std::to_string(h.header_bytes) + ", expected 320");
   if (h.token_bytes != format::kTokenBytes) {

@@ -8,6 +8,9 @@
 #include <stdexcept>
 #include <string>
 
+#include <unistd.h>
+
+#include "ngramspec/allocation_error.hpp"
 #include "ngramspec/corpus_builder.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
 #include "ngramspec/mapped_corpus.hpp"
@@ -18,17 +21,44 @@ namespace {
 // The object itself and the rounding of the start bits to whole words come off the top.
 constexpr std::size_t kFixedBytes = sizeof(SharedCorpus) + sizeof(std::uint64_t);
 
+// The bytes of memory this machine has; 0 when the system does not say.
+std::size_t physical_memory_bytes() noexcept {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_bytes = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_bytes <= 0) return 0;
+  const auto p = static_cast<std::size_t>(pages);
+  const auto b = static_cast<std::size_t>(page_bytes);
+  return p > std::numeric_limits<std::size_t>::max() / b ? std::numeric_limits<std::size_t>::max() : p * b;
+#else
+  return 0;
+#endif
+}
+
 std::size_t capacity_for(std::size_t max_bytes) {
-  const std::size_t fits = max_bytes > kFixedBytes
-                               ? std::min((max_bytes - kFixedBytes) / SharedCorpus::kBytesPerToken, SharedCorpus::kMaxTokens)
-                               : 0;
+  const std::string value = "ngramspec::SharedCorpus: max_bytes = " + std::to_string(max_bytes);
+  if (max_bytes > SharedCorpus::max_bytes()) {
+    throw std::invalid_argument(value + " is invalid: the largest corpus (kMaxTokens = " +
+                                std::to_string(SharedCorpus::kMaxTokens) + " tokens) takes max_bytes() = " +
+                                std::to_string(SharedCorpus::max_bytes()));
+  }
+  const std::size_t fits =
+      max_bytes > kFixedBytes ? (max_bytes - kFixedBytes) / SharedCorpus::kBytesPerToken : 0;
   if (fits < SharedCorpus::kMinTokens) {
-    throw std::invalid_argument("ngramspec::SharedCorpus: max_bytes = " + std::to_string(max_bytes) +
-                                " is invalid: must be at least " + std::to_string(SharedCorpus::min_bytes()) +
+    throw std::invalid_argument(value + " is invalid: must be at least " + std::to_string(SharedCorpus::min_bytes()) +
                                 " (" + std::to_string(SharedCorpus::kMinTokens) + " tokens of " +
                                 std::to_string(SharedCorpus::kBytesPerToken) + " bytes, and the object)");
   }
-  return std::bit_floor(fits);
+  const std::size_t capacity = std::bit_floor(fits);
+  // Refused up front: the tables are written as they are made, so a corpus larger than the
+  // machine's memory would not fail its allocation but drive the machine out of memory.
+  const std::size_t machine = physical_memory_bytes();
+  if (machine != 0 && SharedCorpus::bytes_for(capacity) > machine) {
+    throw std::invalid_argument(value + " is invalid: its " + std::to_string(capacity) + " tokens take " +
+                                std::to_string(SharedCorpus::bytes_for(capacity)) +
+                                " bytes, more than this machine's memory (" + std::to_string(machine) + " bytes)");
+  }
+  return capacity;
 }
 
 }  // namespace
@@ -53,13 +83,16 @@ class SharedCorpus::WriterTurn {
   std::lock_guard<std::mutex> queue_;
 };
 
-SharedCorpus::SharedCorpus(std::size_t max_bytes)
+SharedCorpus::SharedCorpus(std::size_t max_bytes) try
     : tokens_(capacity_for(max_bytes)),
       starts_((tokens_.size() + 63) / 64),
       stamps_(tokens_.size()),
       mask_(tokens_.size() - 1) {
   // Each token held ends at most one n-gram of each order, so no table holds more than the capacity.
   for (detail::OpenTable<LastEnd>& table : last_) table = detail::OpenTable<LastEnd>(tokens_.size());
+} catch (const std::bad_alloc&) {
+  // capacity_for() succeeded before anything was allocated, so it succeeds again.
+  throw AllocationError("a SharedCorpus (its tokens, stamps and n-gram tables)", bytes_for(capacity_for(max_bytes)));
 }
 
 void SharedCorpus::mark_start(std::uint64_t position, bool start) noexcept {
@@ -192,6 +225,8 @@ void SharedCorpus::load(const std::filesystem::path& path) {
 std::size_t SharedCorpus::bytes_for(std::size_t tokens) noexcept { return tokens * kBytesPerToken + kFixedBytes; }
 
 std::size_t SharedCorpus::min_bytes() noexcept { return bytes_for(kMinTokens); }
+
+std::size_t SharedCorpus::max_bytes() noexcept { return bytes_for(kMaxTokens); }
 
 CorpusDraft SharedCorpus::draft(std::span<const Token> context, std::span<Token> out) const noexcept {
   CorpusDraft found;

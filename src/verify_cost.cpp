@@ -18,7 +18,7 @@ std::string number_text(double value) {
 
 [[noreturn]] void bad_spec(std::string_view spec, const std::string& what) {
   throw std::invalid_argument("ngramspec::VerifyCost: '" + std::string(spec) + "' is not a cost: " + what +
-                              " (expected knee:N or table:TOKENS=COST,TOKENS=COST,...)");
+                              " (expected flat, knee:N or table:TOKENS=COST,TOKENS=COST,...)");
 }
 
 std::size_t parse_count(std::string_view spec, std::string_view text, const char* what) {
@@ -48,10 +48,10 @@ VerifyCost VerifyCost::knee(std::size_t flat_tokens, double base) {
     throw std::invalid_argument("ngramspec::VerifyCost::knee: base = " + number_text(base) +
                                 " is invalid: must be finite and positive");
   }
-  VerifyCost cost;
-  cost.points_ = {{1, base}};
-  if (flat_tokens > 1) cost.points_.push_back({flat_tokens, base});
-  cost.tail_slope_ = base / static_cast<double>(flat_tokens);
+  VerifyCost cost;  // normalized: the flat part costs 1
+  cost.points_ = {{1, 1.0}};
+  if (flat_tokens > 1) cost.points_.push_back({flat_tokens, 1.0});
+  cost.tail_slope_ = 1.0 / static_cast<double>(flat_tokens);
   cost.spec_ = "knee:" + std::to_string(flat_tokens);
   if (base != 1.0) cost.spec_ += " (base " + number_text(base) + ")";
   return cost;
@@ -76,11 +76,25 @@ VerifyCost VerifyCost::table(std::span<const Point> points) {
                                   std::to_string(i - 1) + " costs " + number_text(points[i - 1].cost) + ")");
     }
   }
+  // Normalized so that the one-token pass (the first point's cost) costs 1: only ratios
+  // matter, and a curve of tiny (subnormal) or huge costs then plans exactly as the same curve
+  // at any other scale. A ratio above kMaxCost is refused: beyond it a pass's cost, or the
+  // planner's sums and differences of costs, could overflow to inf and decide nothing.
   VerifyCost cost;
-  cost.points_.assign(points.begin(), points.end());
+  const double unit = points.front().cost;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const double r = points[i].cost / unit;
+    if (!(r <= kMaxCost)) {
+      throw std::invalid_argument("ngramspec::VerifyCost::table: point " + std::to_string(i) + " (" +
+                                  std::to_string(points[i].tokens) + " tokens, cost " + number_text(points[i].cost) +
+                                  ") is invalid: it costs " + number_text(points[i].cost / unit) +
+                                  " times point 0, more than kMaxCost = " + number_text(kMaxCost));
+    }
+    cost.points_.push_back({points[i].tokens, r});
+  }
   if (points.size() >= 2) {
-    const Point& a = points[points.size() - 2];
-    const Point& b = points.back();
+    const Point& a = cost.points_[points.size() - 2];
+    const Point& b = cost.points_.back();
     cost.tail_slope_ = (b.cost - a.cost) / static_cast<double>(b.tokens - a.tokens);
   }
   cost.spec_ = "table:";
@@ -94,7 +108,15 @@ VerifyCost VerifyCost::table(std::span<const Point> points) {
   return cost;
 }
 
+VerifyCost VerifyCost::flat() {
+  const Point one{1, 1.0};
+  VerifyCost cost = table(std::span<const Point>(&one, 1));
+  cost.spec_ = "flat";
+  return cost;
+}
+
 VerifyCost VerifyCost::parse(std::string_view spec) {
+  if (spec == "flat") return flat();
   const std::size_t colon = spec.find(':');
   const std::string_view kind = spec.substr(0, colon);
   const std::string_view rest = colon == std::string_view::npos ? std::string_view{} : spec.substr(colon + 1);
@@ -140,15 +162,12 @@ double VerifyCost::operator()(std::size_t tokens) const noexcept {
 }
 
 VerifyCost VerifyCost::normalized() const {
-  const double unit = (*this)(1);
+  // The points are normalized already; what remains is the spec, which then says so.
   VerifyCost cost = *this;
-  for (Point& p : cost.points_) p.cost /= unit;
-  cost.tail_slope_ /= unit;
   if (spec_.rfind("knee:", 0) == 0) {
     cost.spec_ = spec_.substr(0, spec_.find(' '));
-  } else {
-    cost.spec_ = table(cost.points_).spec_;
-    cost.tail_slope_ = tail_slope_ / unit;
+  } else if (spec_ != "flat") {
+    cost.spec_ = table(points_).spec_;
   }
   return cost;
 }

@@ -501,13 +501,13 @@ TEST(BatchSpeculator, BadCallsNameWhatIsWrongAndChangeNothing) {
               }),
               HasSubstr("sequence 1 has 2 model tokens; it needs 1 to 1"));
   EXPECT_THAT(invalid_argument_message([&] {
-                spec.accept(both, std::vector<Token>{1, 2}, std::vector<std::size_t>{0, 1, 1}, steps);
+                spec.accept(both, std::vector<Token>{1}, std::vector<std::size_t>{0, 1, 1}, steps);
               }),
               HasSubstr("sequence 2 has 0 model tokens"));
   EXPECT_THAT(invalid_argument_message([&] {
                 spec.accept(both, std::vector<Token>{1, 2}, std::vector<std::size_t>{0, 1, 5}, steps);
               }),
-              HasSubstr("offsets[2] = 5 is invalid"));
+              HasSubstr("offsets[0] = 0 and offsets[2] = 5 are invalid"));
   EXPECT_THAT(invalid_argument_message([&] {
                 spec.accept(both, std::vector<Token>{1, 2}, std::vector<std::size_t>{0, 1, 2}, std::span(steps).first(1));
               }),
@@ -526,6 +526,40 @@ TEST(BatchSpeculator, BadCallsNameWhatIsWrongAndChangeNothing) {
   too_many.max_drafts = kMaxDraftsPerPass + 1;
   BatchSpeculator<> one(BatchConfig{.max_sequences = 1}, MatchConfig{.cap = 64});
   EXPECT_THAT(invalid_argument_message([&] { one.begin(1, {1}, too_many); }), HasSubstr("max_drafts = 1025"));
+}
+
+// max_record_tokens = SIZE_MAX was std::length_error from vector::reserve: it is refused as
+// std::invalid_argument naming the field, the value and the limit.
+TEST(BatchSpeculator, ARecordLimitBeyondAnyCorpusIsRefusedNamingIt) {
+  SharedCorpus corpus(SharedCorpus::min_bytes());
+  for (const std::size_t bad : {SharedCorpus::kMaxTokens + 1, std::numeric_limits<std::size_t>::max()}) {
+    EXPECT_THAT(invalid_argument_message([&] {
+                  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2, .max_record_tokens = bad}, &corpus);
+                }),
+                HasSubstr("ngramspec::BatchConfig: max_record_tokens = " + std::to_string(bad) +
+                          " is invalid: must be at most SharedCorpus::kMaxTokens = 268435456"));
+  }
+}
+
+// Model tokens outside the offsets were ignored: offsets start at 0 and end at the count.
+TEST(BatchSpeculator, AcceptRefusesModelTokensTheOffsetsLeaveOut) {
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2}, MatchConfig{.cap = 64});
+  spec.begin(1, {1, 2, 3});
+  spec.begin(2, {4, 5});
+  const std::vector<SequenceId> both{1, 2};
+  std::vector<Token> drafts(8);
+  std::vector<std::size_t> offsets(3);
+  ASSERT_EQ(spec.propose(both, drafts, offsets), 0U);
+  std::vector<StepOutcome> steps(2);
+  const std::vector<Token> model = {5, 6, 7};
+  EXPECT_THAT(invalid_argument_message([&] { spec.accept(both, model, std::vector<std::size_t>{1, 2, 3}, steps); }),
+              HasSubstr("offsets[0] = 1 and offsets[2] = 3 are invalid: they must be 0 and the count of model "
+                        "tokens, 3"));
+  EXPECT_THAT(invalid_argument_message([&] { spec.accept(both, model, std::vector<std::size_t>{0, 1, 2}, steps); }),
+              HasSubstr("offsets[0] = 0 and offsets[2] = 2 are invalid"));
+  EXPECT_EQ(spec.stats().emitted, 0U);
+  spec.accept(both, std::span(model).first(2), std::vector<std::size_t>{0, 1, 2}, steps);
+  EXPECT_EQ(spec.stats().emitted, 2U);
 }
 
 TEST(BatchSpeculator, AFinishedSequenceIsNotSteppedAgain) {

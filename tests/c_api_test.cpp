@@ -29,6 +29,10 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "ngramspec/batch_speculator.hpp"
 #include "ngramspec/detail/corpus_format.hpp"
 #include "ngramspec/mapped_corpus.hpp"
@@ -577,6 +581,208 @@ ngramspec_batch_config small_batch_config(std::size_t max_sequences) {
   return config;
 }
 
+// ---- Counts and sizes at the limits ---------------------------------------------------------------
+
+// Counts no array can have (SIZE_MAX, and SIZE_MAX / 4 + 1 tokens, whose byte size wraps to 0)
+// segfaulted or returned OK having recorded nothing: every one is refused naming the argument,
+// before any element is read, and the object goes on.
+TEST(CApiLimits, CountsNoArrayCanHaveAreRefusedNamingTheArgument) {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  const std::array<std::size_t, 3> huge = {kMax, kMax / 4 + 1, static_cast<std::size_t>(PTRDIFF_MAX) / 4 + 1};
+  const CorpusPtr corpus = make_corpus(SharedCorpus::min_bytes());
+  const MatchPtr drafter = make_match(nullptr);
+  const NGramPtr predictor = make_ngram(nullptr);
+  const std::vector<Token> motif = {5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6};
+  ASSERT_C_OK(ngramspec_corpus_append(corpus.get(), motif.data(), motif.size()));
+  ASSERT_C_OK(ngramspec_match_drafter_update(drafter.get(), motif.data(), motif.size()));
+  ASSERT_C_OK(ngramspec_ngram_predictor_update(predictor.get(), motif.data(), motif.size()));
+  std::array<Token, 8> out{};
+  std::array<float, 8> probabilities{};
+  std::size_t count = 0;
+  for (const std::size_t n : huge) {
+    SCOPED_TRACE(n);
+    const std::string value = " = " + std::to_string(n) + " is too large";
+    EXPECT_INVALID(ngramspec_corpus_append(corpus.get(), motif.data(), n), "ngramspec_corpus_append: count" + value);
+    EXPECT_INVALID(ngramspec_corpus_append_stamped(corpus.get(), motif.data(), n, 1),
+                   "ngramspec_corpus_append_stamped: count" + value);
+    EXPECT_INVALID(ngramspec_corpus_draft(corpus.get(), motif.data(), n, out.data(), out.size(), &count, nullptr),
+                   "ngramspec_corpus_draft: n" + value);
+    EXPECT_INVALID(ngramspec_corpus_draft(corpus.get(), motif.data(), 3, out.data(), n, &count, nullptr),
+                   "ngramspec_corpus_draft: room" + value);
+    EXPECT_INVALID(ngramspec_match_drafter_update(drafter.get(), motif.data(), n),
+                   "ngramspec_match_drafter_update: count" + value, "PTRDIFF_MAX");
+    EXPECT_INVALID(ngramspec_match_drafter_predict(drafter.get(), out.data(), n, nullptr, &count),
+                   "ngramspec_match_drafter_predict: capacity" + value);
+    EXPECT_INVALID(ngramspec_match_drafter_predict(drafter.get(), out.data(), n, probabilities.data(), &count),
+                   "ngramspec_match_drafter_predict: capacity" + value);
+    EXPECT_INVALID(ngramspec_ngram_predictor_update(predictor.get(), motif.data(), n),
+                   "ngramspec_ngram_predictor_update: count" + value);
+    EXPECT_INVALID(ngramspec_ngram_predictor_predict(predictor.get(), out.data(), n, nullptr, &count),
+                   "ngramspec_ngram_predictor_predict: capacity" + value);
+  }
+  // Nothing changed: one record of the motif, and the drafters draft what they drafted.
+  EXPECT_EQ(ngramspec_corpus_records(corpus.get()), 1U);
+  EXPECT_EQ(ngramspec_corpus_size(corpus.get()), motif.size());
+  ASSERT_C_OK(ngramspec_match_drafter_predict(drafter.get(), out.data(), out.size(), nullptr, &count));
+  EXPECT_EQ(count, out.size());  // a repeating context copies as far as the room goes
+  EXPECT_EQ(out[0], 7U);
+
+  // The batch: a prompt, stop tokens, a drafts buffer and model tokens no array can hold.
+  const ngramspec_batch_config config = small_batch_config(2);
+  const BatchPtr batch = make_batch(&config);
+  for (const std::size_t n : huge) {
+    SCOPED_TRACE(n);
+    const std::string value = " = " + std::to_string(n) + " is too large";
+    EXPECT_INVALID(ngramspec_batch_begin(batch.get(), 1, motif.data(), n, nullptr),
+                   "ngramspec_batch_begin: prompt_length" + value);
+    ngramspec_sequence_options options = ngramspec_sequence_options_default();
+    options.stop_tokens = motif.data();
+    options.n_stop_tokens = n;
+    EXPECT_INVALID(ngramspec_batch_begin(batch.get(), 1, motif.data(), motif.size(), &options),
+                   "ngramspec_batch_begin: options->n_stop_tokens" + value);
+  }
+  EXPECT_EQ(ngramspec_batch_size(batch.get()), 0U);
+  ASSERT_C_OK(ngramspec_batch_begin(batch.get(), 1, motif.data(), motif.size(), nullptr));
+  const ngramspec_sequence_id id = 1;
+  std::array<std::size_t, 2> offsets{};
+  std::size_t n_drafts = 0;
+  std::array<Token, 8> drafts{};
+  for (const std::size_t n : huge) {
+    EXPECT_INVALID(ngramspec_batch_propose(batch.get(), &id, 1, drafts.data(), n, offsets.data(), 0, &n_drafts),
+                   "ngramspec_batch_propose: drafts_capacity = " + std::to_string(n) + " is too large");
+    const std::array<std::size_t, 2> model_offsets = {0, 1};
+    ngramspec_step step{};
+    EXPECT_INVALID(ngramspec_batch_accept(batch.get(), &id, 1, motif.data(), n, model_offsets.data(), &step),
+                   "ngramspec_batch_accept: n_model_tokens = " + std::to_string(n) + " is too large");
+  }
+  // The prefill still steps.
+  ASSERT_C_OK(ngramspec_batch_propose(batch.get(), &id, 1, drafts.data(), drafts.size(), offsets.data(), 0, &n_drafts));
+  const std::array<std::size_t, 2> model_offsets = {0, 1};
+  ngramspec_step step{};
+  EXPECT_C_OK(ngramspec_batch_accept(batch.get(), &id, 1, motif.data(), 1, model_offsets.data(), &step));
+  EXPECT_EQ(step.emitted, 1U);
+}
+
+// Sizes beyond a documented maximum or the machine's memory are refused up front naming the value
+// and the limit, not allocated (max_record_tokens = SIZE_MAX was INTERNAL: vector::reserve).
+TEST(CApiLimits, SizesBeyondTheirMaximumAreRefusedNamingTheValueAndTheLimit) {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  ngramspec_corpus* corpus = sentinel_handle<ngramspec_corpus>();
+  EXPECT_INVALID(ngramspec_corpus_create(kMax, &corpus), "ngramspec_corpus_create: ",
+                 "max_bytes = " + std::to_string(kMax) + " is invalid",
+                 "max_bytes() = " + std::to_string(SharedCorpus::max_bytes()));
+  EXPECT_INVALID(ngramspec_corpus_create(SharedCorpus::max_bytes() + 1, &corpus), "kMaxTokens = 268435456");
+  EXPECT_EQ(corpus, sentinel_handle<ngramspec_corpus>());
+
+  const CorpusPtr live = make_corpus(SharedCorpus::min_bytes());
+  ngramspec_batch_config config = small_batch_config(2);
+  ngramspec_batch* batch = sentinel_handle<ngramspec_batch>();
+  for (const std::size_t bad : {kMax, SharedCorpus::kMaxTokens + 1}) {
+    config.max_record_tokens = bad;
+    EXPECT_INVALID(ngramspec_batch_create(&config, live.get(), &batch),
+                   "ngramspec_batch_create: ngramspec::BatchConfig: max_record_tokens = " + std::to_string(bad) +
+                       " is invalid: must be at most SharedCorpus::kMaxTokens = 268435456");
+  }
+  EXPECT_EQ(batch, sentinel_handle<ngramspec_batch>());
+
+  // max_drafts: the one rule of kMaxDraftsPerPass.
+  config = small_batch_config(2);
+  const BatchPtr owner = make_batch(&config);
+  const std::vector<Token> prompt = {1, 2, 3};
+  ngramspec_sequence_options options = ngramspec_sequence_options_default();
+  for (const std::size_t bad : {kMax, kMaxDraftsPerPass + 1}) {
+    options.max_drafts = bad;
+    EXPECT_INVALID(ngramspec_batch_begin(owner.get(), 4, prompt.data(), prompt.size(), &options),
+                   "sequence 4: ", "max_drafts = " + std::to_string(bad) + " is more than kMaxDraftsPerPass = 1024");
+  }
+  options.max_drafts = kMaxDraftsPerPass;
+  EXPECT_C_OK(ngramspec_batch_begin(owner.get(), 4, prompt.data(), prompt.size(), &options));
+}
+
+// Model tokens the offsets do not cover were ignored (OK returned): offsets must start at 0 and
+// end at n_model_tokens.
+TEST(CApiLimits, AcceptRefusesModelTokensOutsideTheOffsets) {
+  const ngramspec_batch_config config = small_batch_config(2);
+  const BatchPtr batch = make_batch(&config);
+  const std::vector<Token> prompt = {1, 2, 3};
+  ASSERT_C_OK(ngramspec_batch_begin(batch.get(), 1, prompt.data(), prompt.size(), nullptr));
+  ASSERT_C_OK(ngramspec_batch_begin(batch.get(), 2, prompt.data(), prompt.size(), nullptr));
+  const std::array<ngramspec_sequence_id, 2> ids = {1, 2};
+  std::array<std::size_t, 3> offsets{};
+  std::size_t n_drafts = 0;
+  ASSERT_C_OK(ngramspec_batch_propose(batch.get(), ids.data(), 2, nullptr, 0, offsets.data(), 0, &n_drafts));
+  const std::vector<Token> model_tokens = {5, 6, 7};
+  std::array<ngramspec_step, 2> steps{};
+  const std::array<std::size_t, 3> tail_ignored = {0, 1, 2};
+  EXPECT_INVALID(ngramspec_batch_accept(batch.get(), ids.data(), 2, model_tokens.data(), 3, tail_ignored.data(),
+                                        steps.data()),
+                 "ngramspec_batch_accept: offsets[0] = 0 and offsets[2] = 2 are invalid: they must be 0 and the "
+                 "count of model tokens, 3");
+  const std::array<std::size_t, 3> head_ignored = {1, 2, 3};
+  EXPECT_INVALID(ngramspec_batch_accept(batch.get(), ids.data(), 2, model_tokens.data(), 3, head_ignored.data(),
+                                        steps.data()),
+                 "offsets[0] = 1 and offsets[2] = 3 are invalid");
+  EXPECT_INVALID(ngramspec_batch_accept(batch.get(), nullptr, 0, model_tokens.data(), 3, head_ignored.data(), nullptr),
+                 "offsets[0] = 1 and offsets[0] = 1 are invalid");
+  // Nothing changed: the right call steps both.
+  EXPECT_C_OK(ngramspec_batch_accept(batch.get(), ids.data(), 2, model_tokens.data(), 2, tail_ignored.data(),
+                                     steps.data()));
+  EXPECT_EQ(steps[0].emitted, 1U);
+  EXPECT_EQ(steps[1].emitted, 1U);
+}
+
+// One cost grammar: "flat" is a cost in C; costs that would overflow are refused naming the point.
+TEST(CApiLimits, TheCostGrammarIsVerifyCostsWithFlatAndNoOverflow) {
+  ngramspec_batch_config config = small_batch_config(2);
+  config.cost = "flat";
+  EXPECT_TRUE(make_batch(&config) != nullptr);
+  config.cost = "table:1=1e308,2=1e308";
+  EXPECT_TRUE(make_batch(&config) != nullptr);
+  config.cost = "table:1=1,2=1.79e308";
+  ngramspec_batch* batch = sentinel_handle<ngramspec_batch>();
+  EXPECT_INVALID(ngramspec_batch_create(&config, nullptr, &batch), "ngramspec_batch_create: ",
+                 "'table:1=1,2=1.79e308' is not a cost", "more than kMaxCost");
+  EXPECT_EQ(batch, sentinel_handle<ngramspec_batch>());
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define NGRAMSPEC_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define NGRAMSPEC_TEST_SANITIZED 1
+#endif
+#endif
+
+// Under a lowered address-space limit (ulimit -v), a corpus whose memory cannot be had is
+// NGRAMSPEC_ERROR_OUT_OF_MEMORY naming what was being made, never a crash or a bare bad_alloc.
+TEST(CApiLimits, ACorpusBeyondTheAddressSpaceLimitIsOutOfMemoryNamingIt) {
+#ifdef NGRAMSPEC_TEST_SANITIZED
+  GTEST_SKIP() << "sanitizers reserve address space of their own; an address-space limit breaks them";
+#else
+  // In a child, so that the limit binds nobody else.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit limit{};
+    getrlimit(RLIMIT_AS, &limit);
+    limit.rlim_cur = rlim_t{1} << 30;  // 1 GiB: far above the test's own, far below the corpus
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(2);
+    ngramspec_corpus* corpus = nullptr;
+    const ngramspec_status status = ngramspec_corpus_create(SharedCorpus::bytes_for(std::size_t{1} << 26), &corpus);
+    const std::string message = ngramspec_last_error();
+    const bool ok = status == NGRAMSPEC_ERROR_OUT_OF_MEMORY && corpus == nullptr &&
+                    message.find("ngramspec_corpus_create: out of memory: could not allocate ") == 0 &&
+                    message.find(" bytes for a SharedCorpus") != std::string::npos;
+    if (!ok) std::fprintf(stderr, "status %s, message \"%s\"\n", ngramspec_status_name(status), message.c_str());
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+#endif
+}
+
 TEST(CApiBatch, CreateRejectsBadConfigsNamingTheFieldAndValue) {
   EXPECT_INVALID(ngramspec_batch_create(nullptr, nullptr, nullptr), "ngramspec_batch_create: out is NULL");
   struct BadConfig {
@@ -769,15 +975,19 @@ TEST(CApiBatch, BadCallsNameWhatIsWrongChangeNothingAndTheBatchGoesOn) {
                    "ngramspec_batch_accept: sequence 7 is listed twice (ids[1])");
     EXPECT_INVALID(ngramspec_batch_accept(b, finished.data(), 1, tokens.data(), 1, one.data(), s.data()),
                    "ngramspec_batch_accept: sequence 8 (ids[0]) is finished (max_new_tokens)");
+    // Offsets run from 0 to n_model_tokens: tokens outside them are refused, not ignored.
     EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), tokens.size(), decreasing.data(), s.data()),
-                   "ngramspec_batch_accept: offsets[1] = 1 is invalid: offsets[0] = 2");
+                   "ngramspec_batch_accept: offsets[0] = 2 and offsets[1] = 1 are invalid: they must be 0 and the "
+                   "count of model tokens, " + std::to_string(tokens.size()));
     EXPECT_INVALID(
         ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), tokens.size(), past_the_tokens.data(), s.data()),
-        "ngramspec_batch_accept: offsets[1] = " + std::to_string(tokens.size() + 1) + " is invalid",
-        "there are " + std::to_string(tokens.size()) + " model tokens");
-    EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), tokens.size(), none.data(), s.data()),
+        "ngramspec_batch_accept: offsets[0] = 0 and offsets[1] = " + std::to_string(tokens.size() + 1) +
+            " are invalid", "model tokens, " + std::to_string(tokens.size()));
+    EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), 1, none.data(), s.data()),
+                   "ngramspec_batch_accept: offsets[0] = 0 and offsets[1] = 0 are invalid");
+    EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), 0, none.data(), s.data()),
                    "ngramspec_batch_accept: sequence 7 has 0 model tokens; it needs 1 to " + std::to_string(pending + 1));
-    EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), tokens.size(), too_many.data(), s.data()),
+    EXPECT_INVALID(ngramspec_batch_accept(b, seven.data(), 1, tokens.data(), too_many[1], too_many.data(), s.data()),
                    "ngramspec_batch_accept: sequence 7 has " + std::to_string(pending + 2) + " model tokens");
     for (const ngramspec_step& step : s) EXPECT_EQ(step.emitted, 12345U);
   }

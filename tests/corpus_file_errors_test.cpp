@@ -31,6 +31,7 @@ namespace {
 
 namespace format = detail::corpus_format;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using test::Drafted;
 using test::TempDir;
 
@@ -194,6 +195,35 @@ TEST(CorpusFileErrors, AnotherFormatVersionSaysWhichThisBuildReads) {
   write_bytes(path, bytes);
   expect_refusal(mapping_refusal(path), path, "header",
                  "format version 7: this build of ngramspec reads version " + std::to_string(format::kVersion));
+}
+
+// One flipped bit in the version field read as "format version 1048577": the header's checksum
+// is checked before its fields are believed, so it reads as corruption (naming what the field
+// reads, since a later format may place its checksum elsewhere).
+TEST(CorpusFileErrors, AFlippedBitInTheVersionOrByteOrderIsCorruption) {
+  TempDir dir;
+  const Bytes whole = read_bytes(build_small(dir, "c.ngc"));
+  const auto path = dir / "flipped.ngc";
+  Bytes bytes = whole;
+  format::Header header = header_of(bytes);
+  header.version ^= 1U << 20;
+  put_header(bytes, header, /*fix_checksum=*/false);
+  write_bytes(path, bytes);
+  CorpusFileError e = mapping_refusal(path);
+  expect_refusal(e, path, "header", "checksum mismatch: stored ");
+  EXPECT_THAT(e.what(), HasSubstr("(the header is corrupted, or of a format version this build does not read: its "
+                                  "version field reads 1048577, this build reads version 1)"));
+  EXPECT_THAT(e.what(), Not(HasSubstr("format version 1048577:")));
+
+  bytes = whole;
+  header = header_of(bytes);
+  header.byte_order ^= 1U << 9;
+  put_header(bytes, header, /*fix_checksum=*/false);
+  write_bytes(path, bytes);
+  e = mapping_refusal(path);
+  expect_refusal(e, path, "header", "checksum mismatch: stored ");
+  EXPECT_THAT(e.what(), HasSubstr("(the header is corrupted)"));
+  EXPECT_THAT(e.what(), Not(HasSubstr("byte-order mark")));
 }
 
 TEST(CorpusFileErrors, AFileOfTheOtherByteOrderSaysSo) {

@@ -190,7 +190,7 @@ Scenario random_scenario(std::uint64_t seed) {
   if (pick(rng, 0, 2) == 0) s.options.stop_tokens.push_back(s.palette[pick(rng, 0, s.palette.size() - 1)]);
   if (pick(rng, 0, 2) == 0) s.options.max_context = s.prompt.size() + pick(rng, 0, 90);
   s.options.speculate = pick(rng, 0, 7) != 0;
-  static constexpr std::size_t kMaxDrafts[] = {64, 64, 1, 3, 2000};
+  static constexpr std::size_t kMaxDrafts[] = {64, 64, 1, 3, kMaxDraftsPerPass};
   s.options.max_drafts = kMaxDrafts[pick(rng, 0, std::size(kMaxDrafts) - 1)];
   static constexpr std::size_t kBatches[] = {1, 2, 3, 5, 8, 17, kUnlimited};
   s.max_batch = kBatches[pick(rng, 0, std::size(kBatches) - 1)];

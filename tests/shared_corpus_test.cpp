@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <span>
 #include <sstream>
@@ -50,6 +51,14 @@ TEST(SharedCorpusConfig, InvalidByteCapIsNamedWithItsValue) {
     EXPECT_THAT(message(bad), HasSubstr("max_bytes = " + std::to_string(bad))) << bad;
   }
   EXPECT_EQ(message(smallest), "no exception");
+  // Above the largest corpus: refused naming the value and the limit, not capped and allocated.
+  EXPECT_EQ(SharedCorpus::max_bytes(), bytes_for(SharedCorpus::kMaxTokens));
+  for (const std::size_t bad : {SharedCorpus::max_bytes() + 1, std::numeric_limits<std::size_t>::max()}) {
+    EXPECT_THAT(message(bad), HasSubstr("max_bytes = " + std::to_string(bad) + " is invalid: the largest corpus " +
+                                        "(kMaxTokens = 268435456 tokens) takes max_bytes() = " +
+                                        std::to_string(SharedCorpus::max_bytes())))
+        << bad;
+  }
 }
 
 TEST(SharedCorpusConfig, CapacityIsAPowerOfTwoWithinTheByteCap) {

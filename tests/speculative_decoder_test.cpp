@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <span>
@@ -222,6 +223,28 @@ TEST(SpeculativeDecoder, RepetitiveTextTakesFewerPasses) {
   EXPECT_EQ(result.tokens, plain_greedy(RepeatRule{6, 32}, prompt, 60));
   EXPECT_GT(result.stats.mean_accepted_length(), 3.0);
   EXPECT_GT(result.stats.acceptance_rate(), 0.9);
+}
+
+// max_drafts above kMaxDraftsPerPass was taken (and quietly capped) by the decoder while
+// BatchSpeculator::begin refused it: one rule, refused everywhere, naming the value.
+TEST(SpeculativeDecoder, MaxDraftsAboveTheLimitIsRefusedAsTheBatchRefusesIt) {
+  GreedyModel model(RepeatRule{6, 32}, 16);
+  SpeculativeDecoder decoder(model);
+  const std::vector<Token> prompt = {3, 1, 4, 1, 5, 9};
+  for (const std::size_t bad : {kMaxDraftsPerPass + 1, std::numeric_limits<std::size_t>::max()}) {
+    DecodeOptions options;
+    options.max_drafts = bad;
+    try {
+      (void)decoder.generate(prompt, options);
+      ADD_FAILURE() << "max_drafts = " << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("max_drafts = " + std::to_string(bad) + " is more than kMaxDraftsPerPass = 1024"));
+    }
+  }
+  DecodeOptions options;
+  options.max_drafts = kMaxDraftsPerPass;
+  options.max_new_tokens = 20;
+  EXPECT_EQ(decoder.generate(prompt, options).tokens, plain_greedy(RepeatRule{6, 32}, prompt, 20));
 }
 
 // --- Limits and stop tokens inside an accepted run --------------------------------------

@@ -3,11 +3,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
+#include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "ngramspec/draft_planner.hpp"
 #include "support/thrown_message.hpp"
 
 namespace ngramspec {
@@ -27,9 +31,11 @@ TEST(VerifyCost, AKneeIsFlatThenLinearThroughTheOrigin) {
   EXPECT_DOUBLE_EQ(cost.marginal(255), 0);
   EXPECT_DOUBLE_EQ(cost.marginal(256), 1.0 / 256);
   EXPECT_EQ(cost.spec(), "knee:256");
+  // The base sets only the unit: costs are stored relative to a one-token pass.
   const VerifyCost one = VerifyCost::knee(1, 3.0);
-  EXPECT_DOUBLE_EQ(one(1), 3);
-  EXPECT_DOUBLE_EQ(one(5), 15);
+  EXPECT_DOUBLE_EQ(one(1), 1);
+  EXPECT_DOUBLE_EQ(one(5), 5);
+  EXPECT_EQ(one.spec(), "knee:1 (base 3)");
 }
 
 TEST(VerifyCost, ATableInterpolatesAndExtendsItsLastSlope) {
@@ -42,8 +48,108 @@ TEST(VerifyCost, ATableInterpolatesAndExtendsItsLastSlope) {
   EXPECT_DOUBLE_EQ(cost(0), 1);
   EXPECT_EQ(cost.spec(), "table:1=1,2=1.25,3=1.71,5=2.77,9=5.06");
   const VerifyCost flat = VerifyCost::parse("table:4=2");
-  EXPECT_DOUBLE_EQ(flat(1), 2);
-  EXPECT_DOUBLE_EQ(flat(1000), 2);
+  EXPECT_DOUBLE_EQ(flat(1), 1);
+  EXPECT_DOUBLE_EQ(flat(1000), 1);
+  EXPECT_EQ(flat.spec(), "table:4=2");
+}
+
+// One grammar: "flat" is a form of parse() (the tools, the C ABI and Python read it there).
+TEST(VerifyCost, FlatCostsOneWhateverThePassCarries) {
+  for (const VerifyCost& flat : {VerifyCost::parse("flat"), VerifyCost::flat()}) {
+    EXPECT_EQ(flat.spec(), "flat");
+    EXPECT_EQ(flat.points().size(), 1U);
+    for (const std::size_t n : {0, 1, 2, 100, 1 << 20}) EXPECT_DOUBLE_EQ(flat(n), 1) << n;
+    EXPECT_EQ(VerifyCost::parse(flat.spec()).spec(), "flat");
+    EXPECT_EQ(flat.normalized().spec(), "flat");
+  }
+  EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("flat:2"); }), HasSubstr("unknown form 'flat'"));
+  EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("bogus"); }),
+              HasSubstr("(expected flat, knee:N or table:"));
+}
+
+// Costs whose sums could overflow made every rate NaN downstream: they are normalized (so a
+// huge flat curve is the flat curve) and a ratio above kMaxCost is refused naming the point.
+TEST(VerifyCost, CostsAreNormalizedAndRatiosThatCouldOverflowAreRefused) {
+  const VerifyCost huge = VerifyCost::parse("table:1=1e308,2=1e308");
+  EXPECT_DOUBLE_EQ(huge(1), 1);
+  EXPECT_DOUBLE_EQ(huge(2), 1);
+  EXPECT_DOUBLE_EQ(huge(std::numeric_limits<std::size_t>::max()), 1);
+  EXPECT_EQ(huge.spec(), "table:1=1e+308,2=1e+308");
+  const VerifyCost tiny = VerifyCost::parse("table:1=1e-308,2=1e-308,4=2e-308");
+  EXPECT_DOUBLE_EQ(tiny(2), 1);
+  EXPECT_DOUBLE_EQ(tiny(4), 2);
+  EXPECT_DOUBLE_EQ(tiny.marginal(4), 0.5);
+  EXPECT_TRUE(std::isfinite(tiny(std::numeric_limits<std::size_t>::max())));
+  EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("table:1=1,2=1.79e308"); }),
+              HasSubstr("point 1 (2 tokens, cost 1.79e+308) is invalid: it costs 1.79e+308 times point 0, more "
+                        "than kMaxCost = 1e+200"));
+  EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("table:1=1e-300,2=1e-50"); }),
+              HasSubstr("more than kMaxCost"));
+  // At the limit every cost the planner forms stays finite, up to any token count.
+  const VerifyCost steep = VerifyCost::parse("table:1=1,2=1e200");
+  for (const std::size_t n : {std::size_t{3}, std::size_t{1} << 40, std::numeric_limits<std::size_t>::max() - 1}) {
+    EXPECT_TRUE(std::isfinite(steep(n))) << n;
+    EXPECT_TRUE(std::isfinite(steep.marginal(n))) << n;
+  }
+}
+
+// Only ratios matter: a curve scaled by any factor that keeps it finite (subnormal and huge
+// costs included) plans exactly the drafts of the curve itself.
+TEST(VerifyCostProperty, ScalingEveryCostPlansIdenticalDrafts) {
+  std::mt19937_64 rng(2024);
+  std::uniform_real_distribution<double> unit(0, 1);
+  DraftPlanner planner;
+  DraftPlanner scaled_planner;
+  for (int round = 0; round < 400; ++round) {
+    std::vector<VerifyCost::Point> points;
+    std::size_t tokens = 1 + rng() % 4;
+    double cost = 0.5 + 4 * unit(rng);
+    for (std::size_t i = 0, n = 1 + rng() % 5; i < n; ++i) {
+      points.push_back({tokens, cost});
+      tokens += 1 + rng() % 40;
+      if (rng() % 3 != 0) cost *= 1 + 2 * unit(rng);  // some flat pieces
+    }
+    const double exponent = -300 + 600 * unit(rng);
+    const double factor = std::pow(10.0, exponent);
+    std::vector<VerifyCost::Point> scaled = points;
+    for (VerifyCost::Point& p : scaled) p.cost *= factor;
+    if (!std::isfinite(scaled.back().cost) || scaled.front().cost < std::numeric_limits<double>::min()) continue;
+    const VerifyCost a = VerifyCost::table(points);
+    const VerifyCost b = VerifyCost::table(scaled);
+
+    const std::size_t sequences = 1 + rng() % 6;
+    std::vector<float> probabilities;
+    std::vector<std::size_t> offsets = {0};
+    for (std::size_t i = 0; i < sequences; ++i) {
+      float p = 1;
+      for (std::size_t j = 0, n = rng() % 9; j < n; ++j) {
+        p *= static_cast<float>(unit(rng));
+        probabilities.push_back(p);
+      }
+      offsets.push_back(probabilities.size());
+    }
+    std::vector<float> copy = probabilities;
+    std::vector<std::size_t> lengths(sequences), scaled_lengths(sequences);
+    const std::size_t base_tokens = sequences + rng() % 20;
+    const std::size_t budget = rng() % 2 == 0 ? 0 : base_tokens + rng() % 30;
+    const std::size_t planned = planner.plan(&a, base_tokens, static_cast<double>(sequences), budget, probabilities,
+                                             offsets, lengths);
+    const std::size_t scaled_planned = scaled_planner.plan(&b, base_tokens, static_cast<double>(sequences), budget,
+                                                           copy, offsets, scaled_lengths);
+    ASSERT_EQ(planned, scaled_planned) << a.spec() << " scaled by 1e" << exponent;
+    ASSERT_EQ(lengths, scaled_lengths) << a.spec() << " scaled by 1e" << exponent;
+  }
+  // The cases of the report: a flat curve of tiny costs plans as the flat curve of ones.
+  for (const char* spec : {"table:1=1e-308,2=1e-308", "table:1=1e308,2=1e308", "flat"}) {
+    const VerifyCost tiny = VerifyCost::parse(spec);
+    const VerifyCost ones = VerifyCost::parse("table:1=1,2=1");
+    std::vector<float> p = {0.9F, 0.5F, 0.2F, 0.05F, 0.01F};
+    std::vector<float> q = p;
+    const std::vector<std::size_t> offsets = {0, 5};
+    std::vector<std::size_t> x(1), y(1);
+    EXPECT_EQ(planner.plan(&tiny, 1, 1, 0, p, offsets, x), planner.plan(&ones, 1, 1, 0, q, offsets, y)) << spec;
+    EXPECT_EQ(x, y) << spec;
+  }
 }
 
 // Every cost is non-decreasing in tokens, and its spec reads back into the same curve.

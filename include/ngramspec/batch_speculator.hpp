@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "ngramspec/allocation_error.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/detail/draft_estimates.hpp"
@@ -40,7 +41,8 @@ struct BatchConfig {
   /// token, drafts and any prefill); 0: no limit beyond the drafts buffer given to propose().
   std::size_t max_pass_tokens = 0;
   /// Most output tokens of a sequence kept for the corpus (its first ones), when there is a
-  /// corpus: finish() appends them as one record.
+  /// corpus: finish() appends them as one record. At most SharedCorpus::kMaxTokens (no corpus
+  /// holds more); each sequence of the pool reserves this many at construction.
   std::size_t max_record_tokens = 8192;
   /// What a verify pass costs; propose() then sizes every draft so that the pass's expected
   /// emitted tokens per unit of cost is highest (DraftPlanner). Without it every sequence
@@ -73,6 +75,15 @@ struct BatchStats {
 ///       per sequence i: emit model_tokens[model_offsets[i] ..][0 .. steps[i].emitted),
 ///                       roll its KV cache back to steps[i].rollback_to when steps[i].discarded,
 ///                       and spec.finish(id) once steps[i].finished
+///
+/// The prefill is a pass of its own, implicit in the calls: for a sequence with no output yet
+/// propose() gives no drafts (offsets[i] == offsets[i + 1]) and the engine feeds its whole
+/// prompt; accept() then wants exactly one model token for it, the token after the prompt.
+/// From then on each pass feeds the sequence's last emitted token first: that token is not in
+/// the KV cache yet (the cache holds the prompt and every emitted token but the last, see
+/// SequenceState::cache_length()), so a sequence's model tokens are one more than its drafts
+/// verified, and steps[i].rollback_to counts the cache without it. docs/MODEL_CONTRACT.md has
+/// the whole contract.
 ///
 /// propose() chooses every draft length together (see BatchConfig::cost and DraftPlanner);
 /// accept() takes the model's tokens, decides each sequence's step exactly as accept_drafts()
@@ -111,7 +122,11 @@ class BatchSpeculator {
     free_.reserve(config_.max_sequences);
     for (std::size_t i = 0; i < config_.max_sequences; ++i) {
       slots_.emplace_back(make());
-      if (corpus_ != nullptr) slots_.back().record.reserve(config_.max_record_tokens);
+      if (corpus_ != nullptr) {
+        detail::allocating("a sequence's record (BatchConfig::max_record_tokens tokens)",
+                           config_.max_record_tokens * sizeof(Token),
+                           [&] { slots_.back().record.reserve(config_.max_record_tokens); });
+      }
     }
     for (std::size_t i = config_.max_sequences; i-- > 0;) free_.push_back(static_cast<std::uint32_t>(i));
   }
@@ -144,7 +159,8 @@ class BatchSpeculator {
   /// Starts sequence `id` after `prompt` under `options` (limits, stop tokens, max_drafts, and
   /// speculate: false drafts nothing for it) and feeds the prompt to its drafter. Throws
   /// std::invalid_argument when the id is running, every pooled drafter is taken, the prompt
-  /// is empty or longer than options.max_context, or max_drafts exceeds kMaxDraftsPerPass. A
+  /// is empty or longer than options.max_context, or max_drafts exceeds kMaxDraftsPerPass (as
+  /// start_sequence() and every decoder do). A
   /// sequence that may emit nothing (max_new_tokens 0) starts finished.
   void begin(SequenceId id, std::span<const Token> prompt, const DecodeOptions& options = {}) {
     if (find(id) != nullptr) {
@@ -264,12 +280,13 @@ class BatchSpeculator {
 
   /// Decides the pass for the sequences `ids`: model_tokens[offsets[i] .. offsets[i + 1]) are
   /// the model's tokens after each token fed for ids[i] (its last token and drafts; for a
-  /// sequence with no output yet, one token: the one after its prompt). Writes each sequence's
+  /// sequence with no output yet, one token: the one after its prompt); offsets[0] is 0 and
+  /// offsets[ids.size()] is model_tokens.size(). Writes each sequence's
   /// step to steps[i]: tokens to emit (the first steps[i].emitted of its model tokens),
   /// drafts accepted, the length to roll its KV cache back to, and whether it finished; and
   /// feeds the emitted tokens to its drafter. Throws std::invalid_argument, changing nothing,
-  /// when offsets.size() is not ids.size() + 1 or steps is shorter than ids, offsets decrease
-  /// or run past model_tokens, an id is unknown, finished or listed twice, or a sequence has
+  /// when offsets.size() is not ids.size() + 1 or steps is shorter than ids, offsets do not
+  /// start at 0, decrease, or do not end at model_tokens.size(), an id is unknown, finished or listed twice, or a sequence has
   /// no model token or more than one more than the drafts proposed to it since its last step.
   void accept(std::span<const SequenceId> ids, std::span<const Token> model_tokens,
               std::span<const std::size_t> offsets, std::span<StepOutcome> steps) {
@@ -281,6 +298,14 @@ class BatchSpeculator {
     if (steps.size() < ids.size()) {
       throw std::invalid_argument(std::string(where) + ": steps has room for " + std::to_string(steps.size()) +
                                   " sequences; " + std::to_string(ids.size()) + " are stepped");
+    }
+    // Every model token belongs to one sequence: tokens outside the offsets are a caller's
+    // mistake (a count or an offset that is wrong), never silently ignored.
+    if (offsets.front() != 0 || offsets.back() != model_tokens.size()) {
+      throw std::invalid_argument(std::string(where) + ": offsets[0] = " + std::to_string(offsets.front()) +
+                                  " and offsets[" + std::to_string(ids.size()) + "] = " +
+                                  std::to_string(offsets.back()) + " are invalid: they must be 0 and the count of " +
+                                  "model tokens, " + std::to_string(model_tokens.size()));
     }
     const std::uint64_t stamp = ++calls_;
     for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -404,6 +429,12 @@ class BatchSpeculator {
     if (config.max_sequences == 0 || config.max_sequences > kMaxSequences) {
       throw std::invalid_argument("ngramspec::BatchConfig: max_sequences = " + std::to_string(config.max_sequences) +
                                   " is invalid: must be between 1 and " + std::to_string(kMaxSequences));
+    }
+    if (config.max_record_tokens > SharedCorpus::kMaxTokens) {
+      throw std::invalid_argument("ngramspec::BatchConfig: max_record_tokens = " +
+                                  std::to_string(config.max_record_tokens) +
+                                  " is invalid: must be at most SharedCorpus::kMaxTokens = " +
+                                  std::to_string(SharedCorpus::kMaxTokens) + ", the most a corpus holds");
     }
     if (config.max_pass_tokens == 1) {
       throw std::invalid_argument(

@@ -35,7 +35,8 @@ struct DecodeOptions {
   /// Most drafts verified in one pass: the one setting of draft length (the drafters ngramspec
   /// ships draft as many as this allows). With a verify cost the decoders choose up to it;
   /// without, the drafter's own gate does (MatchDrafter's). 4 is a safe default when nothing
-  /// says what a longer pass costs; with a cost, 16 lets long copies run.
+  /// says what a longer pass costs; with a cost, 16 lets long copies run. At most
+  /// kMaxDraftsPerPass (1024): more is refused with std::invalid_argument.
   std::size_t max_drafts = 4;
 };
 

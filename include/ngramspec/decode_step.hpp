@@ -30,7 +30,8 @@
 
 namespace ngramspec {
 
-/// Hard cap on drafts in one verify pass, whatever DecodeOptions::max_drafts says.
+/// Most drafts one verify pass may carry: DecodeOptions::max_drafts above it is refused
+/// (start_sequence(), and so every decoder and BatchSpeculator::begin).
 inline constexpr std::size_t kMaxDraftsPerPass = 1024;
 
 /// Where one sequence stands. The engine keeps one per sequence and passes it to the steps.
@@ -70,10 +71,15 @@ struct StepOutcome {
 }
 
 /// Starts a sequence of `prompt_length` tokens. Throws std::invalid_argument for an empty
-/// prompt or one longer than options.max_context. A sequence that may not emit anything
+/// prompt, one longer than options.max_context, or options.max_drafts above kMaxDraftsPerPass
+/// (the one rule of every decoder and BatchSpeculator). A sequence that may not emit anything
 /// (max_new_tokens == 0, or a prompt that fills max_context) starts finished.
 [[nodiscard]] inline SequenceState start_sequence(std::size_t prompt_length, const DecodeOptions& options) {
   if (prompt_length == 0) throw std::invalid_argument("ngramspec: the prompt is empty; it needs at least one token");
+  if (options.max_drafts > kMaxDraftsPerPass) {
+    throw std::invalid_argument("ngramspec: max_drafts = " + std::to_string(options.max_drafts) +
+                                " is more than kMaxDraftsPerPass = " + std::to_string(kMaxDraftsPerPass));
+  }
   if (options.max_context != 0 && prompt_length > options.max_context) {
     throw std::invalid_argument("ngramspec: the prompt has " + std::to_string(prompt_length) +
                                 " tokens, more than max_context = " + std::to_string(options.max_context));

@@ -14,7 +14,13 @@
  *   sizes that disagree and unknown ids are reported as NGRAMSPEC_ERROR_INVALID_ARGUMENT.
  * - Paths are NUL-terminated byte strings, passed to the operating system as they are.
  * - Tokens are uint32_t arrays with explicit lengths; outputs go to caller-owned arrays whose
- *   capacity is passed in, and counts come back through pointers.
+ *   capacity is passed in, and counts come back through pointers. A length or capacity whose
+ *   bytes exceed PTRDIFF_MAX (the largest array there can be; e.g. SIZE_MAX, or SIZE_MAX / 4 + 1
+ *   tokens, whose byte size wraps) is refused as NGRAMSPEC_ERROR_INVALID_ARGUMENT naming the
+ *   argument and the value, before any element is read.
+ * - Sizes chosen at creation beyond a documented maximum, or beyond the machine's memory, are
+ *   refused up front naming the value and the limit; an allocation that fails anyway is
+ *   NGRAMSPEC_ERROR_OUT_OF_MEMORY with a message naming what was being made.
  * - Hot calls (update, predict, propose, accept) allocate nothing once warm.
  * - Thread safety is that of the C++ classes: a drafter or batch speculator is driven by one thread
  *   at a time; a corpus takes drafts from any number of threads while one appends.
@@ -82,7 +88,10 @@ typedef uint64_t ngramspec_sequence_id;
 
 typedef struct ngramspec_corpus ngramspec_corpus;
 
-/* A corpus of at most max_bytes of memory (capacity: the largest power of two of tokens that fits). */
+/* A corpus of at most max_bytes of memory (capacity: the largest power of two of tokens that fits).
+ * NGRAMSPEC_ERROR_INVALID_ARGUMENT naming the value and the limit when max_bytes holds fewer than 256
+ * tokens, is above what the largest corpus takes (2^28 tokens, SharedCorpus::max_bytes()), or the
+ * capacity would take more than the machine's physical memory. */
 NGRAMSPEC_API ngramspec_status ngramspec_corpus_create(size_t max_bytes, ngramspec_corpus** out);
 NGRAMSPEC_API void ngramspec_corpus_free(ngramspec_corpus* corpus);
 /* Appends one record (a finished request's output); evicts the oldest tokens beyond the capacity. */
@@ -226,11 +235,22 @@ NGRAMSPEC_API size_t ngramspec_ngram_predictor_memory_bytes(const ngramspec_ngra
 
 /* ---- BatchSpeculator: every running sequence of an engine --------------------------------------- */
 
+/* The engine drives each sequence in passes: begin; then per pass propose, one batched forward,
+ * accept; then finish or cancel.
+ * - The prefill is a pass of its own: for a sequence with no output yet, propose gives no drafts
+ *   (offsets[i] == offsets[i + 1]), the engine feeds its whole prompt, and accept takes exactly one
+ *   model token for it, the token after the prompt.
+ * - After that, each pass feeds a sequence's last emitted token, then its drafts: the last emitted
+ *   token is not in the KV cache yet (the cache holds the prompt and every emitted token but the
+ *   last), so the model tokens for a sequence are one more than its drafts verified.
+ * - accept's offsets run from offsets[0] == 0 to offsets[n_ids] == n_model_tokens, never decreasing. */
+
 typedef struct ngramspec_batch_config {
   size_t max_sequences;     /* sequences running at once; one drafter each, made at creation (default 64) */
   size_t max_pass_tokens;   /* most tokens one verify pass carries; 0: no limit (default 0) */
-  size_t max_record_tokens; /* output tokens of a sequence kept for the corpus (default 8192) */
-  const char* cost;         /* the verify cost, "knee:N" or "table:T=C,..." (copied); NULL: none (default) */
+  size_t max_record_tokens; /* output tokens of a sequence kept for the corpus, up to 2^28 (default 8192) */
+  const char* cost;         /* the verify cost, "flat", "knee:N" or "table:T=C,..." (copied; VerifyCost::parse);
+                               NULL: none (default) */
   int default_drafter;      /* nonzero: MatchDrafter's defaults, without the gate when there is a cost
                                (default 1); zero: `drafter` below */
   ngramspec_match_config drafter;
@@ -296,7 +316,9 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_propose(ngramspec_batch* batch, c
                                                        size_t drafts_capacity, size_t* offsets, size_t extra_tokens,
                                                        size_t* n_drafts);
 /* Decides the pass: model_tokens[offsets[i] .. offsets[i + 1]) are the model's tokens for ids[i]
- * (one more than the drafts verified; one for a sequence's prefill); writes steps[0 .. n_ids). */
+ * (one more than the drafts verified; one for a sequence's prefill); writes steps[0 .. n_ids).
+ * offsets has n_ids + 1 elements, offsets[0] is 0 and offsets[n_ids] is n_model_tokens: every model
+ * token belongs to one sequence. */
 NGRAMSPEC_API ngramspec_status ngramspec_batch_accept(ngramspec_batch* batch, const ngramspec_sequence_id* ids,
                                                       size_t n_ids, const ngramspec_token* model_tokens,
                                                       size_t n_model_tokens, const size_t* offsets,

@@ -2,6 +2,7 @@
 
 /// Umbrella header: everything an engine needs to speculate with n-gram drafts.
 
+#include "ngramspec/allocation_error.hpp"
 #include "ngramspec/batch_speculator.hpp"
 #include "ngramspec/corpus_builder.hpp"
 #include "ngramspec/corpus_file.hpp"

@@ -66,12 +66,16 @@ class SharedCorpus {
 
   /// A corpus of at most `max_bytes` of memory: capacity_tokens() is the largest power of two
   /// whose kBytesPerToken each fit beside the object itself. Throws std::invalid_argument
-  /// naming the value when that is below kMinTokens (max_bytes < min_bytes()).
+  /// naming the value and the limit when that is below kMinTokens (max_bytes < min_bytes()),
+  /// when max_bytes is above max_bytes(), or when the corpus would take more than the machine's
+  /// physical memory; AllocationError (a std::bad_alloc) when its memory cannot be allocated.
   explicit SharedCorpus(std::size_t max_bytes);
   /// The byte cap that holds `tokens` tokens (a power of two) exactly.
   [[nodiscard]] static std::size_t bytes_for(std::size_t tokens) noexcept;
   /// The smallest byte cap accepted: bytes_for(kMinTokens).
   [[nodiscard]] static std::size_t min_bytes() noexcept;
+  /// The largest byte cap accepted: bytes_for(kMaxTokens).
+  [[nodiscard]] static std::size_t max_bytes() noexcept;
 
   SharedCorpus(const SharedCorpus&) = delete;
   SharedCorpus& operator=(const SharedCorpus&) = delete;

@@ -15,9 +15,13 @@ namespace ngramspec {
 /// and drafts (and any prefill the engine runs in the same pass), summed over the batch.
 ///
 /// Only ratios matter: a draft length is chosen by expected tokens per unit of cost, so
-/// seconds, milliseconds and "a one-token pass = 1" all choose alike.
+/// seconds, milliseconds and "a one-token pass = 1" all choose alike. Every cost is stored
+/// normalized, so that a one-token pass costs 1: the same curve at any scale, tiny or huge,
+/// plans identical drafts. A cost more than
+/// kMaxCost times the one-token pass's is refused, so that no cost the planner forms overflows.
 ///
-/// Two forms, both piecewise linear and non-decreasing:
+/// Three forms, all piecewise linear and non-decreasing:
+/// - flat: every pass costs the same whatever it carries (a table of one point).
 /// - knee(N): flat up to N tokens, then linear through the origin (a pass of 2N tokens costs
 ///   twice one of N). The shape of a pass that is memory-bound until its arithmetic catches up
 ///   with streaming the weights: a GPU serving an 8B model in bf16 stays flat up to roughly
@@ -26,40 +30,51 @@ namespace ngramspec {
 ///   slope of the last two (flat before the first). What an engine times at start-up;
 ///   measure_verify_cost() below does the timing.
 ///
-/// parse() reads the same forms from text: "knee:N", "table:1=1,2=1.25,3=1.71".
+/// parse() reads the same forms from text: "flat", "knee:N", "table:1=1,2=1.25,3=1.71"; the
+/// C ABI (ngramspec_batch_config::cost), the Python package and the tools all read them there.
 class VerifyCost {
  public:
+  /// Largest cost of a pass, as a multiple of the one-token pass's.
+  static constexpr double kMaxCost = 1e200;
+
   /// One measured point: a pass of `tokens` tokens costs `cost`.
   struct Point {
     std::size_t tokens = 0;
     double cost = 0;
   };
 
-  /// Flat at `base` up to `flat_tokens` tokens, then base · tokens / flat_tokens.
+  /// Every pass costs 1 (spec "flat").
+  [[nodiscard]] static VerifyCost flat();
+  /// Flat at `base` up to `flat_tokens` tokens, then base · tokens / flat_tokens (stored
+  /// normalized: base only sets the unit).
   /// Throws std::invalid_argument naming the value when flat_tokens is 0 or base is not
   /// finite and positive.
   [[nodiscard]] static VerifyCost knee(std::size_t flat_tokens, double base = 1.0);
   /// Linear interpolation of `points`, which must have strictly increasing token counts (at
-  /// least 1), finite positive costs that never decrease, and at least one point. Throws
-  /// std::invalid_argument naming the point and the value otherwise.
+  /// least 1), finite positive costs that never decrease, none more than kMaxCost times the
+  /// first, and at least one point. Throws std::invalid_argument naming the point and the
+  /// value otherwise.
   [[nodiscard]] static VerifyCost table(std::span<const Point> points);
-  /// "knee:N" or "table:T=C,T=C,...". Throws std::invalid_argument naming the spec and what is
-  /// wrong with it.
+  /// "flat", "knee:N" or "table:T=C,T=C,...". Throws std::invalid_argument naming the spec and
+  /// what is wrong with it.
   [[nodiscard]] static VerifyCost parse(std::string_view spec);
 
-  /// The cost of a pass of `tokens` tokens (0 costs what 1 does).
+  /// The cost of a pass of `tokens` tokens relative to a one-token pass (0 costs what 1 does).
   [[nodiscard]] double operator()(std::size_t tokens) const noexcept;
   /// The cost of one more token after `tokens`: (*this)(tokens + 1) - (*this)(tokens).
   [[nodiscard]] double marginal(std::size_t tokens) const noexcept { return (*this)(tokens + 1) - (*this)(tokens); }
 
-  /// The points; a knee has two, (1, base) and (N, base), and a tail slope of base / N.
+  /// The points, normalized (the first costs 1); a knee has two, (1, 1) and (N, 1), and a
+  /// tail slope of 1 / N.
   [[nodiscard]] std::span<const Point> points() const noexcept { return points_; }
   /// Cost per token beyond the last point.
   [[nodiscard]] double tail_slope() const noexcept { return tail_slope_; }
-  /// The spec that parse() reads back into an equal cost: "knee:N" or "table:...".
+  /// The spec that parse() reads back into an equal cost: "flat", "knee:N" or "table:..." with
+  /// the costs as given.
   [[nodiscard]] const std::string& spec() const noexcept { return spec_; }
 
-  /// The same curve scaled so that a one-token pass costs 1.
+  /// The same curve, whose spec() shows the normalized costs (the points are normalized
+  /// already).
   [[nodiscard]] VerifyCost normalized() const;
 
  private:

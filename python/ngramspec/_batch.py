@@ -103,8 +103,10 @@ class BatchSpeculator(Closable):
         """A speculator with a pool of `max_sequences` MatchDrafters, made now (memory is fixed).
 
         `max_pass_tokens`: the most tokens one verify pass carries (0: no limit).
-        `max_record_tokens`: output tokens of a sequence kept for the corpus.
-        `cost`: what a verify pass costs, ``"knee:N"`` or ``"table:T=C,..."``; propose then sizes
+        `max_record_tokens`: output tokens of a sequence kept for the corpus (up to 2**28).
+        `cost`: what a verify pass costs, ``"flat"``, ``"knee:N"`` or ``"table:T=C,..."`` (the
+        grammar of the C++ VerifyCost::parse; only ratios matter, and a cost more than 1e200 times
+        the one-token pass's is refused); propose then sizes
         every draft so that the pass's expected tokens per unit of cost is highest. None: every
         sequence sends what its drafter proposes, up to its max_drafts.
         `drafter`: MatchDrafter keyword settings for the pool (those left out take MatchDrafter's
@@ -160,19 +162,29 @@ class BatchSpeculator(Closable):
 
     # ---- Sequences -------------------------------------------------------------------------
 
-    def begin(self, seq_id: int, prompt: TokensLike, *, max_new_tokens: int = 128, stop_tokens: Iterable[int] = (),
-              max_context: int = 0, speculate: bool = True, max_drafts: int = 4) -> None:
+    def begin(self, seq_id: int, prompt: TokensLike, *, max_new_tokens: int = 128,
+              stop_tokens: Iterable[int] | None = (), max_context: int = 0, speculate: bool = True,
+              max_drafts: int = 4) -> None:
         """Starts sequence `seq_id` after `prompt`; its drafter reads the prompt.
 
         `max_new_tokens`: the most tokens it emits; `stop_tokens`: it finishes after emitting any
-        of these; `max_context`: the most tokens of prompt + output (0: no limit); `speculate`:
-        False drafts nothing for it; `max_drafts`: the most drafts it sends in one pass (up to 1024).
+        of these (None or empty: none); `max_context`: the most tokens of prompt + output (0: no
+        limit); `speculate`: False drafts nothing for it; `max_drafts`: the most drafts it sends in
+        one pass (up to 1024). `stop_tokens` that is neither None nor iterable raises TypeError
+        naming it.
         Raises ValueError (the library's message) when the id is running, every pooled drafter is
         taken, or the prompt is empty or longer than max_context. A sequence that may emit nothing
         (max_new_tokens 0) starts finished."""
         prompt_array, prompt_pointer, prompt_length = tokens_arg(prompt, "prompt")
-        stops, stop_pointer, n_stops = tokens_arg(list(stop_tokens) if not isinstance(stop_tokens, np.ndarray)
-                                                  else stop_tokens, "stop_tokens")
+        if stop_tokens is None:
+            stop_tokens = ()
+        elif not isinstance(stop_tokens, np.ndarray):
+            try:
+                stop_tokens = list(stop_tokens)
+            except TypeError:
+                raise TypeError(f"stop_tokens must be an iterable of token ids or None, not "
+                                f"{type(stop_tokens).__name__} ({stop_tokens!r})") from None
+        stops, stop_pointer, n_stops = tokens_arg(stop_tokens, "stop_tokens")
         options = self._options
         options.max_new_tokens = size_arg(max_new_tokens, "max_new_tokens")
         options.stop_tokens = stop_pointer if n_stops else None

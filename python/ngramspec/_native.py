@@ -11,15 +11,18 @@ The library is looked for, in order:
 4. the system's loader search for ``libngramspec.so.<major>.<minor>`` (``LD_LIBRARY_PATH``,
    ``ld.so.cache``).
 
-A library that does not load (a sanitizer build, another architecture) or is not the C ABI of a
-compatible version is passed over with the reason noted; when none is left, ``ImportError`` names
-every place looked and why each failed.
+A library built with a sanitizer (its ELF ``DT_NEEDED`` entries name a sanitizer runtime, read from
+the file before it is loaded: loading it would abort the process, "ASan runtime does not come
+first"), one that does not load (another architecture) or one that is not the C ABI of a compatible
+version is passed over with the reason noted; when none is left, ``ImportError`` names every place
+looked and why each failed.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import struct
 from ctypes import POINTER, Structure, c_char_p, c_double, c_int, c_int64, c_size_t, c_uint, c_uint64, c_void_p
 from pathlib import Path
 
@@ -193,9 +196,67 @@ def _check(library: ctypes.CDLL) -> str | None:
     return None
 
 
+# The runtimes a sanitizer build links: such a library aborts the process that loads it unless the
+# runtime was loaded first (LD_PRELOAD), which a Python interpreter never does by itself.
+_SANITIZER_RUNTIMES = ("libasan", "libtsan", "libubsan", "liblsan", "libmsan", "libhwasan",
+                       "libclang_rt.asan", "libclang_rt.tsan", "libclang_rt.ubsan", "libclang_rt.msan")
+
+
+def _elf_needed(path: str) -> list[str]:
+    """The DT_NEEDED entries of the ELF file at `path` (the shared libraries it links), read from its
+    dynamic section without loading it; [] for a file that is not ELF or has no dynamic section."""
+    with open(path, "rb") as file:
+        data = file.read()
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        return []
+    wide = data[4] == 2
+    order = "<" if data[5] == 1 else ">"
+    try:
+        if wide:
+            shoff, = struct.unpack_from(order + "Q", data, 0x28)
+            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
+            section, dynamic_entry = order + "IIQQQQIIQQ", order + "qQ"
+        else:
+            shoff, = struct.unpack_from(order + "I", data, 0x20)
+            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
+            section, dynamic_entry = order + "IIIIIIIIII", order + "iI"
+        headers = [struct.unpack_from(section, data, shoff + i * shentsize) for i in range(shnum)]
+        needed = []
+        for header in headers:
+            if header[1] != 6:  # SHT_DYNAMIC
+                continue
+            offset, size, link = header[4], header[5], header[6]
+            strings_offset = headers[link][4]
+            step = struct.calcsize(dynamic_entry)
+            for at in range(offset, offset + size - step + 1, step):
+                tag, value = struct.unpack_from(dynamic_entry, data, at)
+                if tag == 0:  # DT_NULL
+                    break
+                if tag == 1:  # DT_NEEDED
+                    end = data.index(b"\0", strings_offset + value)
+                    needed.append(data[strings_offset + value:end].decode(errors="replace"))
+        return needed
+    except (struct.error, IndexError, ValueError):
+        return []
+
+
+def _sanitizer_runtime(path: str) -> str | None:
+    """The sanitizer runtime the library at `path` links, or None."""
+    try:
+        needed = _elf_needed(path)
+    except OSError:
+        return None
+    return next((name for name in needed if name.startswith(_SANITIZER_RUNTIMES)), None)
+
+
 def _try(path: str, looked: list[str], where: str) -> ctypes.CDLL | None:
     if os.sep in path and not os.path.isfile(path):
         looked.append(f"{where}: {path}: no such file" + (" (a broken link)" if os.path.islink(path) else ""))
+        return None
+    runtime = _sanitizer_runtime(path) if os.sep in path else None
+    if runtime is not None:
+        looked.append(f"{where}: {path}: passed over: a sanitizer build (it links {runtime}, which must be "
+                      f"loaded before the interpreter starts; run with LD_PRELOAD={runtime} to use it)")
         return None
     try:
         library = ctypes.CDLL(path)

@@ -231,8 +231,10 @@ def test_bad_calls_are_value_errors_with_the_library_message() -> None:
     spec.propose([5, 6])
     with pytest.raises(ValueError, match="offsets\\[2\\] = 5"):
         spec.accept([5, 6], [3, 3], [0, 1, 5])  # past the model tokens
-    with pytest.raises(ValueError, match="offsets\\[2\\] = 0 is invalid"):
-        spec.accept([5, 6], [3, 3], [0, 1, 0])  # decreasing
+    with pytest.raises(ValueError, match="offsets\\[2\\] = 0 are invalid"):
+        spec.accept([5, 6], [3, 3], [0, 1, 0])  # decreasing, short of the model tokens
+    with pytest.raises(ValueError, match="offsets\\[1\\] = 3 is invalid"):
+        spec.accept([5, 6], [3, 3], [0, 3, 2])  # decreasing, past them
     with pytest.raises(ValueError, match="sequence 6 has 2 model tokens"):
         spec.accept([5, 6], [3, 3, 3], [0, 1, 3])  # a prefill takes one
     with pytest.raises(ValueError, match="len\\(ids\\) \\+ 1 = 3"):
@@ -293,3 +295,58 @@ def test_memory_stats_and_close() -> None:
         spec.propose([1])
     assert len(spec) == 0 and 1 not in spec and spec.memory_bytes == 0
     assert "closed" in repr(spec)
+
+
+def test_stop_tokens_none_is_no_stop_tokens_and_a_non_iterable_is_named() -> None:
+    spec = BatchSpeculator(max_sequences=2)
+    spec.begin(1, CYCLE, max_new_tokens=3, stop_tokens=None)
+    spec.propose([1])
+    steps = spec.accept([1], [3], [0, 1])
+    assert steps["emitted"][0] == 1 and not steps["finished"][0]
+    with pytest.raises(TypeError, match=r"stop_tokens must be an iterable of token ids or None, not int \(5\)"):
+        spec.begin(2, CYCLE, stop_tokens=5)  # type: ignore[arg-type]
+    assert 2 not in spec
+
+
+def test_accept_refuses_offsets_that_leave_model_tokens_out() -> None:
+    spec = BatchSpeculator(max_sequences=2)
+    spec.begin(1, [1, 2])
+    spec.begin(2, [1, 2])
+    spec.propose([1, 2])
+    with pytest.raises(ValueError, match=r"offsets\[0\] = 1 and offsets\[2\] = 3 are invalid: they must be 0 and "
+                                         r"the count of model tokens, 3"):
+        spec.accept([1, 2], [5, 6, 7], [1, 2, 3])
+    with pytest.raises(ValueError, match=r"offsets\[0\] = 0 and offsets\[2\] = 2 are invalid"):
+        spec.accept([1, 2], [5, 6, 7], [0, 1, 2])
+    steps = spec.accept([1, 2], [5, 6], [0, 1, 2])
+    assert list(steps["emitted"]) == [1, 1]
+
+
+def test_costs_share_verify_costs_grammar_and_only_ratios_matter() -> None:
+    BatchSpeculator(max_sequences=1, cost="flat").close()
+    with pytest.raises(ValueError, match="more than kMaxCost"):
+        BatchSpeculator(max_sequences=1, cost="table:1=1,2=1.79e308")
+
+    def drafts_under(cost: str) -> list[list[int]]:
+        spec = BatchSpeculator(max_sequences=1, cost=cost)
+        spec.begin(1, CYCLE * 4, max_new_tokens=40, max_drafts=16)
+        spec.propose([1])
+        spec.accept([1], [CYCLE[0]], [0, 1])
+        passes = []
+        last = CYCLE[0]
+        for _ in range(4):
+            drafts, _offsets = spec.propose([1])
+            passes.append(drafts.tolist())
+            answers = answers_for(last, drafts)
+            steps = spec.accept([1], answers, [0, len(answers)])
+            last = answers[int(steps["emitted"][0]) - 1]
+            if steps["finished"][0]:
+                break
+        spec.close()
+        return passes
+
+    ones = drafts_under("table:1=1,2=1")
+    assert any(ones), "a repeating context drafts under a flat cost"
+    assert drafts_under("table:1=1e-308,2=1e-308") == ones
+    assert drafts_under("table:1=1e308,2=1e308") == ones
+    assert drafts_under("flat") == ones

@@ -161,3 +161,60 @@ def test_internal_errors_are_ngramspec_errors() -> None:
         raise_status(1)
     with pytest.raises(ngramspec.CorpusFileError):
         raise_status(4)
+
+
+def fake_sanitizer_library(path: Path, runtime: str = "libasan.so.8") -> Path:
+    """A minimal 64-bit little-endian ELF shared object whose dynamic section names `runtime` and
+    libc.so.6 as DT_NEEDED: what a sanitizer build's libngramspec.so carries (it is never loaded)."""
+    import struct
+    strings = b"\0" + runtime.encode() + b"\0libc.so.6\0"
+    strings_offset = 64
+    dynamic_offset = (strings_offset + len(strings) + 7) // 8 * 8
+    dynamic = struct.pack("<qQqQqQ", 1, 1, 1, 2 + len(runtime), 0, 0)
+    sections_offset = dynamic_offset + len(dynamic)
+    header = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    header += struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, sections_offset, 0, 64, 0, 0, 64, 3, 0)
+    null = bytes(64)
+    dynstr = struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, strings_offset, len(strings), 0, 0, 1, 0)
+    dynsec = struct.pack("<IIQQQQIIQQ", 0, 6, 0, 0, dynamic_offset, len(dynamic), 1, 0, 8, 16)
+    data = header + strings + bytes(dynamic_offset - strings_offset - len(strings)) + dynamic + null + dynstr + dynsec
+    path.write_bytes(data)
+    return path
+
+
+def test_the_elf_reader_reads_what_a_library_links(tmp_path: Path) -> None:
+    assert "libc.so.6" in _native._elf_needed(ngramspec.library_path())
+    assert _native._sanitizer_runtime(ngramspec.library_path()) is None
+    fake = fake_sanitizer_library(tmp_path / "libngramspec.so")
+    assert _native._elf_needed(str(fake)) == ["libasan.so.8", "libc.so.6"]
+    assert _native._sanitizer_runtime(str(fake)) == "libasan.so.8"
+    (tmp_path / "text").write_text("not an ELF file")
+    assert _native._elf_needed(str(tmp_path / "text")) == []
+
+
+# A sanitizer build of the library aborted the interpreter that loaded it ("ASan runtime does not
+# come first"): it is passed over before it is loaded, and the search report says why.
+def test_a_sanitizer_build_is_passed_over_naming_its_runtime(tmp_path: Path) -> None:
+    fake = fake_sanitizer_library(tmp_path / SONAME)
+    result = run_python("import ngramspec", clean_env(NGRAMSPEC_LIBRARY=str(fake), PYTHONPATH=str(PYTHON_DIR)),
+                        tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "ImportError" in result.stderr
+    assert f"{fake}: passed over: a sanitizer build (it links libasan.so.8" in result.stderr
+
+    # In the build trees, a newer sanitizer build gives way to the plain one.
+    package = copy_package(tmp_path / "repo" / "python")
+    root = tmp_path / "repo"
+    (root / "include" / "ngramspec").mkdir(parents=True)
+    (root / "include" / "ngramspec" / "ngramspec.h").write_text("/* the source tree's header */\n")
+    plain = root / "build" / "dev"
+    plain.mkdir(parents=True)
+    (plain / "libngramspec.so").symlink_to(Path(ngramspec.library_path()).resolve())
+    asan = root / "build" / "asan"
+    asan.mkdir(parents=True)
+    fake_sanitizer_library(asan / "libngramspec.so")
+    os.utime(asan / "libngramspec.so", (4_000_000_000, 4_000_000_000))  # the most recently built
+    result = run_python("import ngramspec; print(ngramspec.library_path())",
+                        clean_env(PYTHONPATH=str(package.parent)), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(plain / "libngramspec.so")

@@ -1,7 +1,8 @@
 // Fuzz target: the C ABI (ngramspec.h, through libngramspec.so) under arbitrary calls.
 //
 // The input decodes into a script of calls to every entry point with arguments the contract says
-// are checked: NULL handles, NULL pointers with nonzero counts, NULL outputs, counts and offsets
+// are checked: NULL handles, NULL pointers with nonzero counts, counts and capacities no array can
+// have (bytes beyond PTRDIFF_MAX, or wrapping size_t) with real arrays, NULL outputs, counts and offsets
 // that disagree, unknown, duplicate and finished sequence ids, invalid configurations and cost
 // specs (arbitrary bytes among them), huge extra_tokens. It never passes a dangling pointer nor an
 // array shorter than its count: those are outside the contract. What must hold:
@@ -183,6 +184,18 @@ class Script {
       default: return in_.in_range(0, small);
     }
   }
+  // A token count no array can have: its bytes exceed PTRDIFF_MAX or wrap round size_t (SIZE_MAX / 4
+  // + 1 tokens are 0 bytes). Passed with a real array, the call must refuse it before reading any.
+  std::size_t impossible_count() {
+    switch (in_.in_range(0, 3)) {
+      case 0: return std::numeric_limits<std::size_t>::max() - in_.in_range(0, 4);
+      case 1: return std::numeric_limits<std::size_t>::max() / sizeof(Token) + 1 + in_.in_range(0, 4);
+      case 2: return kLargestTokenCount + 1 + in_.in_range(0, 4);
+      default: return std::size_t{1} << in_.in_range(62, 63);
+    }
+  }
+  static constexpr std::size_t kLargestTokenCount = static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(Token);
+  static bool possible(std::size_t count) { return count <= kLargestTokenCount; }
   // A value beyond every size a configuration accepts (so nothing that large is allocated).
   std::size_t huge() {
     switch (in_.in_range(0, 2)) {
@@ -234,12 +247,13 @@ class Script {
   void corpus_append() {
     ngramspec_corpus* corpus = maybe_null(corpora_[slot()]);
     const std::vector<Token> record = tokens(48);
-    const bool null_tokens = in_.in_range(0, 7) == 0;
-    const std::size_t count = null_tokens ? size_value(8) : record.size();
+    const std::size_t mode = in_.in_range(0, 9);
+    const bool null_tokens = mode == 0;
+    const std::size_t count = null_tokens ? size_value(8) : mode == 1 ? impossible_count() : record.size();
     const std::uint64_t before = ngramspec_corpus_records(corpus);
     const bool ok = check_status(ngramspec_corpus_append(corpus, null_tokens ? nullptr : record.data(), count),
                                  "ngramspec_corpus_append");
-    expect_valid(ok, corpus != nullptr && (!null_tokens || count == 0), "ngramspec_corpus_append");
+    expect_valid(ok, corpus != nullptr && (!null_tokens || count == 0) && possible(count), "ngramspec_corpus_append");
     const std::uint64_t after = ngramspec_corpus_records(corpus);
     if (after != before + (ok && count != 0 ? 1 : 0)) fuzz_fail("an append changed the records by something else");
     if (corpus != nullptr && ngramspec_corpus_size(corpus) > ngramspec_corpus_capacity_tokens(corpus)) {
@@ -345,18 +359,20 @@ class Script {
   void drafter_update(bool match) {
     const std::size_t s = slot();
     const std::vector<Token> t = tokens(24);
-    const bool null_tokens = in_.in_range(0, 7) == 0;
-    const std::size_t count = null_tokens ? size_value(4) : t.size();
+    const std::size_t mode = in_.in_range(0, 9);
+    const bool null_tokens = mode == 0;
+    const std::size_t count = null_tokens ? size_value(4) : mode == 1 ? impossible_count() : t.size();
     const Token* data = null_tokens ? nullptr : t.data();
+    const bool valid_arrays = (data != nullptr || count == 0) && possible(count);
     if (match) {
       ngramspec_match_drafter* d = maybe_null(matches_[s]);
       const bool ok = check_status(ngramspec_match_drafter_update(d, data, count), "ngramspec_match_drafter_update");
-      expect_valid(ok, d != nullptr && (data != nullptr || count == 0), "ngramspec_match_drafter_update");
+      expect_valid(ok, d != nullptr && valid_arrays, "ngramspec_match_drafter_update");
     } else {
       ngramspec_ngram_predictor* d = maybe_null(ngrams_[s]);
       const bool ok =
           check_status(ngramspec_ngram_predictor_update(d, data, count), "ngramspec_ngram_predictor_update");
-      expect_valid(ok, d != nullptr && (data != nullptr || count == 0), "ngramspec_ngram_predictor_update");
+      expect_valid(ok, d != nullptr && valid_arrays, "ngramspec_ngram_predictor_update");
     }
   }
 
@@ -365,8 +381,10 @@ class Script {
     const std::size_t capacity = in_.in_range(0, 40);
     std::vector<Token> out(capacity, kSentinel);
     std::vector<float> probabilities(capacity, -7.0f);
-    const bool null_out = in_.in_range(0, 7) == 0;
-    const std::size_t room = null_out ? size_value(4) : capacity;
+    const std::size_t mode = in_.in_range(0, 9);
+    const bool null_out = mode == 0;
+    // A room no array can have, with a real array (SIZE_MAX on a repeating context wrote on and on).
+    const std::size_t room = null_out ? size_value(4) : mode == 1 ? impossible_count() : capacity;
     Token* out_data = null_out ? nullptr : out.data();
     float* p = in_.flag() && !null_out ? probabilities.data() : nullptr;
     std::size_t count = kSizeSentinel;
@@ -386,7 +404,8 @@ class Script {
       ok = check_status(ngramspec_ngram_predictor_predict(d, out_data, room, p, count_ptr),
                         "ngramspec_ngram_predictor_predict");
     }
-    expect_valid(ok, has_handle && (out_data != nullptr || room == 0) && count_ptr != nullptr, "predict");
+    expect_valid(ok, has_handle && (out_data != nullptr || room == 0) && possible(room) && count_ptr != nullptr,
+                 "predict");
     const std::size_t written = ok ? count : 0;
     if (!ok && count != kSizeSentinel) fuzz_fail("a failed predict wrote its count");
     if (written > room) fuzz_fail("predict returned more drafts than its room");
@@ -684,6 +703,8 @@ class Script {
 
     bool valid = batch != nullptr && (!null_tokens || n_model_tokens == 0) && offsets_ptr != nullptr &&
                  (steps_ptr != nullptr || n_ids == 0) && n_ids <= max_sequences_;
+    // Every model token belongs to one sequence: the offsets run from 0 to n_model_tokens.
+    valid = valid && offsets[0] == 0 && offsets[n_ids] == n_model_tokens;
     if (valid && !null_ids) {
       valid = ids_valid(ids);
       for (std::size_t i = 0; valid && i < ids.size(); ++i) {

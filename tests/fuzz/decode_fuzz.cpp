@@ -130,7 +130,7 @@ Scenario decode_scenario(FuzzInput& in) {
     default: o.max_context = s.prompt.size() + in.in_range(0, 80); break;
   }
   o.speculate = in.byte() % 8 != 0;
-  static constexpr std::size_t kMaxDrafts[] = {64, 0, 1, 2, 3, 7, 2000};
+  static constexpr std::size_t kMaxDrafts[] = {64, 0, 1, 2, 3, 7, kMaxDraftsPerPass};
   o.max_drafts = kMaxDrafts[in.byte() % std::size(kMaxDrafts)];
 
   s.ngram_drafter = in.byte() % 4 == 0;

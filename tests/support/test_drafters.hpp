@@ -431,7 +431,7 @@ struct DecodeCase {
   }
   if (pick(0, 1) == 0) o.max_context = c.prompt.size() + (pick(0, 9) == 0 ? 0 : pick(0, 110));
   o.speculate = pick(0, 6) != 0;
-  static constexpr std::size_t kMaxDrafts[] = {64, 64, 0, 1, 2, 5, 2000};
+  static constexpr std::size_t kMaxDrafts[] = {64, 64, 0, 1, 2, 5, kMaxDraftsPerPass};
   o.max_drafts = kMaxDrafts[pick(0, std::size(kMaxDrafts) - 1)];
 
   c.drafter = static_cast<DrafterKind>(pick(0, 7));
