@@ -108,7 +108,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       } else if (text == "none") {
         o.cost_source = LlamaOptions::Cost::none;
       } else {
-        o.cost = text == "flat" ? VerifyCost::knee(std::size_t{1} << 30) : VerifyCost::parse(text);
+        o.cost = VerifyCost::parse(text);
         o.cost_source = LlamaOptions::Cost::given;
       }
     } else if (flag == "--print-cost") {

@@ -111,14 +111,10 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
       try {
         cost = parse_cost_curve(spec);
       } catch (const std::invalid_argument& e) {
-        // VerifyCost's message names the spec and the problem; say which option gave it, and
-        // that it takes flat too.
+        // VerifyCost's message names the spec and the problem; say which option gave it.
         std::string what = e.what();
         const std::string_view prefix = "ngramspec::VerifyCost: ";
         if (what.rfind(prefix, 0) == 0) what.erase(0, prefix.size());
-        const std::string_view expected = "(expected ";
-        const std::size_t at = what.rfind(expected);
-        if (at != std::string::npos) what.insert(at + expected.size(), "flat, ");
         throw std::invalid_argument("--cost: " + what);
       }
       for (const CostCurve& c : options.costs) {

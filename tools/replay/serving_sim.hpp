@@ -40,11 +40,8 @@ enum class Policy {
   return "unknown";
 }
 
-/// The cost of every pass is 1 whatever it carries: VerifyCost's table of one point.
-[[nodiscard]] inline VerifyCost flat_cost() {
-  const VerifyCost::Point one{1, 1.0};
-  return VerifyCost::table(std::span<const VerifyCost::Point>(&one, 1));
-}
+/// The cost of every pass is 1 whatever it carries.
+[[nodiscard]] inline VerifyCost flat_cost() { return VerifyCost::flat(); }
 
 /// A verify cost as the replay tool names it: "flat" (every pass costs 1) or VerifyCost::spec().
 struct CostCurve {
@@ -55,7 +52,6 @@ struct CostCurve {
 /// "flat", "knee:N" or "table:T=C,T=C,..." (VerifyCost::parse). Throws std::invalid_argument
 /// naming the spec and what is wrong with it.
 [[nodiscard]] inline CostCurve parse_cost_curve(std::string_view spec) {
-  if (spec == "flat") return CostCurve{"flat", flat_cost()};
   VerifyCost curve = VerifyCost::parse(spec);
   std::string name = curve.spec();
   return CostCurve{std::move(name), std::move(curve)};
