@@ -147,8 +147,8 @@ std::string run_json(const std::string& name, const RunResult& r, double seconds
 int curve_mode(const LlamaOptions& o) {
   EngineConfig config{o.model, o.threads, *std::max_element(o.curve.begin(), o.curve.end()), o.context, 0, o.verbose};
   Engine engine(config);
-  std::printf("# %s, %d threads; ms per llama_decode of k tokens per sequence (median of 7 after a warm-up)\n",
-              engine.description().c_str(), o.threads);
+  std::printf("# %s, %d threads; ms per llama_decode of k tokens per sequence (median of %zu after a warm-up)\n",
+              engine.description().c_str(), o.threads, o.repeats);
   std::vector<std::vector<double>> ms(o.curve.size());
   std::vector<std::string> specs;
   for (std::size_t c = 0; c < o.curve.size(); ++c) {
@@ -159,7 +159,7 @@ int curve_mode(const LlamaOptions& o) {
     // Raw seconds: measure_verify_cost normalizes, so time here the same way, unnormalized.
     std::vector<std::vector<double>> seconds(counts.size());
     for (const std::size_t n : counts) timer(n);
-    for (int round = 0; round < 7; ++round) {
+    for (std::size_t round = 0; round < o.repeats; ++round) {
       for (std::size_t i = 0; i < counts.size(); ++i) {
         const auto start = std::chrono::steady_clock::now();
         timer(counts[i]);

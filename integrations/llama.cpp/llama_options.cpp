@@ -66,7 +66,7 @@ const char* llama_usage() noexcept {
          "                     common_speculative code) on the same prompts in one run: one table\n"
          "  --llama-drafter S  with --compare: a llama.cpp drafter to run, TYPE[:key=value,...] (repeatable;\n"
          "                     default: every n-gram type at its defaults and at the best of a few settings)\n"
-         "  --repeats N        timed rounds of --check and --compare (default 3)\n"
+         "  --repeats N        timed rounds of --check, --compare and --curve (default 3)\n"
          "  --curve 1,4,16     measure the cost of passes of 1 .. --curve-tokens (default 17) tokens per sequence\n"
          "                     for each number of sequences given, print the table, and exit\n"
          "  --json             print the result as JSON\n"
