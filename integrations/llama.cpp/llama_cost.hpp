@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstddef>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <ngramspec/verify_cost.hpp>
@@ -15,27 +17,34 @@
 
 namespace ngramspec::llama_cpp {
 
-/// Fills the first `sequences` sequences with `context` tokens each, then times passes through
-/// `run(pass_tokens)` that add `pass_tokens` tokens spread evenly over those sequences (one more
-/// to the first ones when it does not divide) after that context, with logits for every token,
-/// and cut them again. Leaves every sequence empty.
+/// Runs passes through the engine as the decoding loops do, to time them: `sequences` sequences
+/// hold `context` tokens each, then plain() appends one token to each (a plain decoding pass)
+/// and drafted(n) carries n tokens spread evenly over them (one more to the first ones when it
+/// does not divide), keeps the first of each and cuts the rest from the cache, as a pass whose
+/// drafts were all rejected does. Positions advance as in decoding; the sequences start over
+/// (untimed) before they run out of context. Leaves every sequence empty.
+///
+/// Timing passes this way matters: llama.cpp reuses the previous pass's compute graph when a
+/// pass has the same shape and nothing was cut from the cache, so plain decoding's passes cost
+/// less than one timed on its own, and a pass that drafts costs its own tokens plus the rebuild
+/// of the next plain pass.
 class PassTimer {
  public:
-  PassTimer(Engine& engine, std::size_t sequences, std::size_t most_tokens_per_sequence)
-      : engine_(&engine), sequences_(sequences) {
-    const std::size_t room = engine.context() > most_tokens_per_sequence + 1 ? engine.context() - most_tokens_per_sequence - 1 : 0;
-    context_ = std::min<std::size_t>(256, room);
-    std::vector<Token> filler(context_);
-    // Any tokens do for timing; keep them inside the vocabulary.
-    for (std::size_t i = 0; i < filler.size(); ++i) filler[i] = static_cast<Token>((i * 7 + 3) % engine.vocab_size());
-    tokens_.assign(most_tokens_per_sequence, static_cast<Token>(1 % engine.vocab_size()));
-    for (std::size_t s = 0; s < sequences_; ++s) {
-      engine.clear_sequence(s);
-      if (context_ == 0) continue;
-      engine.clear_pass();
-      engine.add(s, 0, filler, false);
-      engine.decode();
+  /// Timed passes start at position `at` of each sequence (what attention reads matters: a pass
+  /// at position 256 of stories260K costs five times one at 16); at most what the context leaves.
+  PassTimer(Engine& engine, std::size_t sequences, std::size_t most_tokens_per_sequence, std::size_t at)
+      : engine_(&engine), sequences_(sequences), most_(most_tokens_per_sequence) {
+    if (engine.context() < most_ + 64) {
+      throw std::runtime_error("timing passes of " + std::to_string(most_) + " tokens per sequence needs a context of " +
+                               std::to_string(most_ + 64) + " tokens or more (--ctx); it is " +
+                               std::to_string(engine.context()));
     }
+    context_ = std::min(at, engine.context() - most_ - 64);
+    filler_.resize(std::max(context_, most_));
+    // Any tokens do for timing; keep them inside the vocabulary.
+    for (std::size_t i = 0; i < filler_.size(); ++i) filler_[i] = static_cast<Token>((i * 7 + 3) % engine.vocab_size());
+    positions_.assign(sequences_, 0);
+    restart();
   }
   ~PassTimer() {
     for (std::size_t s = 0; s < sequences_; ++s) engine_->clear_sequence(s);
@@ -43,24 +52,58 @@ class PassTimer {
   PassTimer(const PassTimer&) = delete;
   PassTimer& operator=(const PassTimer&) = delete;
 
-  /// One pass of `pass_tokens` tokens over the sequences, then cut back.
-  void operator()(std::size_t pass_tokens) {
+  /// One token for every sequence, kept.
+  void plain() {
+    make_room();
+    engine_->clear_pass();
+    for (std::size_t s = 0; s < sequences_; ++s) engine_->add(s, positions_[s], std::span<const Token>(filler_).first(1), true);
+    engine_->decode();
+    for (std::size_t s = 0; s < sequences_; ++s) ++positions_[s];
+  }
+  /// `pass_tokens` tokens over the sequences; the first of each kept, the rest cut.
+  void drafted(std::size_t pass_tokens) {
+    make_room();
     engine_->clear_pass();
     for (std::size_t s = 0; s < sequences_; ++s) {
       const std::size_t n = pass_tokens / sequences_ + (s < pass_tokens % sequences_ ? 1 : 0);
-      if (n != 0) engine_->add(s, context_, std::span<const Token>(tokens_).first(n), true);
+      if (n != 0) engine_->add(s, positions_[s], std::span<const Token>(filler_).first(n), true);
     }
     engine_->decode();
-    for (std::size_t s = 0; s < sequences_; ++s) engine_->truncate(s, context_);
+    for (std::size_t s = 0; s < sequences_; ++s) {
+      const std::size_t n = pass_tokens / sequences_ + (s < pass_tokens % sequences_ ? 1 : 0);
+      if (n == 0) continue;
+      if (n > 1) engine_->truncate(s, positions_[s] + 1);
+      ++positions_[s];
+    }
   }
-  /// Tokens each sequence holds before a timed pass.
-  [[nodiscard]] std::size_t context() const noexcept { return context_; }
 
  private:
+  void restart() {
+    for (std::size_t s = 0; s < sequences_; ++s) {
+      engine_->clear_sequence(s);
+      positions_[s] = 0;
+      if (context_ == 0) continue;
+      engine_->clear_pass();
+      engine_->add(s, 0, std::span<const Token>(filler_).first(context_), false);
+      engine_->decode();
+      positions_[s] = context_;
+    }
+  }
+  void make_room() {
+    for (const std::size_t p : positions_) {
+      if (p + most_ + 1 > engine_->context()) {
+        restart();
+        return;
+      }
+    }
+  }
+
   Engine* engine_;
   std::size_t sequences_;
+  std::size_t most_;
   std::size_t context_ = 0;
-  std::vector<Token> tokens_;
+  std::vector<Token> filler_;
+  std::vector<std::size_t> positions_;
 };
 
 /// Pass sizes worth timing up to `most` tokens: every one up to 8, then steps of about a fifth.
@@ -71,13 +114,54 @@ inline std::vector<std::size_t> cost_points(std::size_t most) {
   return points;
 }
 
+/// What passes of `points` tokens over `sequences` sequences cost, in seconds, median of
+/// `repeats` rounds: the first point must be `sequences` (a plain pass, timed among plain
+/// passes); every larger one is timed as itself and the plain pass after it, less a plain pass
+/// (see PassTimer). A pass never costs less for carrying more: noise below the point before is
+/// raised to it.
+inline std::vector<double> time_passes(Engine& engine, std::size_t sequences, std::span<const std::size_t> points,
+                                       std::size_t at, std::size_t repeats) {
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  const auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  PassTimer timer(engine, sequences, (points.back() + sequences - 1) / sequences, at);
+  std::vector<double> plain;
+  for (std::size_t i = 0; i < 2 * repeats + 3; ++i) {
+    const auto start = Clock::now();
+    timer.plain();
+    if (i >= 3) plain.push_back(since(start));
+  }
+  const double one = std::max(median(plain), 1e-12);
+  std::vector<std::vector<double>> pairs(points.size());
+  for (std::size_t round = 0; round <= repeats; ++round) {  // the first round warms up
+    for (std::size_t i = 1; i < points.size(); ++i) {
+      timer.plain();
+      const auto start = Clock::now();
+      timer.drafted(points[i]);
+      timer.plain();
+      if (round > 0) pairs[i].push_back(since(start));
+    }
+  }
+  std::vector<double> seconds{one};
+  for (std::size_t i = 1; i < points.size(); ++i) seconds.push_back(std::max(seconds.back(), median(pairs[i]) - one));
+  return seconds;
+}
+
 /// The verify-cost curve of passes of up to sequences x (max_drafts + 1) tokens over
-/// `sequences` sequences, normalized so that one token costs 1.
-inline VerifyCost measure_pass_cost(Engine& engine, std::size_t sequences, std::size_t max_drafts,
+/// `sequences` sequences at position `at`, normalized so that a plain pass (one token per
+/// sequence) costs 1.
+inline VerifyCost measure_pass_cost(Engine& engine, std::size_t sequences, std::size_t max_drafts, std::size_t at,
                                     std::size_t repeats = 5) {
-  PassTimer timer(engine, sequences, max_drafts + 1);
-  const std::vector<std::size_t> points = cost_points(sequences * (max_drafts + 1));
-  return measure_verify_cost(timer, points, repeats);
+  std::vector<std::size_t> points = cost_points(sequences * (max_drafts + 1));
+  points.erase(points.begin(), std::lower_bound(points.begin(), points.end(), sequences));
+  if (points.empty() || points.front() != sequences) points.insert(points.begin(), sequences);
+  const std::vector<double> seconds = time_passes(engine, sequences, points, at, repeats);
+  std::vector<VerifyCost::Point> table;
+  for (std::size_t i = 0; i < points.size(); ++i) table.push_back({points[i], seconds[i] / seconds[0]});
+  return VerifyCost::table(table);
 }
 
 }  // namespace ngramspec::llama_cpp

@@ -103,7 +103,7 @@ struct CostChoice {
   std::string line;
 };
 
-CostChoice choose_cost(const LlamaOptions& o, Engine& engine) {
+CostChoice choose_cost(const LlamaOptions& o, Engine& engine, std::size_t at) {
   CostChoice c;
   if (o.cost_source == LlamaOptions::Cost::none) {
     c.line = "verify cost: none (MatchDrafter's gate sizes the drafts)";
@@ -112,11 +112,12 @@ CostChoice choose_cost(const LlamaOptions& o, Engine& engine) {
     c.line = "verify cost (given): " + c.cost->spec();
   } else {
     const auto start = std::chrono::steady_clock::now();
-    c.cost = measure_pass_cost(engine, o.parallel, o.k);
+    c.cost = measure_pass_cost(engine, o.parallel, o.k, at);
     char took[64];
     std::snprintf(took, sizeof took, "measured in %.1f s",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    c.line = std::string("verify cost: ") + took + (o.print_cost ? ": " + c.cost->spec() : " (--print-cost shows it)");
+    c.line = std::string("verify cost at position ") + std::to_string(at) + ": " + took +
+             (o.print_cost ? ": " + c.cost->spec() : " (--print-cost shows it)");
   }
   return c;
 }
@@ -147,30 +148,20 @@ std::string run_json(const std::string& name, const RunResult& r, double seconds
 int curve_mode(const LlamaOptions& o) {
   EngineConfig config{o.model, o.threads, *std::max_element(o.curve.begin(), o.curve.end()), o.context, 0, o.verbose};
   Engine engine(config);
-  std::printf("# %s, %d threads; ms per llama_decode of k tokens per sequence (median of %zu after a warm-up)\n",
+  std::printf("# %s, %d threads, at position 256; ms per pass of k tokens per sequence (k > 1: with the plain pass after it, less a plain pass; median of %zu after a warm-up)\n",
               engine.description().c_str(), o.threads, o.repeats);
   std::vector<std::vector<double>> ms(o.curve.size());
   std::vector<std::string> specs;
   for (std::size_t c = 0; c < o.curve.size(); ++c) {
     const std::size_t s = o.curve[c];
-    PassTimer timer(engine, s, o.curve_tokens);
     std::vector<std::size_t> counts;
     for (std::size_t k = 1; k <= o.curve_tokens; ++k) counts.push_back(k * s);
-    // Raw seconds: measure_verify_cost normalizes, so time here the same way, unnormalized.
-    std::vector<std::vector<double>> seconds(counts.size());
-    for (const std::size_t n : counts) timer(n);
-    for (std::size_t round = 0; round < o.repeats; ++round) {
-      for (std::size_t i = 0; i < counts.size(); ++i) {
-        const auto start = std::chrono::steady_clock::now();
-        timer(counts[i]);
-        seconds[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      }
-    }
+    const std::vector<double> seconds = time_passes(engine, s, counts, 256, o.repeats);
     std::string spec = "table:";
     for (std::size_t i = 0; i < counts.size(); ++i) {
-      ms[c].push_back(1e3 * median(seconds[i]));
+      ms[c].push_back(1e3 * seconds[i]);
       char point[64];
-      std::snprintf(point, sizeof point, "%s%zu=%.4g", i ? "," : "", counts[i], ms[c].back() / ms[c].front());
+      std::snprintf(point, sizeof point, "%s%zu=%.4g", i ? "," : "", counts[i], seconds[i] / seconds[0]);
       spec += point;
     }
     specs.push_back(spec);
@@ -209,7 +200,11 @@ int run(const LlamaOptions& o) {
   if (!o.corpus_file.empty()) file = std::make_unique<MappedCorpus>(o.corpus_file);
 
   const bool speculates = o.speculate || o.check || o.compare;
-  CostChoice cost = speculates ? choose_cost(o, engine) : CostChoice{};
+  // Passes are timed midway through a typical sequence: what attention reads changes their cost.
+  std::size_t prompt_tokens = 0;
+  for (const std::vector<Token>& p : prompts) prompt_tokens += p.size();
+  const std::size_t midway = prompt_tokens / prompts.size() + o.n / 2;
+  CostChoice cost = speculates ? choose_cost(o, engine, midway) : CostChoice{};
   BatchConfig batch;
   batch.max_sequences = o.parallel;
   batch.max_pass_tokens = engine.max_pass_tokens();
