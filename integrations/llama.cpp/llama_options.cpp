@@ -65,7 +65,7 @@ const char* llama_usage() noexcept {
          "  --compare          plain, ngramspec and llama.cpp's own n-gram drafters (through its\n"
          "                     common_speculative code) on the same prompts in one run: one table\n"
          "  --llama-drafter S  with --compare: a llama.cpp drafter to run, TYPE[:key=value,...] (repeatable;\n"
-         "                     default: every n-gram type at its defaults and at the best of a few settings)\n"
+         "                     default: every n-gram type at its defaults and at settings that draft on short texts)\n"
          "  --repeats N        timed rounds of --check, --compare and --curve (default 3)\n"
          "  --curve 1,4,16     measure the cost of passes of 1 .. --curve-tokens (default 17) tokens per sequence\n"
          "                     for each number of sequences given, print the table, and exit\n"
