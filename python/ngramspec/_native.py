@@ -13,7 +13,7 @@ The library is looked for, in order:
 
 A library built with a sanitizer (its ELF ``DT_NEEDED`` entries name a sanitizer runtime, read from
 the file before it is loaded: loading it would abort the process, "ASan runtime does not come
-first"), one that does not load (another architecture) or one that is not the C ABI of a compatible
+first") unless that runtime is already in the process (LD_PRELOAD), one that does not load (another architecture) or one that is not the C ABI of a compatible
 version is passed over with the reason noted; when none is left, ``ImportError`` names every place
 looked and why each failed.
 """
@@ -249,12 +249,23 @@ def _sanitizer_runtime(path: str) -> str | None:
     return next((name for name in needed if name.startswith(_SANITIZER_RUNTIMES)), None)
 
 
+def _runtime_loaded(runtime: str) -> bool:
+    """Whether the sanitizer runtime `runtime` (a DT_NEEDED name) is already in this process
+    (LD_PRELOAD put it there): a sanitizer build then loads like any other."""
+    stem = runtime.split(".so")[0] + ".so"
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return any(stem in line for line in maps)
+    except OSError:
+        return False
+
+
 def _try(path: str, looked: list[str], where: str) -> ctypes.CDLL | None:
     if os.sep in path and not os.path.isfile(path):
         looked.append(f"{where}: {path}: no such file" + (" (a broken link)" if os.path.islink(path) else ""))
         return None
     runtime = _sanitizer_runtime(path) if os.sep in path else None
-    if runtime is not None:
+    if runtime is not None and not _runtime_loaded(runtime):
         looked.append(f"{where}: {path}: passed over: a sanitizer build (it links {runtime}, which must be "
                       f"loaded before the interpreter starts; run with LD_PRELOAD={runtime} to use it)")
         return None

@@ -162,7 +162,6 @@ int run(int argc, char** argv) {
     return 0;
   }
   const std::vector<TokenStream> streams = load_streams(options);
-  check_costs_fit(streams, options);
 
   std::vector<DrafterEntry> drafters;
   for (const std::string& name : options.drafter_names) drafters.push_back(make_drafter(name, options.defaults));

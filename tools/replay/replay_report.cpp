@@ -206,28 +206,6 @@ std::string printed(const char* format, double value) {
 
 }  // namespace
 
-void check_costs_fit(std::span<const TokenStream> streams, const ReplayOptions& options) {
-  double outputs = 0;
-  for (const TokenStream& s : streams) outputs += static_cast<double>(s.output.size());
-  const std::size_t batch = std::min<std::size_t>(*std::max_element(options.batches.begin(), options.batches.end()),
-                                                  std::max<std::size_t>(streams.size(), 1));
-  const std::size_t k = *std::max_element(options.ks.begin(), options.ks.end());
-  const std::size_t tokens = batch * (k + 1);
-  for (const CostCurve& cost : options.costs) {
-    // Costs do not decrease with the tokens, so the largest pass costs the most.
-    const double most = cost.curve(tokens);
-    const double bound = most * outputs;
-    if (!std::isfinite(most) || !std::isfinite(bound)) {
-      throw std::invalid_argument("--cost '" + cost.name + "': a pass of " + std::to_string(tokens) + " tokens (batch " +
-                                  std::to_string(batch) + ", k " + std::to_string(k) + ") costs " +
-                                  printed("%g", most) + ", and the decode passes of these " +
-                                  printed("%.0f", outputs) + " output tokens could cost up to " +
-                                  printed("%g", bound) + " in all, more than a double holds: scale the costs "
-                                  "down (only their ratios matter)");
-    }
-  }
-}
-
 std::string format_table(const std::vector<Row>& all_rows, bool categories) {
   bool several = false;
   for (const Row& row : all_rows) several = several || row.category == "overall";

@@ -84,12 +84,6 @@ struct Row {
                                             std::span<const TokenStream> streams, const ReplayOptions& options,
                                             const HeapMeter& meter = {});
 
-/// Refuses (std::invalid_argument naming the cost, the pass and the bound) a --cost under which
-/// the decode passes of `streams` at the largest --batch and --k could sum to more than a double
-/// holds: every row's simulated cost and speedup must be a finite number. The bound is the
-/// output tokens (no more decode passes than that) times the cost of the largest pass.
-void check_costs_fit(std::span<const TokenStream> streams, const ReplayOptions& options);
-
 /// The report as text: a header and one line per row, columns aligned; with `categories` every
 /// row, else the overall rows (with one category, its rows). Columns that hold one value on every
 /// row (batch, policy, cost, category) are left out and their values said on a line above.
@@ -97,7 +91,8 @@ void check_costs_fit(std::span<const TokenStream> streams, const ReplayOptions& 
 
 /// The report as one JSON object, {"results": [row, ...]}, every row with every field. Numbers
 /// are always finite: one that is not is written as null, and the row names it in
-/// "not_finite" (check_costs_fit keeps that from happening).
+/// "not_finite" (VerifyCost keeps that from happening: it normalizes every curve so that one token
+/// costs 1 and refuses ratios above VerifyCost::kMaxCost, so no sum of passes nears a double's range).
 [[nodiscard]] std::string format_json(const std::vector<Row>& rows);
 
 }  // namespace ngramspec::replay
