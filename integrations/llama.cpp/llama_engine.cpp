@@ -41,7 +41,6 @@ struct Engine::Pass {
   Pass(const Pass&) = delete;
   Pass& operator=(const Pass&) = delete;
   llama_batch batch;
-  std::vector<std::size_t> end_of;  // per sequence: the position after its last token in this pass
 };
 
 Engine::Engine(const EngineConfig& config) {
@@ -106,12 +105,11 @@ Engine::Engine(const EngineConfig& config) {
     throw std::runtime_error("llama.cpp could not make a context of " + std::to_string(total) + " tokens (" +
                              std::to_string(sequences_) + " sequences of " + std::to_string(context_) + ")");
   }
-  pass_ = new Pass(max_pass_tokens_);
-  pass_->end_of.assign(sequences_, 0);
+  pass_ = std::make_unique<Pass>(max_pass_tokens_);
 }
 
 Engine::~Engine() {
-  delete pass_;
+  pass_.reset();
   if (context_ptr_ != nullptr) llama_free(context_ptr_);
   if (model_ != nullptr) llama_model_free(model_);
 }
@@ -142,10 +140,7 @@ std::string Engine::detokenize(std::span<const Token> tokens) const {
   return text;
 }
 
-void Engine::clear_pass() noexcept {
-  pass_->batch.n_tokens = 0;
-  std::fill(pass_->end_of.begin(), pass_->end_of.end(), 0);
-}
+void Engine::clear_pass() noexcept { pass_->batch.n_tokens = 0; }
 
 std::size_t Engine::pass_size() const noexcept { return static_cast<std::size_t>(pass_->batch.n_tokens); }
 
@@ -174,7 +169,6 @@ std::size_t Engine::add(std::size_t sequence, std::size_t pos, std::span<const T
     b.logits[j] = static_cast<int8_t>(all_logits || i + 1 == tokens.size());
   }
   b.n_tokens = static_cast<int32_t>(first + tokens.size());
-  pass_->end_of[sequence] = pos + tokens.size();
   return first;
 }
 

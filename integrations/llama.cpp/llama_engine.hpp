@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -85,7 +86,7 @@ class Engine {
   std::string description_;
   std::vector<Token> stop_tokens_;
   struct Pass;
-  Pass* pass_ = nullptr;
+  std::unique_ptr<Pass> pass_;
 };
 
 }  // namespace ngramspec::llama_cpp
