@@ -40,7 +40,6 @@ struct RunResult {
   std::uint64_t drafted = 0;                ///< drafts verified
   std::uint64_t accepted = 0;               ///< drafts accepted
   std::uint64_t generated = 0;              ///< tokens generated
-  std::uint64_t pass_tokens = 0;            ///< tokens fed to llama_decode, prefill included
 
   [[nodiscard]] double tokens_per_second() const noexcept { return seconds > 0 ? static_cast<double>(generated) / seconds : 0; }
   /// Generated tokens per pass a sequence took part in (Spec-Bench's mean accepted length).
@@ -65,8 +64,7 @@ struct Slot {
   std::size_t fed = 0;                 // tokens it fed in this pass
 };
 
-inline std::size_t prompt_limit_check(const Engine& engine, std::span<const std::vector<Token>> prompts) {
-  std::size_t longest = 0;
+inline void prompt_limit_check(const Engine& engine, std::span<const std::vector<Token>> prompts) {
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     if (prompts[i].empty()) throw std::runtime_error("prompt " + std::to_string(i + 1) + " has no tokens");
     if (prompts[i].size() >= engine.context()) {
@@ -78,9 +76,7 @@ inline std::size_t prompt_limit_check(const Engine& engine, std::span<const std:
       throw std::runtime_error("prompt " + std::to_string(i + 1) + " has " + std::to_string(prompts[i].size()) +
                                " tokens, more than one pass carries (" + std::to_string(engine.max_pass_tokens()) + ")");
     }
-    longest = std::max(longest, prompts[i].size());
   }
-  return longest;
 }
 
 // The passes' samplers, one per slot, keyed by the prompt's seed.
@@ -139,7 +135,6 @@ inline RunResult decode_plain(Engine& engine, std::span<const std::vector<Token>
       }
     }
     if (!any) break;
-    result.pass_tokens += engine.pass_size();
     const auto decode_start = detail::Clock::now();
     engine.decode();
     result.decode_seconds += detail::since(decode_start);
@@ -237,7 +232,6 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
         slot.fed = fed.size();
       }
     }
-    result.pass_tokens += engine.pass_size();
     const auto decode_start = detail::Clock::now();
     engine.decode();
     result.decode_seconds += detail::since(decode_start);

@@ -132,10 +132,16 @@ std::vector<Token> Engine::tokenize(std::string_view text, bool add_bos) const {
 
 std::string Engine::detokenize(std::span<const Token> tokens) const {
   std::string text;
-  char piece[256];
+  std::vector<char> piece(256);
   for (const Token t : tokens) {
-    const int32_t n = llama_token_to_piece(vocab_, static_cast<llama_token>(t), piece, sizeof piece, 0, false);
-    if (n > 0) text.append(piece, static_cast<std::size_t>(n));
+    int32_t n = llama_token_to_piece(vocab_, static_cast<llama_token>(t), piece.data(),
+                                     static_cast<int32_t>(piece.size()), 0, false);
+    if (n < 0) {  // a longer piece: -n bytes
+      piece.resize(static_cast<std::size_t>(-n));
+      n = llama_token_to_piece(vocab_, static_cast<llama_token>(t), piece.data(), static_cast<int32_t>(piece.size()), 0,
+                               false);
+    }
+    if (n > 0) text.append(piece.data(), static_cast<std::size_t>(n));
   }
   return text;
 }

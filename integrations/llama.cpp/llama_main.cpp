@@ -148,15 +148,20 @@ std::string run_json(const std::string& name, const RunResult& r, double seconds
 int curve_mode(const LlamaOptions& o) {
   EngineConfig config{o.model, o.threads, *std::max_element(o.curve.begin(), o.curve.end()), o.context, 0, o.verbose};
   Engine engine(config);
-  std::printf("# %s, %d threads, at position 256; ms per pass of k tokens per sequence (k > 1: with the plain pass after it, less a plain pass; median of %zu after a warm-up)\n",
-              engine.description().c_str(), o.threads, o.repeats);
+  if (o.curve_at + o.curve_tokens + 64 > engine.context()) {
+    throw std::runtime_error("--curve-at " + std::to_string(o.curve_at) + " leaves no room for passes of --curve-tokens " +
+                             std::to_string(o.curve_tokens) + " in a context of " + std::to_string(engine.context()) +
+                             " tokens (--ctx): the position plus the tokens plus 64 must fit");
+  }
+  std::printf("# %s, %d threads, at position %zu; ms per pass of k tokens per sequence (k > 1: with the plain pass after it, less a plain pass; median of %zu after a warm-up)\n",
+              engine.description().c_str(), o.threads, o.curve_at, o.repeats);
   std::vector<std::vector<double>> ms(o.curve.size());
   std::vector<std::string> specs;
   for (std::size_t c = 0; c < o.curve.size(); ++c) {
     const std::size_t s = o.curve[c];
     std::vector<std::size_t> counts;
     for (std::size_t k = 1; k <= o.curve_tokens; ++k) counts.push_back(k * s);
-    const std::vector<double> seconds = time_passes(engine, s, counts, 256, o.repeats);
+    const std::vector<double> seconds = time_passes(engine, s, counts, o.curve_at, o.repeats);
     std::string spec = "table:";
     for (std::size_t i = 0; i < counts.size(); ++i) {
       ms[c].push_back(1e3 * seconds[i]);
@@ -203,7 +208,9 @@ int run(const LlamaOptions& o) {
   // Passes are timed midway through a typical sequence: what attention reads changes their cost.
   std::size_t prompt_tokens = 0;
   for (const std::vector<Token>& p : prompts) prompt_tokens += p.size();
-  const std::size_t midway = prompt_tokens / prompts.size() + o.n / 2;
+  // (PassTimer needs room for the largest pass after it: a long --n on a short --ctx times nearer the start.)
+  const std::size_t room = engine.context() > o.k + 1 + 64 ? engine.context() - (o.k + 1 + 64) : 0;
+  const std::size_t midway = std::min(prompt_tokens / prompts.size() + o.n / 2, room);
   CostChoice cost = speculates ? choose_cost(o, engine, midway) : CostChoice{};
   BatchConfig batch;
   batch.max_sequences = o.parallel;

@@ -1,6 +1,8 @@
 #include "llama_options.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <initializer_list>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -67,7 +69,8 @@ const char* llama_usage() noexcept {
          "  --llama-drafter S  with --compare: a llama.cpp drafter to run, TYPE[:key=value,...] (repeatable;\n"
          "                     default: every n-gram type at its defaults and at settings that draft on short texts)\n"
          "  --repeats N        timed rounds of --check, --compare and --curve (default 3)\n"
-         "  --curve 1,4,16     measure the cost of passes of 1 .. --curve-tokens (default 17) tokens per sequence\n"
+         "  --curve 1,4,16     measure the cost of passes of 1 .. --curve-tokens (default 17) tokens per sequence,\n"
+         "                     at position --curve-at (default 256) of each sequence,\n"
          "                     for each number of sequences given, print the table, and exit\n"
          "  --json             print the result as JSON\n"
          "  --verbose          show llama.cpp's log\n";
@@ -75,8 +78,10 @@ const char* llama_usage() noexcept {
 
 LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   LlamaOptions o;
+  std::vector<std::string_view> given;  // every option, to refuse the ones the chosen mode would not read
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view flag = args[i];
+    given.push_back(flag);
     const auto value = [&]() -> std::string_view {
       if (i + 1 >= args.size()) throw std::invalid_argument(std::string(flag) + " needs a value");
       return args[++i];
@@ -147,6 +152,8 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
         o.curve.push_back(parse_count(flag, text.substr(start, comma - start), 1, 256));
         start = comma + 1;
       }
+    } else if (flag == "--curve-at") {
+      o.curve_at = parse_count(flag, value(), 0, std::size_t{1} << 24);
     } else if (flag == "--curve-tokens") {
       o.curve_tokens = parse_count(flag, value(), 1, 1024);
     } else if (flag == "--json") {
@@ -158,6 +165,28 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
     }
   }
   if (o.model.empty()) throw std::invalid_argument("--model FILE is required");
+  const auto refuse_with = [&](std::initializer_list<std::string_view> flags, const char* why) {
+    for (const std::string_view f : flags) {
+      if (std::find(given.begin(), given.end(), f) != given.end()) {
+        throw std::invalid_argument(std::string(f) + " " + why);
+      }
+    }
+  };
+  if (!o.curve.empty()) {
+    refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--k", "--cost", "--print-cost", "--temperature",
+                 "--top-k", "--top-p", "--min-p", "--seed", "--ignore-eos", "--no-speculate", "--check", "--compare",
+                 "--corpus", "--corpus-file", "--json"},
+                "does nothing with --curve, which only times passes (its options: --threads, --ctx, --curve-at, "
+                "--curve-tokens, --repeats, --verbose)");
+  } else {
+    refuse_with({"--curve-at", "--curve-tokens"}, "goes with --curve");
+  }
+  if (!o.check && !o.compare && o.curve.empty()) refuse_with({"--repeats"}, "goes with --check, --compare or --curve");
+  if (!o.speculate) {
+    refuse_with({"--k", "--cost", "--print-cost", "--corpus", "--corpus-file"},
+                "does nothing with --no-speculate, which drafts nothing");
+  }
+  if (o.cost_source == LlamaOptions::Cost::none) refuse_with({"--print-cost"}, "has no cost to print with --cost none");
   if (o.curve.empty() && !o.prompt && o.prompts_file.empty()) {
     throw std::invalid_argument("give --prompt TEXT or --prompts FILE");
   }

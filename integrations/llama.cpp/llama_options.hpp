@@ -40,6 +40,7 @@ struct LlamaOptions {
   std::string corpus_file;           ///< --corpus-file FILE: a corpus file (ngramspec-corpus build)
   std::vector<std::size_t> curve;    ///< --curve 1,4,16: measure and print cost curves, then exit
   std::size_t curve_tokens = 17;     ///< --curve-tokens: most tokens per sequence a curve pass carries
+  std::size_t curve_at = 256;        ///< --curve-at: the position of each sequence where curve passes start
   bool json = false;                 ///< --json
   bool verbose = false;              ///< --verbose: llama.cpp's log
 

@@ -221,6 +221,15 @@ TEST(LlamaIntegration, ProgramRefusesBadInputWithAClearMessage) {
   EXPECT_NE(out.find("context holds 8"), std::string::npos) << out;
   out = run_program("--model " + kModel + " --prompt hi --cost table:1=2,2=1", status);
   EXPECT_EQ(status, 2) << out;
+  // An option the chosen mode would not read is refused, never ignored.
+  for (const char* args : {"--curve 1 --prompt hi", "--prompt hi --curve-tokens 4", "--prompt hi --repeats 2",
+                           "--prompt hi --no-speculate --k 4", "--prompt hi --cost none --print-cost"}) {
+    out = run_program("--model " + kModel + " " + args, status);
+    EXPECT_EQ(status, 2) << args << ": " << out;
+  }
+  out = run_program("--model " + kModel + " --curve 1 --curve-at 500", status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("--curve-at 500"), std::string::npos) << out;
 }
 
 }  // namespace
