@@ -2,6 +2,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "ngramspec/token.hpp"
@@ -26,6 +27,18 @@ concept LogitsModel = requires(M& m, const M& cm, std::size_t pos, std::span<con
   m.rollback(pos);
   { cm.max_batch() } -> std::convertible_to<std::size_t>;
   { cm.vocab_size() } -> std::convertible_to<std::size_t>;
+};
+
+/// A LogitsModel that also verifies trees (TreeTargetModel's contract, with logits):
+/// `forward_tree(pos, tokens, parents, logits)` writes row i for the path that ends at token i,
+/// and `keep(pos, kept)` keeps a root path of the pass. SamplingModel over one is a
+/// TopKTreeModel.
+template <class M>
+concept LogitsTreeModel = LogitsModel<M> && requires(M& m, std::size_t pos, std::span<const Token> tokens,
+                                                     std::span<const std::int32_t> parents, std::span<float> logits,
+                                                     std::span<const std::size_t> kept) {
+  m.forward_tree(pos, tokens, parents, logits);
+  m.keep(pos, kept);
 };
 
 /// The LogitsModel contract as an abstract class, for backends chosen at run time:
