@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
 
 #include "ngramspec/decode_options.hpp"
+#include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/token.hpp"
 
@@ -163,6 +165,91 @@ template <Drafter D>
   outcome.rollback_to = state.prompt_length + state.generated + emit - 1;
   outcome.discarded = pass_end - outcome.rollback_to;
   return outcome;
+}
+
+/// Decides a tree verify pass. The pass fed the last emitted token (pass entry 0, the root)
+/// and then the tree's nodes (node i as entry i + 1, under parent entry parents[i] + 1, or 0
+/// for kTreeRoot); `model_tokens[e]` is the model's token after pass entry e's path, so
+/// model_tokens.size() must be tokens.size() + 1. Walks from the root to the child whose token
+/// is the model's token there, as long as one is, and emits the model's tokens along that
+/// path (its accepted drafts and the model's token after them), cut after a stop token and at
+/// the limits as accept_drafts() cuts a chain.
+///
+/// Writes to `kept[0 .. outcome.emitted)` the pass entries the model keeps, in order: kept[0]
+/// is 0 (the root) and kept[j] the entry of the j-th accepted node, so the emitted tokens are
+/// model_tokens[kept[j]], and the model keeps entry kept[j] at position cache_length() + j
+/// (TreeTargetModel::keep), which is what rollback_to counts. A chain's kept is 0, 1, ...:
+/// there rollback(rollback_to) does the same. `kept` needs room for tokens.size() + 1 entries.
+///
+/// Throws std::invalid_argument, changing nothing, when the sizes disagree, a parent does not
+/// precede its child (validate_tree_parents), `kept` is too small, or the sequence is finished.
+[[nodiscard]] inline StepOutcome accept_tree(const SequenceState& state, std::span<const Token> tokens,
+                                             std::span<const std::int32_t> parents,
+                                             std::span<const Token> model_tokens, const DecodeOptions& options,
+                                             std::span<std::size_t> kept) {
+  if (state.finished) throw std::invalid_argument("ngramspec: accept_tree on a finished sequence");
+  if (parents.size() != tokens.size()) {
+    throw std::invalid_argument("ngramspec: accept_tree: " + std::to_string(parents.size()) + " parents for " +
+                                std::to_string(tokens.size()) + " tree nodes");
+  }
+  if (model_tokens.size() != tokens.size() + 1) {
+    throw std::invalid_argument("ngramspec: accept_tree needs tree nodes + 1 model tokens; got " +
+                                std::to_string(model_tokens.size()) + " for " + std::to_string(tokens.size()) +
+                                " nodes");
+  }
+  if (state.generated == 0 && !tokens.empty()) {
+    throw std::invalid_argument("ngramspec: accept_tree: the prefill step takes no drafts; got " +
+                                std::to_string(tokens.size()) + " nodes");
+  }
+  validate_tree_parents(parents);
+  if (kept.size() < tokens.size() + 1) {
+    throw std::invalid_argument("ngramspec: accept_tree: `kept` has room for " + std::to_string(kept.size()) +
+                                " entries; a tree of " + std::to_string(tokens.size()) + " nodes needs " +
+                                std::to_string(tokens.size() + 1));
+  }
+
+  // The walk: from pass entry `at`, the first later node under it whose token is the model's.
+  std::size_t matched = 0;
+  std::size_t at = 0;
+  kept[0] = 0;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (static_cast<std::size_t>(parents[i] + 1) != at || tokens[i] != model_tokens[at]) continue;
+    at = i + 1;
+    kept[++matched] = at;
+  }
+
+  StepOutcome outcome;
+  const std::size_t left = remaining_tokens(state, options);
+  std::size_t emit = std::min(matched + 1, left);
+  for (std::size_t j = 0; j < emit; ++j) {
+    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), model_tokens[kept[j]]) !=
+        options.stop_tokens.end()) {
+      emit = j + 1;
+      outcome.finished = true;
+      outcome.stop_reason = StopReason::stop_token;
+      break;
+    }
+  }
+  if (!outcome.finished && emit == left) {
+    outcome.finished = true;
+    const bool by_count = options.max_new_tokens - state.generated == left;
+    outcome.stop_reason = by_count ? StopReason::max_new_tokens : StopReason::max_context;
+  }
+  outcome.emitted = emit;
+  outcome.accepted = std::min(matched, emit);
+  const std::size_t pass_end = state.generated == 0 ? state.prompt_length : state.cache_length() + tokens.size() + 1;
+  outcome.rollback_to = state.prompt_length + state.generated + emit - 1;
+  outcome.discarded = pass_end - outcome.rollback_to;
+  return outcome;
+}
+
+/// Whether the entries a tree pass keeps are its first ones (kept[j] == j), so that a
+/// rollback keeps them without moving anything.
+[[nodiscard]] constexpr bool kept_is_prefix(std::span<const std::size_t> kept) noexcept {
+  for (std::size_t j = 0; j < kept.size(); ++j) {
+    if (kept[j] != j) return false;
+  }
+  return true;
 }
 
 /// Applies a step's outcome to the sequence.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "ngramspec/detail/top_k_select.hpp"
+#include "ngramspec/draft_tree.hpp"
 #include "ngramspec/logits_model.hpp"
 #include "ngramspec/position_random.hpp"
 #include "ngramspec/sampling_options.hpp"
@@ -55,6 +57,7 @@ class SamplingModel {
                                   std::to_string(rows_) + " rows of " + std::to_string(vocab) + " floats is too large");
     }
     logits_.resize(rows_ * vocab);
+    depths_.resize(rows_);
   }
 
   /// See the class comment. Throws std::invalid_argument if next.size() != tokens.size() or
@@ -74,6 +77,32 @@ class SamplingModel {
     }
   }
 
+  /// TreeTargetModel, for a LogitsTreeModel: the model's tree pass, then next[i] chosen from
+  /// row i at position pos + depth(i) + 1, the absolute position of the token being chosen
+  /// after node i's path: the draw a chain pass of that path would use, so a tree pass emits
+  /// along its accepted path exactly the tokens plain decoding would (docs/SAMPLING.md).
+  /// Throws std::invalid_argument as forward() does, and for parents that are not a tree.
+  void forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                    std::span<Token> next)
+    requires LogitsTreeModel<M>
+  {
+    tree_rows(pos, tokens, parents, next, {});
+  }
+  /// TopKTreeModel: as above, and the top.size() / tokens.size() highest logits of each row,
+  /// best first, ties to the lower id (the model's ranking, whatever the sampling options).
+  void forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                    std::span<Token> next, std::span<Token> top)
+    requires LogitsTreeModel<M>
+  {
+    tree_rows(pos, tokens, parents, next, top);
+  }
+  /// TreeTargetModel: the model's keep.
+  void keep(std::size_t pos, std::span<const std::size_t> kept)
+    requires LogitsTreeModel<M>
+  {
+    model_->keep(pos, kept);
+  }
+
   void rollback(std::size_t pos) { model_->rollback(pos); }
   /// The model's max_batch() as read at construction (the rows the logits buffer holds).
   [[nodiscard]] std::size_t max_batch() const noexcept { return rows_; }
@@ -90,10 +119,41 @@ class SamplingModel {
   [[nodiscard]] const M& model() const noexcept { return *model_; }
 
  private:
+  void tree_rows(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                 std::span<Token> next, std::span<Token> top) {
+    const std::size_t n = tokens.size();
+    if (next.size() != n || parents.size() != n || n == 0 || n > rows_) {
+      throw std::invalid_argument("ngramspec: SamplingModel::forward_tree of " + std::to_string(n) + " tokens, " +
+                                  std::to_string(parents.size()) + " parents, into " + std::to_string(next.size()) +
+                                  "; needs 1 .. max_batch() = " + std::to_string(rows_) +
+                                  " tokens and as many parents and outputs");
+    }
+    if (top.size() % n != 0) {
+      throw std::invalid_argument("ngramspec: SamplingModel::forward_tree: " + std::to_string(top.size()) +
+                                  " top-k slots are not a multiple of the " + std::to_string(n) + " tokens");
+    }
+    validate_tree_parents(parents);
+    const std::size_t vocab = sampler_.vocab_size();
+    const std::size_t k = top.size() / n;
+    if (k > vocab) {
+      throw std::invalid_argument("ngramspec: SamplingModel::forward_tree: top-" + std::to_string(k) +
+                                  " of a vocabulary of " + std::to_string(vocab));
+    }
+    const std::span<float> rows = std::span<float>(logits_).first(n * vocab);
+    model_->forward_tree(pos, tokens, parents, rows);
+    for (std::size_t i = 0; i < n; ++i) {
+      depths_[i] = parents[i] == kTreeRoot ? 0 : depths_[static_cast<std::size_t>(parents[i])] + 1;
+      const std::span<const float> row = rows.subspan(i * vocab, vocab);
+      next[i] = sampler_.choose(row, static_cast<std::uint64_t>(pos + depths_[i] + 1));
+      if (k != 0) detail::top_k_select(row, top.subspan(i * k, k));
+    }
+  }
+
   M* model_;
   std::size_t rows_;
   TokenSampler sampler_;
   std::vector<float> logits_;  // rows_ x vocab_size()
+  std::vector<std::size_t> depths_;  // tree passes: each token's depth
 };
 
 static_assert(TargetModel<SamplingModel<AbstractLogitsModel>>);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -16,9 +17,11 @@
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/detail/draft_estimates.hpp"
 #include "ngramspec/draft_planner.hpp"
+#include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/target_model.hpp"
+#include "ngramspec/top_k_table.hpp"
 #include "ngramspec/token.hpp"
 #include "ngramspec/verify_cost.hpp"
 
@@ -108,6 +111,7 @@ class SpeculativeDecoder {
     next_.resize(std::max(draft_room + 1, std::min(max_batch, prompt.size())));
     result.stats.drafted_at.assign(draft_room, 0);
     result.stats.accepted_at.assign(draft_room, 0);
+    if constexpr (kTrees) prepare_trees(active, options, max_batch, result.stats);
 
     // Prefill: the token after the prompt is the first output token.
     for (std::size_t pos = 0; pos < prompt.size();) {
@@ -119,10 +123,15 @@ class SpeculativeDecoder {
     }
     std::size_t drafted = 0;
     StepOutcome outcome = accept_drafts(state, {}, std::span<const Token>(next_).first(1), options);
+    std::span<const Token> emitted_from = next_;  // where the pass's emitted tokens are
 
     for (;;) {
-      const std::span<const Token> emitted = std::span<const Token>(next_).first(outcome.emitted);
-      record(result.stats, drafted, outcome);
+      const std::span<const Token> emitted = emitted_from.first(outcome.emitted);
+      if constexpr (kTrees) {
+        record_tree(result.stats, drafted, outcome);
+      } else {
+        record(result.stats, drafted, outcome);
+      }
       advance(state, outcome);
       if (speculate) active.update(emitted);
       result.tokens.insert(result.tokens.end(), emitted.begin(), emitted.end());
@@ -134,11 +143,16 @@ class SpeculativeDecoder {
 
       // The drafts go straight behind the last emitted token, which the pass feeds first.
       fed_[0] = result.tokens.back();
+      ++result.stats.decode_passes;
+      if constexpr (kTrees) {
+        drafted = tree_pass(active, state, options, max_batch, outcome);
+        emitted_from = emitted_;
+        continue;
+      }
       drafted = cost_ ? plan_drafts(active, state, options, max_batch - 1)
                       : propose_drafts(active, state, options, max_batch - 1, std::span<Token>(fed_).subspan(1));
       model_->forward(state.cache_length(), std::span<const Token>(fed_).first(drafted + 1),
                       std::span<Token>(next_).first(drafted + 1));
-      ++result.stats.decode_passes;
       outcome = accept_drafts(state, std::span<const Token>(fed_).subspan(1, drafted),
                               std::span<const Token>(next_).first(drafted + 1), options);
       if (outcome.discarded != 0) model_->rollback(outcome.rollback_to);
@@ -164,6 +178,84 @@ class SpeculativeDecoder {
   [[nodiscard]] const std::optional<VerifyCost>& verify_cost() const noexcept { return cost_; }
 
  private:
+  // Trees when the drafter drafts them and the model verifies them; chains otherwise.
+  static constexpr bool kTrees = TreeDraftingDrafter<D> && TreeTargetModel<M>;
+
+  // Sizes the tree buffers: a tree pass carries up to min(max_drafts, max_batch - 1) nodes
+  // whatever the sequence has left (only its depth is bounded by that).
+  void prepare_trees(const D& drafter, const DecodeOptions& options, std::size_t max_batch, DecodeStats& stats) {
+    const std::size_t nodes = std::min({options.max_drafts, max_batch - 1, kMaxDraftsPerPass});
+    tree_.reserve(nodes);
+    fed_.resize(nodes + 1);
+    next_.resize(std::max(next_.size(), nodes + 1));
+    parents_.resize(nodes + 1);
+    kept_.resize(nodes + 1);
+    emitted_.resize(nodes + 1);
+    probabilities_.resize(nodes);
+    const TopKTable* table = drafter.top_k_table();
+    top_k_ = table != nullptr && TopKTreeModel<M> ? table->k() : 0;
+    top_.resize(top_k_ * (nodes + 1));
+    stats.drafted_at.assign(std::max(stats.drafted_at.size(), nodes), 0);
+    stats.accepted_at.assign(stats.drafted_at.size(), 0);
+  }
+
+  // One tree pass: drafts a tree (cut by the cost when there is one), verifies it, keeps the
+  // accepted path's entries, and writes the emitted tokens to emitted_. Returns the nodes sent.
+  std::size_t tree_pass(D& drafter, const SequenceState& state, const DecodeOptions& options, std::size_t max_batch,
+                        StepOutcome& outcome) {
+    const std::size_t depth = draft_limit(state, options, max_batch - 1);
+    std::size_t nodes = 0;
+    tree_.clear();
+    if (depth > 0) {
+      nodes = drafter.predict_tree(tree_, tree_.capacity(), depth);
+      if (cost_ && nodes > 0) {
+        const std::span<const float> path = tree_.path_probabilities();
+        std::copy(path.begin(), path.end(), probabilities_.begin());
+        nodes = DraftPlanner::plan_one(&*cost_, 1, 1.0, 0, std::span<float>(probabilities_).first(nodes));
+        tree_.truncate(nodes);
+      }
+    }
+    const std::span<const Token> tokens = tree_.tokens();
+    const std::span<const std::int32_t> parents = tree_.parents();
+    parents_[0] = kTreeRoot;
+    for (std::size_t i = 0; i < nodes; ++i) {
+      fed_[i + 1] = tokens[i];
+      parents_[i + 1] = parents[i] + 1;  // kTreeRoot (-1) becomes the root's entry, 0
+    }
+    const std::size_t pos = state.cache_length();
+    const std::span<const Token> fed = std::span<const Token>(fed_).first(nodes + 1);
+    const std::span<Token> next = std::span<Token>(next_).first(nodes + 1);
+    const std::span<Token> top = std::span<Token>(top_).first(top_k_ * (nodes + 1));
+    if constexpr (TopKTreeModel<M>) {
+      if (top_k_ != 0) {
+        model_->forward_tree(pos, fed, std::span<const std::int32_t>(parents_).first(nodes + 1), next, top);
+      } else {
+        model_->forward_tree(pos, fed, std::span<const std::int32_t>(parents_).first(nodes + 1), next);
+      }
+    } else {
+      model_->forward_tree(pos, fed, std::span<const std::int32_t>(parents_).first(nodes + 1), next);
+    }
+    outcome = accept_tree(state, tokens, parents, next, options, kept_);
+    const std::span<const std::size_t> kept = std::span<const std::size_t>(kept_).first(outcome.emitted);
+    drafter.observe_pass(tree_, fed, next, kept, top);
+    if (kept_is_prefix(kept)) {
+      if (outcome.discarded != 0) model_->rollback(outcome.rollback_to);
+    } else {
+      model_->keep(pos, kept);
+    }
+    for (std::size_t j = 0; j < outcome.emitted; ++j) emitted_[j] = next_[kept[j]];
+    return nodes;
+  }
+
+  void record_tree(DecodeStats& stats, std::size_t drafted, const StepOutcome& outcome) const noexcept {
+    stats.drafted += drafted;
+    stats.accepted += outcome.accepted;
+    stats.generated += outcome.emitted;
+    if (drafted == 0) return;
+    for (const std::uint32_t depth : tree_.depths()) ++stats.drafted_at[depth];
+    for (std::size_t i = 0; i < outcome.accepted; ++i) ++stats.accepted_at[i];
+  }
+
   static void record(DecodeStats& stats, std::size_t drafted, const StepOutcome& outcome) noexcept {
     stats.drafted += drafted;
     stats.accepted += outcome.accepted;
@@ -197,6 +289,13 @@ class SpeculativeDecoder {
   std::vector<float> probabilities_;
   std::vector<Token> fed_;   // last emitted token followed by the drafts
   std::vector<Token> next_;  // the model's tokens for what was fed
+  // Tree passes only.
+  DraftTree tree_;
+  std::vector<std::int32_t> parents_;  // the pass's parents: the root, then the nodes
+  std::vector<std::size_t> kept_;      // the pass entries kept
+  std::vector<Token> emitted_;         // the tokens a tree pass emitted
+  std::vector<Token> top_;             // the model's top-k after each fed token
+  std::size_t top_k_ = 0;
 };
 
 }  // namespace ngramspec

@@ -253,6 +253,78 @@ class GreedyModel {
     if (fault) throw ModelFault("injected forward fault");
   }
 
+  /// TreeTargetModel: next[i] = rule(held tokens, then the path to tokens[i]); the model then
+  /// holds the pass's tokens in pass order, as a real cache would, until keep() or rollback().
+  /// The contract is checked as for forward, and parents must form a tree.
+  void forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                    std::span<Token> next) {
+    forward_tree(pos, tokens, parents, next, {});
+  }
+  /// TopKTreeModel: as above, and top[i * K + r] = next[i] + r (K = top.size() / n): the rule's
+  /// token first, then its successors, a ranking the drafters can learn from.
+  void forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                    std::span<Token> next, std::span<Token> top) {
+    ++forward_calls_;
+    ++tree_calls_;
+    forwarded_tokens_ += tokens.size();
+    if (pos != history_.size()) {
+      violation("forward_tree at pos " + std::to_string(pos) + " but the model holds " +
+                std::to_string(history_.size()));
+      history_.resize(pos, kPadding);
+    }
+    if (tokens.empty() || tokens.size() > max_batch_ || parents.size() != tokens.size() ||
+        next.size() != tokens.size() || (!top.empty() && top.size() % tokens.size() != 0)) {
+      violation("forward_tree of " + std::to_string(tokens.size()) + " tokens, " + std::to_string(parents.size()) +
+                " parents, " + std::to_string(next.size()) + " outputs, " + std::to_string(top.size()) +
+                " top-k; max_batch() is " + std::to_string(max_batch_));
+      return;
+    }
+    const std::size_t k = top.size() / tokens.size();
+    path_.assign(history_.begin(), history_.end());
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      if (parents[i] != kTreeRoot && (parents[i] < 0 || static_cast<std::size_t>(parents[i]) >= i)) {
+        violation("forward_tree: token " + std::to_string(i) + " has parent " + std::to_string(parents[i]));
+        return;
+      }
+      // The path root..i, after the held tokens.
+      path_.resize(pos);
+      std::size_t depth = 0;
+      for (std::int32_t at = static_cast<std::int32_t>(i); at != kTreeRoot; at = parents[static_cast<std::size_t>(at)]) {
+        ++depth;
+      }
+      path_.resize(pos + depth);
+      std::size_t d = depth;
+      for (std::int32_t at = static_cast<std::int32_t>(i); at != kTreeRoot; at = parents[static_cast<std::size_t>(at)]) {
+        path_[pos + --d] = tokens[static_cast<std::size_t>(at)];
+      }
+      next[i] = rule_(std::span<const Token>(path_));
+      for (std::size_t r = 0; r < k; ++r) top[i * k + r] = static_cast<Token>(next[i] + r);
+    }
+    history_.insert(history_.end(), tokens.begin(), tokens.end());
+    tree_parents_.assign(parents.begin(), parents.end());
+    tree_pos_ = pos;
+    peak_length_ = std::max(peak_length_, history_.size());
+  }
+
+  /// TreeTargetModel: keeps the pass entries `kept`, a root path of the last tree pass at pos.
+  void keep(std::size_t pos, std::span<const std::size_t> kept) {
+    ++keep_calls_;
+    if (pos != tree_pos_ || history_.size() != pos + tree_parents_.size()) {
+      violation("keep at pos " + std::to_string(pos) + " not right after a tree pass there");
+      return;
+    }
+    for (std::size_t j = 0; j < kept.size(); ++j) {
+      const std::int32_t want = j == 0 ? kTreeRoot : static_cast<std::int32_t>(kept[j - 1]);
+      if (kept[j] >= tree_parents_.size() || tree_parents_[kept[j]] != want) {
+        violation("keep: entry " + std::to_string(j) + " = " + std::to_string(kept[j]) + " is not on a root path");
+        return;
+      }
+    }
+    for (std::size_t j = 0; j < kept.size(); ++j) history_[pos + j] = history_[pos + kept[j]];
+    history_.resize(pos + kept.size());
+    tree_parents_.clear();
+  }
+
   void rollback(std::size_t pos) {
     ++rollback_calls_;
     if (pos > history_.size()) {
@@ -260,6 +332,15 @@ class GreedyModel {
     }
     if (rollback_fault_ != 0 && --rollback_fault_ == 0) throw ModelFault("injected rollback fault");
     if (pos == history_.size()) ++noop_rollbacks_;
+    // After a tree pass, what a rollback keeps must be a chain from the root.
+    for (std::size_t j = 0; j < tree_parents_.size() && tree_pos_ + j < pos; ++j) {
+      if (tree_parents_[j] != static_cast<std::int32_t>(j) - 1) {
+        violation("rollback to " + std::to_string(pos) + " keeps tree entry " + std::to_string(j) +
+                  ", whose parent is " + std::to_string(tree_parents_[j]));
+        break;
+      }
+    }
+    tree_parents_.clear();
     history_.resize(std::min(pos, history_.size()));
   }
 
@@ -271,6 +352,9 @@ class GreedyModel {
   /// Most tokens held at once since construction or reset_counters().
   [[nodiscard]] std::size_t peak_length() const noexcept { return peak_length_; }
   [[nodiscard]] std::size_t forward_calls() const noexcept { return forward_calls_; }
+  /// Tree passes among the forward calls, and keep() calls.
+  [[nodiscard]] std::size_t tree_calls() const noexcept { return tree_calls_; }
+  [[nodiscard]] std::size_t keep_calls() const noexcept { return keep_calls_; }
   [[nodiscard]] std::size_t rollback_calls() const noexcept { return rollback_calls_; }
   /// Rollbacks that discarded nothing (pos == length()).
   [[nodiscard]] std::size_t noop_rollbacks() const noexcept { return noop_rollbacks_; }
@@ -311,6 +395,11 @@ class GreedyModel {
   std::size_t rollback_calls_ = 0;
   std::size_t noop_rollbacks_ = 0;
   std::size_t forwarded_tokens_ = 0;
+  std::size_t tree_calls_ = 0;
+  std::size_t keep_calls_ = 0;
+  std::vector<Token> path_;                 // forward_tree's scratch
+  std::vector<std::int32_t> tree_parents_;  // the last tree pass's parents, until keep or rollback
+  std::size_t tree_pos_ = 0;
   std::size_t forward_fault_ = 0;
   FaultTiming forward_fault_timing_ = FaultTiming::before_change;
   std::size_t rollback_fault_ = 0;

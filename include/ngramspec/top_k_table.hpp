@@ -1,0 +1,107 @@
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ngramspec/token.hpp"
+
+namespace ngramspec {
+
+/// The model's own predictions, recycled: for each token, the k tokens the model ranked
+/// highest after it the last time it verified that token (Luo et al., "Turning Trash into
+/// Treasure: Accelerating Inference of Large Language Models with Token Recycling", 2024,
+/// keep such an adjacency table; TreeDrafter draws on it where the text has nothing).
+///
+/// A verify pass computes the model's scores at every token it carries, accepted or not; the
+/// decoders hand the top k of each row to record(), which overwrites that token's row. What
+/// followed a token in the model's eyes a moment ago is a strong guess of what follows it
+/// now, even where the text never repeated.
+///
+/// Memory is fixed at construction: vocab_size × k tokens (32,000 × 8 is 1 MiB) plus a byte a
+/// row. record() and lookups never allocate. One table per sequence (the TreeDrafter's own),
+/// or one shared by the sequences of a batch, which then learn from each other (and keep
+/// what they learnt across requests; reset_drafter does not clear a shared table).
+///
+/// Thread safety: none inside; a table shared by several sequences must be used from one
+/// thread at a time (BatchSpeculator's step is).
+class TopKTable {
+ public:
+  /// Most tokens a row keeps.
+  static constexpr std::size_t kMaxK = 32;
+
+  /// A table for token ids 0 .. vocab_size - 1, `k` tokens a row. Throws
+  /// std::invalid_argument for a vocabulary of 0, k outside 1 .. kMaxK, or a table whose size
+  /// overflows.
+  TopKTable(std::size_t vocab_size, std::size_t k) : vocab_(vocab_size), k_(k) {
+    if (vocab_size == 0) throw std::invalid_argument("ngramspec: TopKTable: the vocabulary size is 0");
+    if (k == 0 || k > kMaxK) {
+      throw std::invalid_argument("ngramspec: TopKTable: k = " + std::to_string(k) + "; it must be 1 .. " +
+                                  std::to_string(kMaxK));
+    }
+    if (vocab_size > (std::size_t{1} << 32) || vocab_size > SIZE_MAX / sizeof(Token) / k) {
+      throw std::invalid_argument("ngramspec: TopKTable: a vocabulary of " + std::to_string(vocab_size) +
+                                  " tokens is too large");
+    }
+    rows_.assign(vocab_size * k, 0);
+    filled_.assign(vocab_size, 0);
+  }
+
+  /// Records a pass: `top[i * k() .. (i + 1) * k())`, best first, the model's top tokens after
+  /// tokens[i]; each overwrites tokens[i]'s row. Throws std::invalid_argument, recording
+  /// nothing, when top.size() != tokens.size() * k() or a token is outside the vocabulary.
+  void record(std::span<const Token> tokens, std::span<const Token> top) {
+    if (top.size() != tokens.size() * k_) {
+      throw std::invalid_argument("ngramspec: TopKTable::record: " + std::to_string(top.size()) +
+                                  " top-k tokens for " + std::to_string(tokens.size()) + " tokens; it needs " +
+                                  std::to_string(tokens.size()) + " × k = " + std::to_string(k_) + " each");
+    }
+    for (std::size_t i = 0; i < top.size(); ++i) check(top[i], "a top-k token");
+    for (const Token token : tokens) check(token, "a token");
+    record_unchecked(tokens, top);
+  }
+
+  /// record() without its checks, for callers whose tokens come from the model itself.
+  void record_unchecked(std::span<const Token> tokens, std::span<const Token> top) noexcept {
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      std::copy_n(top.data() + i * k_, k_, rows_.data() + static_cast<std::size_t>(tokens[i]) * k_);
+      filled_[tokens[i]] = 1;
+    }
+  }
+
+  /// The recorded top tokens after `token`, best first; empty when never recorded (or when
+  /// the token is outside the vocabulary).
+  [[nodiscard]] std::span<const Token> row(Token token) const noexcept {
+    if (token >= vocab_ || filled_[token] == 0) return {};
+    return {rows_.data() + static_cast<std::size_t>(token) * k_, k_};
+  }
+
+  /// Forgets every row; keeps the memory.
+  void clear() noexcept { std::fill(filled_.begin(), filled_.end(), std::uint8_t{0}); }
+
+  [[nodiscard]] std::size_t k() const noexcept { return k_; }
+  [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_; }
+  /// Bytes held; fixed at construction.
+  [[nodiscard]] std::size_t memory_bytes() const noexcept {
+    return rows_.size() * sizeof(Token) + filled_.size() + sizeof(*this);
+  }
+
+ private:
+  void check(Token token, const char* what) const {
+    if (token >= vocab_) {
+      throw std::invalid_argument(std::string("ngramspec: TopKTable::record: ") + what + " " + std::to_string(token) +
+                                  " is outside the vocabulary of " + std::to_string(vocab_));
+    }
+  }
+
+  std::size_t vocab_;
+  std::size_t k_;
+  std::vector<Token> rows_;
+  std::vector<std::uint8_t> filled_;
+};
+
+}  // namespace ngramspec

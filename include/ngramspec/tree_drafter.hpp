@@ -1,0 +1,173 @@
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ngramspec/draft_tree.hpp"
+#include "ngramspec/match_drafter.hpp"
+#include "ngramspec/top_k_table.hpp"
+#include "ngramspec/token.hpp"
+
+namespace ngramspec {
+
+/// Configuration of a TreeDrafter; validated once, by the constructor.
+struct TreeConfig {
+  /// The chain that forms the tree's spine: MatchDrafter's copies and counts, and its gate's
+  /// calibrated estimates.
+  MatchConfig chain{};
+  /// Contexts of 1, 2 and 3 tokens whose continuations the text offers as alternatives, per
+  /// order (a power of two; a context hashes to one slot, and a newer context takes it over).
+  std::size_t successor_slots = 4096;
+  /// Vocabulary of the model, for a top-k table of the drafter's own (0: none; recycling then
+  /// needs a shared table passed to the constructor).
+  std::size_t vocab_size = 0;
+  /// Tokens per row of the drafter's own top-k table: how many of the model's top tokens after
+  /// each token it keeps (1 .. TopKTable::kMaxK).
+  std::size_t top_k = 8;
+  /// Most children one node offers (1 .. kMaxChildren): the best of the spine, the text's
+  /// alternatives and the recycled top-k.
+  std::size_t max_children = 8;
+  /// Whether reset() keeps what the drafter learnt of the model and the text (the successor
+  /// counts, its own top-k table, the calibration) for the next request, as a server that
+  /// serves one domain would; the spine's MatchDrafter is reset either way.
+  bool carry_over = false;
+};
+
+/// Drafts trees: the MatchDrafter chain as the spine, and at every node the alternatives the
+/// text and the model's own recent predictions offer, expanded best-first.
+///
+/// Each node's children are candidates from three sources, merged by token:
+/// - the spine: the next token of MatchDrafter's chain, with the conditional estimate of its
+///   gate (the ratio of successive path estimates);
+/// - the text: the continuations seen after the node's last 3, 2 and 1 tokens (counts over
+///   everything observed, most frequent first, ties to the most recent);
+/// - the model: the top-k it predicted after the node's token the last time it verified that
+///   token (a TopKTable, fed by observe_pass()).
+/// A text or model candidate's estimate is the acceptance rate of its class (source, context
+/// order, rank), measured online on every node whose parent the pass accepted (the only nodes
+/// whose fate says what acceptance given the parent is), starting from priors; siblings are
+/// mutually exclusive (one token follows), so their estimates are scaled to sum to at most 1.
+/// docs/ALGORITHM.md ("Trees") derives this.
+///
+/// predict_tree() pops candidates best-first by path probability, so the tree holds the
+/// nodes with the highest path probabilities reachable under the budget, in non-increasing
+/// order; any prefix is the best tree of its size, and the planner sizes a pass by cutting it.
+///
+/// Memory is fixed at construction (memory_bytes()); update(), predict_tree() and
+/// observe_pass() never allocate. Thread safety: none; one drafter per sequence. A shared
+/// TopKTable must outlive the drafter and be used from one thread at a time.
+class TreeDrafter {
+ public:
+  /// Most children a node may offer.
+  static constexpr std::size_t kMaxChildren = 16;
+  /// Longest spine taken from the chain.
+  static constexpr std::size_t kMaxSpine = 64;
+  /// Calibration classes: 0 the spine, 1 .. 12 the text (order, rank), 13 .. 44 the top-k rank.
+  static constexpr std::size_t kClasses = 48;
+  static constexpr std::uint8_t kSpineClass = 0;
+
+  /// Throws std::invalid_argument naming the field and its value when `config` is invalid.
+  /// `top_k`, when given, is the table recycled (shared; then the drafter keeps none of its
+  /// own); `corpus` and `file` go to the spine's MatchDrafter. All must outlive the drafter.
+  explicit TreeDrafter(TreeConfig config = {}, TopKTable* top_k = nullptr, const SharedCorpus* corpus = nullptr,
+                       const MappedCorpus* file = nullptr);
+
+  TreeDrafter(const TreeDrafter& other);
+  TreeDrafter& operator=(const TreeDrafter& other);
+  TreeDrafter(TreeDrafter&&) noexcept = default;
+  TreeDrafter& operator=(TreeDrafter&&) noexcept = default;
+  ~TreeDrafter() = default;
+
+  /// Observes one token, appended to the sequence.
+  void update(Token token) noexcept;
+  /// Observes several tokens in order.
+  void update(std::span<const Token> tokens) noexcept;
+  /// The spine alone, as a chain (the Drafter contract: a TreeDrafter drafts chains for models
+  /// that verify only chains).
+  [[nodiscard]] std::size_t predict(std::span<Token> out) const noexcept { return chain_.predict(out); }
+  [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<float> probabilities) const noexcept {
+    return chain_.predict(out, probabilities);
+  }
+
+  /// Clears `tree` and fills it best-first with up to min(max_nodes, tree.capacity()) nodes
+  /// of depth below max_depth (the longest path holds max_depth drafts). Returns the size.
+  std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth) noexcept;
+
+  /// Learns from a verified tree pass: `fed` the pass's tokens (the root, then the tree's
+  /// nodes), `model_tokens` the model's token after each, `kept` the entries accept_tree()
+  /// kept (the accepted path from the root), `top` the model's top tokens after each fed
+  /// token (top.size() = fed.size() × k for a k of the table's; empty: none). Calibrates the
+  /// estimates on the nodes whose parent was accepted and records the top-k rows. Sizes that
+  /// disagree with the tree are a caller's bug: the pass is then ignored.
+  void observe_pass(const DraftTree& tree, std::span<const Token> fed, std::span<const Token> model_tokens,
+                    std::span<const std::size_t> kept, std::span<const Token> top) noexcept;
+
+  /// Forgets the sequence (keeping what carry_over keeps); keeps the memory.
+  void reset() noexcept;
+
+  [[nodiscard]] const TreeConfig& config() const noexcept { return config_; }
+  /// The spine's drafter.
+  [[nodiscard]] const MatchDrafter& chain() const noexcept { return chain_; }
+  /// The top-k table recycled (the drafter's own or the shared one), or nullptr.
+  [[nodiscard]] const TopKTable* top_k_table() const noexcept { return table_; }
+  /// The current estimate of class `c` (< kClasses).
+  [[nodiscard]] float class_estimate(std::size_t c) const noexcept;
+  /// Bytes held; fixed at construction (a shared top-k table is not counted).
+  [[nodiscard]] std::size_t memory_bytes() const noexcept;
+
+ private:
+  static constexpr std::size_t kOrders = 3;
+  static constexpr std::size_t kSlotsPerContext = 4;
+  // Continuations of one context: up to 4 tokens, most frequent first.
+  struct Successors {
+    std::uint64_t key = 0;
+    std::array<Token, kSlotsPerContext> tokens{};
+    std::array<std::uint16_t, kSlotsPerContext> counts{};
+  };
+  struct Candidate {
+    Token token;
+    float probability;
+    std::uint8_t source_class;
+  };
+  // A node's last (up to) 3 tokens, oldest first, and how many are known.
+  struct Context {
+    std::array<Token, kOrders> tokens;
+    std::uint32_t known;
+    std::int32_t spine;  // index of the spine token this node is, or -1 (the root: -1 too)
+  };
+  struct Frontier {
+    float path_probability;
+    std::int32_t parent;  // tree index, or kTreeRoot
+    std::uint32_t child;  // index in the parent's candidate list
+  };
+
+  void learn(Token token) noexcept;
+  std::size_t expand(const Context& context, std::size_t spine_made, Candidate* out) const noexcept;
+  void reset_learning() noexcept;
+
+  TreeConfig config_;
+  MatchDrafter chain_;
+  std::unique_ptr<TopKTable> own_table_;
+  TopKTable* table_ = nullptr;
+  std::array<std::vector<Successors>, kOrders> successors_;
+  std::size_t successor_mask_ = 0;
+  std::array<Token, kOrders> recent_{};  // the last 3 tokens, oldest first
+  std::uint64_t seen_ = 0;
+  std::array<float, kClasses> hits_{};
+  std::array<float, kClasses> trials_{};
+
+  // predict_tree's scratch, sized for DraftTree::kMaxNodes nodes.
+  std::array<Token, kMaxSpine> spine_{};
+  std::array<float, kMaxSpine> spine_conditional_{};
+  std::vector<Context> contexts_;                 // per node, plus the root at the end
+  std::vector<Candidate> candidates_;             // per node (and the root), kMaxChildren each
+  std::vector<std::uint8_t> candidate_counts_;
+  std::vector<Frontier> heap_;
+  std::vector<std::uint8_t> on_path_;             // observe_pass: per pass entry
+};
+
+}  // namespace ngramspec

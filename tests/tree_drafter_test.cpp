@@ -1,0 +1,248 @@
+// TreeDrafter and TopKTable: the trees are valid and best-first within their limits, the
+// sources they draw on (the spine, the text, the model's recycled top-k) reach them, and
+// nothing on the hot path allocates.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+#include "ngramspec/top_k_table.hpp"
+#include "ngramspec/tree_drafter.hpp"
+#include "support/allocation_counter.hpp"
+#include "support/mixed_stream.hpp"
+#include "support/thrown_message.hpp"
+
+namespace ngramspec::test {
+namespace {
+
+// Every property a drafted tree must have, whatever the drafter learnt.
+void expect_valid(const DraftTree& tree, std::size_t max_nodes, std::size_t max_depth) {
+  ASSERT_LE(tree.size(), max_nodes);
+  validate_tree_parents(tree.parents());
+  std::vector<float> child_sum(tree.size() + 1, 0.0f);
+  for (std::size_t i = 0; i < tree.size(); ++i) {
+    ASSERT_LT(tree.depths()[i], max_depth) << "node " << i;
+    if (i > 0) {
+      ASSERT_LE(tree.path_probabilities()[i], tree.path_probabilities()[i - 1]) << "node " << i;
+    }
+    child_sum[static_cast<std::size_t>(tree.parents()[i] + 1)] += tree.probabilities()[i];
+  }
+  for (std::size_t e = 0; e <= tree.size(); ++e) ASSERT_LE(child_sum[e], 1.0f + 1e-5f) << "entry " << e;
+  // Siblings draft different tokens: one would be wasted.
+  std::set<std::pair<std::int32_t, Token>> seen;
+  for (std::size_t i = 0; i < tree.size(); ++i) {
+    ASSERT_TRUE(seen.insert({tree.parents()[i], tree.tokens()[i]}).second) << "node " << i;
+  }
+}
+
+TEST(TreeDrafter, TreesAreValidBestFirstAndWithinTheirLimits) {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 40; ++trial) {
+    TreeConfig config;
+    config.vocab_size = 32000;
+    config.top_k = std::uniform_int_distribution<std::size_t>(1, 8)(rng);
+    config.max_children = std::uniform_int_distribution<std::size_t>(1, 16)(rng);
+    config.successor_slots = std::size_t{1} << std::uniform_int_distribution<int>(0, 12)(rng);
+    TreeDrafter drafter(config);
+    MixedStream stream(rng());
+    DraftTree tree(DraftTree::kMaxNodes);
+    std::vector<Token> fed;
+    std::vector<Token> top;
+    std::vector<Token> next;
+    for (int step = 0; step < 300; ++step) {
+      const std::size_t nodes = std::uniform_int_distribution<std::size_t>(0, 200)(rng);
+      const std::size_t depth = std::uniform_int_distribution<std::size_t>(0, 40)(rng);
+      drafter.predict_tree(tree, nodes, depth);
+      expect_valid(tree, nodes, std::max<std::size_t>(depth, 1));
+      if (depth == 0) {
+        ASSERT_TRUE(tree.empty());
+      }
+      // A pass: the model's token is the stream's next one at the root and made up elsewhere.
+      const Token truth = stream.next();
+      fed.assign(1, 0);
+      fed.insert(fed.end(), tree.tokens().begin(), tree.tokens().end());
+      next.assign(fed.size(), truth);
+      top.resize(fed.size() * config.top_k);
+      for (std::size_t i = 0; i < top.size(); ++i) top[i] = static_cast<Token>((fed[i / config.top_k] * 31 + i) % 32000);
+      const std::vector<std::size_t> kept = {0};
+      drafter.observe_pass(tree, fed, next, kept, top);
+      drafter.update(truth);
+    }
+  }
+}
+
+TEST(TreeDrafter, RecycledTopKFillsTheTreeWhereTheTextHasNothing) {
+  TreeConfig config;
+  config.vocab_size = 100;
+  config.top_k = 4;
+  TreeDrafter drafter(config);
+  drafter.update(std::vector<Token>{5});
+  DraftTree tree(16);
+  EXPECT_EQ(drafter.predict_tree(tree, 16, 4), 0U);  // nothing known after a fresh token
+
+  // The model said: after 5 come 6, 7, 8, 9; after 6 come 10, 11, 12, 13.
+  const std::vector<Token> fed = {5, 6};
+  const std::vector<Token> top = {6, 7, 8, 9, 10, 11, 12, 13};
+  DraftTree pass(1);
+  pass.add(kTreeRoot, 6, 0.5f);
+  const std::vector<Token> next = {6, 10};
+  const std::vector<std::size_t> kept = {0, 1};
+  drafter.observe_pass(pass, fed, next, kept, top);
+
+  ASSERT_GT(drafter.predict_tree(tree, 16, 4), 0U);
+  std::vector<Token> roots;
+  for (std::size_t i = 0; i < tree.size(); ++i) {
+    if (tree.parents()[i] == kTreeRoot) roots.push_back(tree.tokens()[i]);
+  }
+  EXPECT_EQ(roots, (std::vector<Token>{6, 7, 8, 9}));
+  EXPECT_EQ(tree.tokens()[0], 6U);
+  // Under 6, the model's top-k after 6.
+  bool found = false;
+  for (std::size_t i = 0; i < tree.size(); ++i) found |= tree.parents()[i] == 0 && tree.tokens()[i] == 10U;
+  EXPECT_TRUE(found);
+}
+
+TEST(TreeDrafter, TheTextOffersAlternativesBesideTheSpine) {
+  TreeDrafter drafter;
+  // After "1 2" came 3 twice and 4 once: the spine drafts one, the text offers the other.
+  drafter.update(std::vector<Token>{1, 2, 3, 9, 1, 2, 4, 9, 1, 2, 3, 9, 1, 2});
+  DraftTree tree(8);
+  ASSERT_GT(drafter.predict_tree(tree, 8, 4), 1U);
+  std::set<Token> roots;
+  for (std::size_t i = 0; i < tree.size(); ++i) {
+    if (tree.parents()[i] == kTreeRoot) roots.insert(tree.tokens()[i]);
+  }
+  EXPECT_TRUE(roots.count(3) == 1 && roots.count(4) == 1);
+}
+
+TEST(TreeDrafter, CalibrationFollowsWhatPassesAccept) {
+  TreeConfig config;
+  config.vocab_size = 50;
+  config.top_k = 2;
+  TreeDrafter drafter(config);
+  const float before = drafter.class_estimate(13);  // top-k rank 0
+  DraftTree tree(1);
+  tree.add(kTreeRoot, 7, 0.5f, 13);
+  const std::vector<Token> fed = {1, 7};
+  const std::vector<std::size_t> kept = {0, 1};
+  for (int i = 0; i < 50; ++i) {
+    drafter.observe_pass(tree, fed, std::vector<Token>{7, 3}, kept, {});
+  }
+  EXPECT_GT(drafter.class_estimate(13), 0.95f);
+  for (int i = 0; i < 200; ++i) {
+    drafter.observe_pass(tree, fed, std::vector<Token>{8, 3}, std::vector<std::size_t>{0}, {});
+  }
+  EXPECT_LT(drafter.class_estimate(13), 0.1f);
+  drafter.reset();
+  EXPECT_FLOAT_EQ(drafter.class_estimate(13), before);
+}
+
+TEST(TreeDrafter, CarryOverKeepsWhatItLearntAcrossReset) {
+  TreeConfig config;
+  config.vocab_size = 50;
+  config.carry_over = true;
+  TreeDrafter drafter(config);
+  DraftTree pass(1);
+  pass.add(kTreeRoot, 6, 0.5f);
+  drafter.update(std::vector<Token>{5});
+  drafter.observe_pass(pass, std::vector<Token>{5, 6}, std::vector<Token>{6, 1},
+                       std::vector<std::size_t>{0, 1}, std::vector<Token>(2 * config.top_k, 6));
+  drafter.reset();
+  drafter.update(std::vector<Token>{5});
+  DraftTree tree(4);
+  ASSERT_GT(drafter.predict_tree(tree, 4, 2), 0U);
+  EXPECT_EQ(tree.tokens()[0], 6U);
+
+  config.carry_over = false;
+  TreeDrafter forgets(config);
+  forgets.update(std::vector<Token>{5});
+  forgets.observe_pass(pass, std::vector<Token>{5, 6}, std::vector<Token>{6, 1}, std::vector<std::size_t>{0, 1},
+                       std::vector<Token>(2 * config.top_k, 6));
+  forgets.reset();
+  forgets.update(std::vector<Token>{5});
+  EXPECT_EQ(forgets.predict_tree(tree, 4, 2), 0U);
+}
+
+TEST(TreeDrafter, CopiesShareNothingAndMovesKeepTheTable) {
+  TreeConfig config;
+  config.vocab_size = 20;
+  TreeDrafter a(config);
+  TreeDrafter b(a);
+  a.observe_pass(DraftTree{}, std::vector<Token>{3}, std::vector<Token>{4}, std::vector<std::size_t>{0},
+                 std::vector<Token>(config.top_k, 4));
+  EXPECT_FALSE(a.top_k_table()->row(3).empty());
+  EXPECT_TRUE(b.top_k_table()->row(3).empty());
+  EXPECT_NE(a.top_k_table(), b.top_k_table());
+  const TopKTable* table = a.top_k_table();
+  TreeDrafter moved(std::move(a));
+  EXPECT_EQ(moved.top_k_table(), table);
+}
+
+TEST(TreeDrafter, HotPathDoesNotAllocate) {
+  TreeConfig config;
+  config.vocab_size = 32000;
+  TreeDrafter drafter(config);
+  DraftTree tree(64);
+  MixedStream stream(9);
+  std::vector<Token> fed(65);
+  std::vector<Token> next(65);
+  std::vector<Token> top(65 * config.top_k);
+  const std::vector<std::size_t> kept = {0};
+  AllocationCounter counter;
+  for (int step = 0; step < 2000; ++step) {
+    drafter.predict_tree(tree, 64, 16);
+    const std::size_t n = tree.size() + 1;
+    for (std::size_t i = 0; i < n; ++i) next[i] = fed[i] = static_cast<Token>(step % 100);
+    for (std::size_t i = 0; i < n * config.top_k; ++i) top[i] = static_cast<Token>(i % 300);
+    drafter.observe_pass(tree, std::span<const Token>(fed).first(n), std::span<const Token>(next).first(n), kept,
+                         std::span<const Token>(top).first(n * config.top_k));
+    drafter.update(stream.next());
+  }
+  EXPECT_EQ(counter.count(), 0U);
+}
+
+TEST(TreeDrafter, RefusesBadConfigurationNamingTheValue) {
+  TreeConfig config;
+  config.successor_slots = 1000;
+  EXPECT_EQ(invalid_argument_message([&] { TreeDrafter d(config); }),
+            "ngramspec: TreeConfig::successor_slots = 1000; it must be a power of two from 1 to 16777216");
+  config = {};
+  config.max_children = 17;
+  EXPECT_EQ(invalid_argument_message([&] { TreeDrafter d(config); }),
+            "ngramspec: TreeConfig::max_children = 17; it must be 1 .. 16");
+  config = {};
+  config.top_k = 0;
+  EXPECT_EQ(invalid_argument_message([&] { TreeDrafter d(config); }),
+            "ngramspec: TreeConfig::top_k = 0; it must be 1 .. 32");
+  config = {};
+  config.chain.min_confidence = 2.0;
+  EXPECT_NE(invalid_argument_message([&] { TreeDrafter d(config); }).find("min_confidence"), std::string::npos);
+}
+
+TEST(TopKTable, RecordsRowsAndRefusesBadShapesChangingNothing) {
+  TopKTable table(10, 3);
+  const std::vector<Token> tokens = {1, 2};
+  table.record(tokens, std::vector<Token>{4, 5, 6, 7, 8, 9});
+  EXPECT_EQ(std::vector<Token>(table.row(2).begin(), table.row(2).end()), (std::vector<Token>{7, 8, 9}));
+  EXPECT_TRUE(table.row(3).empty());
+  EXPECT_TRUE(table.row(99).empty());
+  EXPECT_EQ(invalid_argument_message([&] { table.record(tokens, std::vector<Token>{1, 2, 3}); }),
+            "ngramspec: TopKTable::record: 3 top-k tokens for 2 tokens; it needs 2 × k = 3 each");
+  EXPECT_EQ(invalid_argument_message([&] { table.record(tokens, std::vector<Token>{1, 2, 3, 4, 5, 10}); }),
+            "ngramspec: TopKTable::record: a top-k token 10 is outside the vocabulary of 10");
+  EXPECT_EQ(invalid_argument_message([&] { table.record(std::vector<Token>{11}, std::vector<Token>{1, 2, 3}); }),
+            "ngramspec: TopKTable::record: a token 11 is outside the vocabulary of 10");
+  EXPECT_EQ(std::vector<Token>(table.row(1).begin(), table.row(1).end()), (std::vector<Token>{4, 5, 6}));
+  EXPECT_EQ(invalid_argument_message([] { TopKTable t(10, 0); }), "ngramspec: TopKTable: k = 0; it must be 1 .. 32");
+  EXPECT_EQ(invalid_argument_message([] { TopKTable t(0, 2); }), "ngramspec: TopKTable: the vocabulary size is 0");
+  table.clear();
+  EXPECT_TRUE(table.row(1).empty());
+}
+
+}  // namespace
+}  // namespace ngramspec::test
