@@ -17,6 +17,7 @@
 namespace ngramspec::llama2 {
 
 static_assert(TargetModel<Transformer> && LogitsModel<Transformer>);
+static_assert(TreeTargetModel<Transformer> && TopKTreeModel<Transformer> && LogitsTreeModel<Transformer>);
 
 /// One generation and what it cost.
 struct Generation {

@@ -259,11 +259,17 @@ Transformer::Transformer(const Config& config, std::vector<float> weights, std::
     }
   }
   logits_.resize(b * c.vocab_size);
+  tree_parents_.resize(b);
+  depth_.resize(b);
+  path_.resize(b);
 }
 
-// Causal attention for the n tokens at positions pos..pos+n-1, whose keys and values are already cached:
-// reads q_, writes xb_. Each token attends over positions 0..its own in order, as if it were fed alone.
-void Transformer::attention(std::size_t layer, std::size_t pos, std::size_t n) {
+// Attention of the pass's token t (row t of q_, written to row t of xb_) over the cache slots
+// 0 .. contiguous-1, then the slots `tail`, in that order. The scores, the softmax and the weighted sum run
+// over those entries in sequence, so the float operations depend only on the logical positions attended to,
+// not on which slots hold them: a tree token that reads its ancestors' slots reduces exactly as the same
+// path fed as a chain does.
+void Transformer::attend(std::size_t layer, std::size_t t, std::size_t contiguous, std::span<const std::size_t> tail) {
   const Config& c = config_;
   const std::size_t hs = c.head_size();
   const std::size_t kv = c.kv_dim();
@@ -271,30 +277,32 @@ void Transformer::attention(std::size_t layer, std::size_t pos, std::size_t n) {
   const float* keys = key_cache_.data() + layer * c.seq_len * kv;
   const float* values = value_cache_.data() + layer * c.seq_len * kv;
   const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(hs));
-  for (std::size_t t = 0; t < n; ++t) {
-    const std::size_t p = pos + t;
-    for (std::size_t h = 0; h < c.n_heads; ++h) {
-      const float* q = q_.data() + t * c.dim + h * hs;
-      const std::size_t kv_offset = (h / group) * hs;
-      float* att = scores_.data();
-      for (std::size_t s = 0; s <= p; ++s) {
-        const float* k = keys + s * kv + kv_offset;
-        float score = 0.0f;
-        for (std::size_t i = 0; i < hs; ++i) score += q[i] * k[i];
-        att[s] = score * inv_sqrt;
-      }
-      softmax(att, p + 1);
-      float* out = xb_.data() + t * c.dim + h * hs;
-      std::fill_n(out, hs, 0.0f);
-      for (std::size_t s = 0; s <= p; ++s) {
-        const float* v = values + s * kv + kv_offset;
-        for (std::size_t i = 0; i < hs; ++i) out[i] += att[s] * v[i];
-      }
-    }
+  const std::size_t count = contiguous + tail.size();
+  for (std::size_t h = 0; h < c.n_heads; ++h) {
+    const float* q = q_.data() + t * c.dim + h * hs;
+    const std::size_t kv_offset = (h / group) * hs;
+    float* att = scores_.data();
+    const auto score = [&](std::size_t slot) {
+      const float* k = keys + slot * kv + kv_offset;
+      float sum = 0.0f;
+      for (std::size_t i = 0; i < hs; ++i) sum += q[i] * k[i];
+      return sum * inv_sqrt;
+    };
+    for (std::size_t s = 0; s < contiguous; ++s) att[s] = score(s);
+    for (std::size_t j = 0; j < tail.size(); ++j) att[contiguous + j] = score(tail[j]);
+    softmax(att, count);
+    float* out = xb_.data() + t * c.dim + h * hs;
+    std::fill_n(out, hs, 0.0f);
+    const auto accumulate = [&](float weight, std::size_t slot) {
+      const float* v = values + slot * kv + kv_offset;
+      for (std::size_t i = 0; i < hs; ++i) out[i] += weight * v[i];
+    };
+    for (std::size_t s = 0; s < contiguous; ++s) accumulate(att[s], s);
+    for (std::size_t j = 0; j < tail.size(); ++j) accumulate(att[contiguous + j], tail[j]);
   }
 }
 
-void Transformer::forward_logits(std::size_t pos, std::span<const Token> tokens, std::span<float> logits) {
+void Transformer::check_pass(std::size_t pos, std::span<const Token> tokens, std::size_t logits_size) const {
   const Config& c = config_;
   const std::size_t n = tokens.size();
   if (pos != length_) {
@@ -309,14 +317,53 @@ void Transformer::forward_logits(std::size_t pos, std::span<const Token> tokens,
     throw std::invalid_argument("llama2: positions up to " + std::to_string(pos + n) + " exceed seq_len " +
                                 std::to_string(c.seq_len));
   }
-  if (logits.size() != n * c.vocab_size) throw std::invalid_argument("llama2: logits must hold n * vocab_size floats");
+  if (logits_size != n * c.vocab_size) {
+    throw std::invalid_argument("llama2: logits hold " + std::to_string(logits_size) +
+                                " floats; they must hold n * vocab_size = " + std::to_string(n) + " * " +
+                                std::to_string(c.vocab_size));
+  }
   for (const Token token : tokens) {
     if (token >= c.vocab_size) {
       throw std::invalid_argument("llama2: token " + std::to_string(token) + " is outside the vocabulary of " +
                                   std::to_string(c.vocab_size));
     }
   }
+}
 
+void Transformer::forward_logits(std::size_t pos, std::span<const Token> tokens, std::span<float> logits) {
+  check_pass(pos, tokens, logits.size());
+  run(pos, tokens, false, logits);
+  tree_size_ = 0;
+}
+
+void Transformer::forward_tree_logits(std::size_t pos, std::span<const Token> tokens,
+                                      std::span<const std::int32_t> parents, std::span<float> logits) {
+  check_pass(pos, tokens, logits.size());
+  const std::size_t n = tokens.size();
+  if (parents.size() != n) {
+    throw std::invalid_argument("llama2: a tree pass of " + std::to_string(n) + " tokens got " +
+                                std::to_string(parents.size()) + " parents");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int32_t parent = parents[i];
+    if (parent < kTreeRoot || (parent != kTreeRoot && static_cast<std::size_t>(parent) >= i)) {
+      throw std::invalid_argument("llama2: parents[" + std::to_string(i) + "] = " + std::to_string(parent) +
+                                  " must be -1 (the cached sequence) or an index below " + std::to_string(i));
+    }
+  }
+  // Nothing is written before this point, so a refused pass leaves the model as it was.
+  for (std::size_t i = 0; i < n; ++i) {
+    depth_[i] = parents[i] == kTreeRoot ? 0 : depth_[static_cast<std::size_t>(parents[i])] + 1;
+    tree_parents_[i] = parents[i];
+  }
+  run(pos, tokens, true, logits);
+  tree_pos_ = pos;
+  tree_size_ = n;
+}
+
+void Transformer::run(std::size_t pos, std::span<const Token> tokens, bool tree, std::span<float> logits) {
+  const Config& c = config_;
+  const std::size_t n = tokens.size();
   const std::size_t dim = c.dim;
   const std::size_t hidden = c.hidden_dim;
   const std::size_t kv = c.kv_dim();
@@ -324,18 +371,31 @@ void Transformer::forward_logits(std::size_t pos, std::span<const Token> tokens,
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const Layer& w = layers_[l];
     for (std::size_t t = 0; t < n; ++t) rmsnorm(xb_.data() + t * dim, x_.data() + t * dim, w.rms_att, dim);
-    // Keys and values go straight into the cache rows of their positions.
+    // Keys and values go straight into the cache rows of their slots: pos + t, in pass order.
     float* k_rows = key_cache_.data() + (l * c.seq_len + pos) * kv;
     float* v_rows = value_cache_.data() + (l * c.seq_len + pos) * kv;
     matmul(q_.data(), dim, xb_.data(), w.wq, n, dim, dim);
     matmul(k_rows, kv, xb_.data(), w.wk, n, kv, dim);
     matmul(v_rows, kv, xb_.data(), w.wv, n, kv, dim);
     for (std::size_t t = 0; t < n; ++t) {
-      const float* rotation = rotation_.data() + (pos + t) * c.head_size();
+      const float* rotation = rotation_.data() + (pos + (tree ? depth_[t] : t)) * c.head_size();
       rope(q_.data() + t * dim, dim, c.head_size(), rotation);
       rope(k_rows + t * kv, kv, c.head_size(), rotation);
     }
-    attention(l, pos, n);
+    for (std::size_t t = 0; t < n; ++t) {
+      if (!tree) {
+        attend(l, t, pos + t + 1, {});
+        continue;
+      }
+      // The slots of token t's ancestors, root first, then its own.
+      const std::size_t depth = depth_[t];
+      std::size_t node = t;
+      for (std::size_t d = depth + 1; d-- > 0;) {
+        path_[d] = pos + node;
+        node = static_cast<std::size_t>(tree_parents_[node]);  // past the root the loop has ended: never read
+      }
+      attend(l, t, pos, std::span<const std::size_t>(path_).first(depth + 1));
+    }
     matmul(xb2_.data(), dim, xb_.data(), w.wo, n, dim, dim);
     for (std::size_t i = 0; i < n * dim; ++i) x_[i] += xb2_[i];
 
@@ -362,12 +422,84 @@ void Transformer::forward(std::size_t pos, std::span<const Token> tokens, std::s
   for (std::size_t t = 0; t < tokens.size(); ++t) next[t] = argmax(logits.subspan(t * vocab, vocab));
 }
 
+void Transformer::forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                               std::span<Token> next) {
+  if (next.size() != tokens.size()) {
+    throw std::invalid_argument("llama2: next has " + std::to_string(next.size()) + " slots for " +
+                                std::to_string(tokens.size()) + " tokens");
+  }
+  const std::size_t vocab = config_.vocab_size;
+  const std::span<float> logits = std::span<float>(logits_).first(std::min(tokens.size(), max_batch_) * vocab);
+  forward_tree_logits(pos, tokens, parents, logits);
+  for (std::size_t t = 0; t < tokens.size(); ++t) next[t] = argmax(logits.subspan(t * vocab, vocab));
+}
+
+void Transformer::forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                               std::span<Token> next, std::span<Token> top) {
+  const std::size_t n = tokens.size();
+  const std::size_t vocab = config_.vocab_size;
+  // n == 0 is left to the pass, which names it.
+  if (n != 0 && (top.empty() || top.size() % n != 0 || top.size() / n > vocab)) {
+    throw std::invalid_argument("llama2: top holds " + std::to_string(top.size()) + " ids for " + std::to_string(n) +
+                                " tokens; it must hold K per token, 1 <= K <= vocab_size = " + std::to_string(vocab));
+  }
+  forward_tree(pos, tokens, parents, next);
+  const std::size_t k = top.size() / n;
+  for (std::size_t t = 0; t < n; ++t) {
+    top_k(std::span<const float>(logits_).subspan(t * vocab, vocab), top.subspan(t * k, k));
+  }
+}
+
+void Transformer::keep(std::size_t pos, std::span<const std::size_t> kept) {
+  if (tree_size_ == 0 || pos != tree_pos_) {
+    throw std::invalid_argument("llama2: keep at position " + std::to_string(pos) +
+                                (tree_size_ == 0 ? std::string(" but the last call was not a tree pass")
+                                                 : " but the last tree pass was at " + std::to_string(tree_pos_)));
+  }
+  if (kept.size() > tree_size_) {
+    throw std::invalid_argument("llama2: keep of " + std::to_string(kept.size()) + " entries from a tree pass of " +
+                                std::to_string(tree_size_));
+  }
+  for (std::size_t j = 0; j < kept.size(); ++j) {
+    const std::size_t index = kept[j];
+    if (index >= tree_size_) {
+      throw std::invalid_argument("llama2: kept[" + std::to_string(j) + "] = " + std::to_string(index) +
+                                  " is not an entry of the tree pass of " + std::to_string(tree_size_));
+    }
+    const std::int32_t parent = tree_parents_[index];
+    const std::int32_t want = j == 0 ? kTreeRoot : static_cast<std::int32_t>(kept[j - 1]);
+    if (parent != want) {
+      throw std::invalid_argument("llama2: kept[" + std::to_string(j) + "] = " + std::to_string(index) +
+                                  " has parent " + std::to_string(parent) + ", not " +
+                                  (j == 0 ? std::string("-1 (the root)")
+                                          : "kept[" + std::to_string(j - 1) + "] = " + std::to_string(kept[j - 1])) +
+                                  ": kept is not a root path");
+    }
+  }
+  // A root path's indices increase from kept[0] >= 0, so kept[j] >= j: each copy reads a slot no earlier
+  // copy wrote.
+  const Config& c = config_;
+  const std::size_t kv = c.kv_dim();
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    float* keys = key_cache_.data() + (l * c.seq_len + pos) * kv;
+    float* values = value_cache_.data() + (l * c.seq_len + pos) * kv;
+    for (std::size_t j = 0; j < kept.size(); ++j) {
+      if (kept[j] == j) continue;
+      std::copy_n(keys + kept[j] * kv, kv, keys + j * kv);
+      std::copy_n(values + kept[j] * kv, kv, values + j * kv);
+    }
+  }
+  length_ = pos + kept.size();
+  tree_size_ = 0;
+}
+
 void Transformer::rollback(std::size_t pos) {
   if (pos > length_) {
     throw std::invalid_argument("llama2: rollback to " + std::to_string(pos) + " but the cache holds only " +
                                 std::to_string(length_));
   }
   length_ = pos;
+  tree_size_ = 0;
 }
 
 Token argmax(std::span<const float> values) noexcept {
@@ -376,6 +508,23 @@ Token argmax(std::span<const float> values) noexcept {
     if (values[i] > values[best]) best = i;
   }
   return static_cast<Token>(best);
+}
+
+void top_k(std::span<const float> values, std::span<Token> out) noexcept {
+  const std::size_t k = out.size();
+  if (k == 0) return;
+  // `better` orders by value, then by the lower id; as the heap's "less", it keeps the worst kept id on top.
+  const auto better = [&](Token a, Token b) { return values[a] > values[b] || (values[a] == values[b] && a < b); };
+  for (std::size_t i = 0; i < k; ++i) out[i] = static_cast<Token>(i);
+  std::make_heap(out.begin(), out.end(), better);
+  for (std::size_t i = k; i < values.size(); ++i) {
+    const auto id = static_cast<Token>(i);
+    if (!better(id, out.front())) continue;
+    std::pop_heap(out.begin(), out.end(), better);
+    out.back() = id;
+    std::push_heap(out.begin(), out.end(), better);
+  }
+  std::sort_heap(out.begin(), out.end(), better);
 }
 
 }  // namespace ngramspec::llama2

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include <ngramspec/target_model.hpp>
 #include <ngramspec/token.hpp>
 
 namespace ngramspec::llama2 {
@@ -39,8 +40,17 @@ void validate(const Config& config);
 /// or inside a longer pass, and after a rollback. Greedy speculative decoding over this model thus
 /// reproduces plain decoding exactly, near-ties included.
 ///
-/// Satisfies ngramspec::TargetModel (greedy: the argmax of the logits, ties to the lowest id) and
-/// ngramspec::LogitsModel (wrap it in a SamplingModel to sample).
+/// Tree passes (forward_tree_logits, then keep) verify several candidate continuations in one pass,
+/// so the weights are streamed once for all of them. A token's key and value go to the cache slot of
+/// its index in the pass, not of its position, so siblings do not overwrite each other; attention reads
+/// its ancestors' slots in depth order and reduces over logical positions 0..p in exactly the chain's
+/// order, so every row is bitwise the row the same path gives fed as a chain. keep() then moves the
+/// accepted path's slots down to their positions, after which the cache is what the chain would have
+/// left.
+///
+/// Satisfies ngramspec::TargetModel (greedy: the argmax of the logits, ties to the lowest id),
+/// ngramspec::LogitsModel (wrap it in a SamplingModel to sample), and their tree forms
+/// ngramspec::TreeTargetModel, ngramspec::TopKTreeModel and ngramspec::LogitsTreeModel.
 /// Not thread-safe; one sequence per instance.
 class Transformer {
  public:
@@ -76,6 +86,32 @@ class Transformer {
   /// Discards positions >= pos (pos <= length()).
   void rollback(std::size_t pos);
 
+  /// Feeds a tree of n tokens after the cached pos: token i follows parents[i] (kTreeRoot = -1: the
+  /// cached sequence; else an index below i), sits at position pos + its depth and attends to the cache
+  /// and its ancestors only. Row i of `logits` is bitwise the last row forward_logits gives for the path
+  /// root..i fed as a chain. Token i's key and value occupy cache slot pos + i; length() becomes pos + n
+  /// until keep() or rollback(). Requires what forward_logits does, plus parents.size() == n; throws
+  /// std::invalid_argument, changing nothing, otherwise.
+  void forward_tree_logits(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                           std::span<float> logits);
+  /// LogitsTreeModel: forward_tree_logits under the name SamplingModel calls.
+  void forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                    std::span<float> logits) {
+    forward_tree_logits(pos, tokens, parents, logits);
+  }
+  /// TreeTargetModel: as forward_tree_logits, and next[i] = the argmax of row i (ties to the lowest id).
+  void forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                    std::span<Token> next);
+  /// TopKTreeModel: as above, and with K = top.size() / n (a positive multiple of n, K <= vocab_size()),
+  /// top[i*K .. i*K+K) = the K highest-scoring ids of row i, best first, ties to the lower id.
+  void forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                    std::span<Token> next, std::span<Token> top);
+  /// Right after a tree pass at pos, keeps its entries `kept` (a root path: kept[0]'s parent is kTreeRoot,
+  /// kept[j]'s is kept[j-1]) at positions pos .. pos + kept.size() - 1 and discards the rest, as if the path
+  /// had been fed as a chain; an empty `kept` is rollback(pos). Throws std::invalid_argument, changing
+  /// nothing, when the last call was not a tree pass at pos or `kept` is not a root path of it.
+  void keep(std::size_t pos, std::span<const std::size_t> kept);
+
   [[nodiscard]] std::size_t max_batch() const noexcept { return max_batch_; }
   [[nodiscard]] std::size_t vocab_size() const noexcept { return config_.vocab_size; }
   [[nodiscard]] const Config& config() const noexcept { return config_; }
@@ -96,7 +132,10 @@ class Transformer {
   };
 
   Transformer(const Config& config, std::vector<float> weights, std::size_t max_batch);
-  void attention(std::size_t layer, std::size_t pos, std::size_t n);
+  void check_pass(std::size_t pos, std::span<const Token> tokens, std::size_t logits_size) const;
+  // The pass proper, once its input is checked: a chain, or the tree whose depths are in depth_.
+  void run(std::size_t pos, std::span<const Token> tokens, bool tree, std::span<float> logits);
+  void attend(std::size_t layer, std::size_t t, std::size_t contiguous, std::span<const std::size_t> tail);
 
   Config config_;
   std::size_t max_batch_;
@@ -111,9 +150,19 @@ class Transformer {
   std::vector<float> rotation_;     // RoPE [position][head_size]: cos, sin of each pair's angle
   // Activations for max_batch tokens, row-major [token][width].
   std::vector<float> x_, xb_, xb2_, q_, hb_, hb2_, scores_, logits_;
+  // The last tree pass, for keep(): valid while tree_size_ > 0, until anything else changes the cache.
+  std::size_t tree_pos_ = 0;
+  std::size_t tree_size_ = 0;
+  std::vector<std::int32_t> tree_parents_;  // [max_batch]
+  std::vector<std::size_t> depth_;          // [max_batch]: depth of each token of the tree pass
+  std::vector<std::size_t> path_;           // [max_batch]: cache slots of one token's ancestors and itself
 };
 
 /// Index of the largest value; the lowest index wins ties.
 [[nodiscard]] Token argmax(std::span<const float> values) noexcept;
+
+/// Writes the indices of the out.size() largest values, largest first, the lower index first among equals;
+/// out.size() <= values.size(). O(values.size() * log(out.size())), no allocation.
+void top_k(std::span<const float> values, std::span<Token> out) noexcept;
 
 }  // namespace ngramspec::llama2

@@ -1,7 +1,10 @@
-// The transformer's kernels: batch invariance, rollback, argmax, the forward contract, checkpoint validation.
+// The transformer's kernels: batch invariance, rollback, argmax, the forward contract, tree passes and keep,
+// checkpoint validation.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
@@ -22,6 +25,7 @@ namespace ngramspec::llama2 {
 namespace {
 
 static_assert(TargetModel<Transformer> && LogitsModel<Transformer>);
+static_assert(TreeTargetModel<Transformer> && TopKTreeModel<Transformer> && LogitsTreeModel<Transformer>);
 
 // Small shapes that exercise grouped-query attention, both classifier layouts and widths that are not
 // multiples of the kernels' block of eight.
@@ -185,6 +189,333 @@ TEST(Llama2Model, ForwardEnforcesItsContract) {
   std::vector<Token> one = {7};
   for (std::size_t p = 0; p < config.seq_len; ++p) model.forward(p, one, std::span<Token>(next).first(1));
   EXPECT_THROW(model.forward(config.seq_len, one, std::span<Token>(next).first(1)), std::invalid_argument);
+}
+
+// A random tree of n tokens' parents. Half the trees draw each parent uniformly from the root and the earlier
+// tokens (bushy, shallow); the other half mostly hang each token from the one before (deep paths).
+std::vector<std::int32_t> random_parents(std::mt19937& rng, std::size_t n) {
+  const bool deep = std::bernoulli_distribution(0.5)(rng);
+  std::vector<std::int32_t> parents(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (deep && i > 0 && std::bernoulli_distribution(0.75)(rng)) {
+      parents[i] = static_cast<std::int32_t>(i - 1);
+    } else {
+      parents[i] = std::uniform_int_distribution<std::int32_t>(kTreeRoot, static_cast<std::int32_t>(i) - 1)(rng);
+    }
+  }
+  return parents;
+}
+
+// The pass indices of the path from the root to `node`, root first.
+std::vector<std::size_t> root_path(const std::vector<std::int32_t>& parents, std::size_t node) {
+  std::vector<std::size_t> path;
+  for (std::int32_t i = static_cast<std::int32_t>(node); i != kTreeRoot; i = parents[static_cast<std::size_t>(i)]) {
+    path.push_back(static_cast<std::size_t>(i));
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+std::vector<Token> tokens_at(const std::vector<Token>& tokens, const std::vector<std::size_t>& indices) {
+  std::vector<Token> out;
+  for (const std::size_t i : indices) out.push_back(tokens[i]);
+  return out;
+}
+
+std::vector<float> row(const std::vector<float>& logits, std::size_t i, std::size_t vocab) {
+  return std::vector<float>(logits.begin() + static_cast<std::ptrdiff_t>(i * vocab),
+                            logits.begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
+}
+
+// `model` rolled back to `pos`, then `path` and `after` fed as chains; the logits of `after`.
+std::vector<float> chain_then(Transformer& model, std::size_t pos, const std::vector<Token>& path,
+                              const std::vector<Token>& after) {
+  model.rollback(pos);
+  (void)chunked_logits(model, pos, path, nullptr);
+  return chunked_logits(model, pos + path.size(), after, nullptr);
+}
+
+// The central property of tree passes: every row is bitwise the row of its root path fed as a chain after the
+// same cache, and after keep() of a root path the model continues bitwise as if that path had been fed as a
+// chain. Several rounds of tree pass, keep and continuation run on one model, so later trees sit on a cache
+// that earlier keeps rearranged.
+TEST(Llama2Model, TreeRowsAreBitwiseTheirPathsFedAsAChain) {
+  constexpr std::size_t kMaxBatch = 12;
+  for (const Config& config : small_configs()) {
+    for (std::uint32_t seed = 1; seed <= 8; ++seed) {
+      SCOPED_TRACE("dim " + std::to_string(config.dim) + ", seed " + std::to_string(seed));
+      std::mt19937 rng(seed * 7919);
+      const std::size_t vocab = config.vocab_size;
+      Transformer model = Transformer::random(config, seed, kMaxBatch);
+      Transformer chain = Transformer::random(config, seed, kMaxBatch);
+      const std::size_t prefix_len = std::uniform_int_distribution<std::size_t>(0, 8)(rng);
+      const std::vector<Token> prefix = random_tokens(rng, prefix_len, vocab);
+      (void)chunked_logits(model, 0, prefix, &rng);
+      (void)chunked_logits(chain, 0, prefix, nullptr);
+      std::size_t pos = prefix_len;
+      for (int round = 0; round < 3 && pos + kMaxBatch + 3 <= config.seq_len; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round) + " at " + std::to_string(pos));
+        const std::size_t n = std::uniform_int_distribution<std::size_t>(1, kMaxBatch)(rng);
+        const std::vector<Token> tokens = random_tokens(rng, n, vocab);
+        const std::vector<std::int32_t> parents = random_parents(rng, n);
+        std::vector<float> logits(n * vocab);
+        model.forward_tree_logits(pos, tokens, parents, logits);
+        EXPECT_EQ(model.length(), pos + n);
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::vector<Token> path = tokens_at(tokens, root_path(parents, i));
+          chain.rollback(pos);
+          const std::vector<float> expected = chunked_logits(chain, pos, path, nullptr);
+          EXPECT_TRUE(bitwise_equal(row(logits, i, vocab), row(expected, path.size() - 1, vocab))) << "node " << i;
+        }
+        // Keep the path to a random node, or nothing now and then (rollback(pos)).
+        std::vector<std::size_t> kept;
+        if (std::uniform_int_distribution<int>(0, 5)(rng) != 0) {
+          kept = root_path(parents, std::uniform_int_distribution<std::size_t>(0, n - 1)(rng));
+        }
+        model.keep(pos, kept);
+        EXPECT_EQ(model.length(), pos + kept.size());
+        const std::vector<Token> path = tokens_at(tokens, kept);
+        const std::vector<Token> after = random_tokens(rng, 1 + round, vocab);
+        const std::vector<float> got = chunked_logits(model, pos + kept.size(), after, &rng);
+        EXPECT_TRUE(bitwise_equal(got, chain_then(chain, pos, path, after))) << "after keeping " << kept.size();
+        pos += kept.size() + after.size();
+      }
+    }
+  }
+}
+
+// A chain fed as a tree (parents -1, 0, 1, ...) gives forward_logits' rows, and keeping all of it leaves the
+// cache forward_logits would.
+TEST(Llama2Model, AChainTreeIsAChainPass) {
+  const Config config = small_configs()[0];
+  Transformer tree = Transformer::random(config, 5, 8);
+  Transformer chain = Transformer::random(config, 5, 8);
+  const std::vector<Token> tokens = {4, 8, 15, 16, 23, 42, 0, 96};
+  const std::vector<std::int32_t> parents = {-1, 0, 1, 2, 3, 4, 5, 6};
+  const std::vector<std::size_t> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<float> a(tokens.size() * config.vocab_size), b(a.size());
+  tree.forward_tree_logits(0, tokens, parents, a);
+  chain.forward_logits(0, tokens, b);
+  EXPECT_TRUE(bitwise_equal(a, b));
+  tree.keep(0, all);
+  const std::vector<Token> after = {7, 7};
+  EXPECT_TRUE(bitwise_equal(chunked_logits(tree, 8, after, nullptr), chunked_logits(chain, 8, after, nullptr)));
+}
+
+// The ids sorted by logit, highest first, the lower id first among equals.
+std::vector<Token> sorted_ids(const std::vector<float>& values) {
+  std::vector<Token> ids(values.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<Token>(i);
+  std::stable_sort(ids.begin(), ids.end(), [&](Token a, Token b) { return values[a] > values[b]; });
+  return ids;
+}
+
+TEST(Llama2Model, TreeTopKRowsAreTheSortedLogits) {
+  for (const Config& config : small_configs()) {
+    for (std::uint32_t seed = 1; seed <= 4; ++seed) {
+      SCOPED_TRACE("dim " + std::to_string(config.dim) + ", seed " + std::to_string(seed));
+      std::mt19937 rng(seed);
+      const std::size_t vocab = config.vocab_size;
+      Transformer a = Transformer::random(config, seed, 10);
+      Transformer b = Transformer::random(config, seed, 10);
+      Transformer c = Transformer::random(config, seed, 10);
+      const std::vector<Token> prefix = random_tokens(rng, 5, vocab);
+      for (Transformer* m : {&a, &b, &c}) (void)chunked_logits(*m, 0, prefix, nullptr);
+      const std::size_t n = std::uniform_int_distribution<std::size_t>(1, 10)(rng);
+      const std::vector<Token> tokens = random_tokens(rng, n, vocab);
+      const std::vector<std::int32_t> parents = random_parents(rng, n);
+      // K from 1 to the whole vocabulary.
+      const std::size_t k = seed == 4 ? vocab : std::uniform_int_distribution<std::size_t>(1, 9)(rng);
+      std::vector<float> logits(n * vocab);
+      std::vector<Token> next(n), top(n * k), next_only(n);
+      a.forward_tree_logits(5, tokens, parents, logits);
+      b.forward_tree(5, tokens, parents, next, top);
+      c.forward_tree(5, tokens, parents, next_only);
+      EXPECT_EQ(b.length(), 5 + n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::vector<Token> best = sorted_ids(row(logits, i, vocab));
+        EXPECT_EQ(std::vector<Token>(top.begin() + static_cast<std::ptrdiff_t>(i * k),
+                                     top.begin() + static_cast<std::ptrdiff_t>((i + 1) * k)),
+                  std::vector<Token>(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(k)))
+            << "row " << i;
+        EXPECT_EQ(next[i], top[i * k]) << "row " << i;
+        EXPECT_EQ(next_only[i], argmax(row(logits, i, vocab))) << "row " << i;
+      }
+    }
+  }
+}
+
+TEST(Llama2Model, TopKBreaksTiesTowardTheLowerId) {
+  const std::vector<float> values = {1.0f, 3.0f, 3.0f, 2.0f, 3.0f, -INFINITY, 2.0f};
+  const auto top = [&](std::size_t k) {
+    std::vector<Token> out(k);
+    top_k(values, out);
+    return out;
+  };
+  EXPECT_EQ(top(1), (std::vector<Token>{1}));
+  EXPECT_EQ(top(3), (std::vector<Token>{1, 2, 4}));
+  EXPECT_EQ(top(5), (std::vector<Token>{1, 2, 4, 3, 6}));
+  EXPECT_EQ(top(7), (std::vector<Token>{1, 2, 4, 3, 6, 0, 5}));
+  EXPECT_EQ(top(0), std::vector<Token>{});
+}
+
+// The invalid_argument message of `f`, or "(no error)".
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Every bad tree pass is refused with a message naming the culprit, and leaves the model as it was: the same
+// length, and the same logits from the next pass.
+TEST(Llama2Model, TreePassRefusesBadInputChangingNothing) {
+  using ::testing::HasSubstr;
+  const Config config = small_configs()[0];
+  const std::size_t vocab = config.vocab_size;
+  Transformer model = Transformer::random(config, 9, 4);
+  Transformer reference = Transformer::random(config, 9, 4);
+  const std::vector<Token> prefix = {3, 1, 4, 1, 5};
+  (void)chunked_logits(model, 0, prefix, nullptr);
+  (void)chunked_logits(reference, 0, prefix, nullptr);
+  const std::vector<Token> probe = {9, 2, 6};
+  const std::vector<float> expected = chunked_logits(reference, 5, probe, nullptr);
+  const auto unchanged = [&] {
+    EXPECT_EQ(model.length(), 5u);
+    EXPECT_TRUE(bitwise_equal(chunked_logits(model, 5, probe, nullptr), expected));
+    model.rollback(5);
+  };
+
+  const std::vector<Token> tokens = {7, 8, 9};
+  std::vector<float> logits(3 * vocab);
+  std::vector<Token> next(3), top(6);
+  const auto tree = [&](std::vector<std::int32_t> parents) {
+    return error_of([&] { model.forward_tree_logits(5, tokens, parents, logits); });
+  };
+  EXPECT_THAT(tree({-1, 0, 2}), HasSubstr("parents[2] = 2 must be -1 (the cached sequence) or an index below 2"));
+  unchanged();
+  EXPECT_THAT(tree({-1, 5, 0}), HasSubstr("parents[1] = 5 must be"));
+  unchanged();
+  EXPECT_THAT(tree({-1, -2, 0}), HasSubstr("parents[1] = -2 must be"));
+  unchanged();
+  EXPECT_THAT(tree({0, -1, -1}), HasSubstr("parents[0] = 0 must be"));
+  unchanged();
+  EXPECT_THAT(tree({-1, 0}), HasSubstr("a tree pass of 3 tokens got 2 parents"));
+  unchanged();
+  const std::vector<std::int32_t> parents = {-1, 0, 0};
+  EXPECT_THAT(error_of([&] { model.forward_tree_logits(4, tokens, parents, logits); }),
+              HasSubstr("forward at position 4 but the cache holds 5"));
+  unchanged();
+  EXPECT_THAT(error_of([&] { model.forward_tree_logits(5, tokens, parents, std::span<float>(logits).first(vocab)); }),
+              HasSubstr("logits hold 97 floats; they must hold n * vocab_size = 3 * 97"));
+  unchanged();
+  const std::vector<Token> outside = {7, 97, 9};
+  EXPECT_THAT(error_of([&] { model.forward_tree_logits(5, outside, parents, logits); }),
+              HasSubstr("token 97 is outside the vocabulary of 97"));
+  unchanged();
+  const std::vector<Token> five = {1, 2, 3, 4, 5};
+  const std::vector<std::int32_t> five_parents = {-1, 0, 1, 2, 3};
+  std::vector<float> five_logits(5 * vocab);
+  EXPECT_THAT(error_of([&] { model.forward_tree_logits(5, five, five_parents, five_logits); }),
+              HasSubstr("forward of 5 tokens; it takes 1 to 4"));
+  unchanged();
+  EXPECT_THAT(error_of([&] { model.forward_tree(5, tokens, parents, std::span<Token>(next).first(2)); }),
+              HasSubstr("next has 2 slots for 3 tokens"));
+  unchanged();
+  EXPECT_THAT(error_of([&] { model.forward_tree(5, tokens, parents, next, std::span<Token>(top).first(5)); }),
+              HasSubstr("top holds 5 ids for 3 tokens"));
+  unchanged();
+  EXPECT_THAT(error_of([&] { model.forward_tree(5, tokens, parents, next, std::span<Token>()); }),
+              HasSubstr("top holds 0 ids for 3 tokens"));
+  unchanged();
+  std::vector<Token> too_many(3 * (vocab + 1));
+  EXPECT_THAT(error_of([&] { model.forward_tree(5, tokens, parents, next, too_many); }),
+              HasSubstr("top holds 294 ids for 3 tokens; it must hold K per token, 1 <= K <= vocab_size = 97"));
+  unchanged();
+
+  // rollback() after a tree pass discards it, as after a chain pass.
+  model.forward_tree(5, tokens, parents, next, top);
+  EXPECT_EQ(model.length(), 8u);
+  model.rollback(5);
+  unchanged();
+}
+
+// keep() accepts only a root path of the tree pass just made, names what is wrong otherwise, and a refused
+// keep leaves the pass to keep from.
+TEST(Llama2Model, KeepRefusesAnythingButARootPathOfTheLastTreePass) {
+  using ::testing::HasSubstr;
+  const Config config = small_configs()[1];
+  const std::size_t vocab = config.vocab_size;
+  Transformer model = Transformer::random(config, 4, 6);
+  Transformer reference = Transformer::random(config, 4, 6);
+  const std::vector<Token> prefix = {10, 20, 30, 40, 50};
+  (void)chunked_logits(model, 0, prefix, nullptr);
+  (void)chunked_logits(reference, 0, prefix, nullptr);
+  const std::vector<Token> tokens = {1, 2, 3, 4, 5};
+  const std::vector<std::int32_t> parents = {-1, 0, -1, 1, 2};
+  std::vector<float> logits(tokens.size() * vocab);
+  const auto keep = [&](std::size_t pos, std::vector<std::size_t> kept) {
+    return error_of([&] { model.keep(pos, kept); });
+  };
+
+  EXPECT_THAT(keep(5, {0}), HasSubstr("keep at position 5 but the last call was not a tree pass"));
+  model.forward_tree_logits(5, tokens, parents, logits);
+  EXPECT_THAT(keep(4, {0}), HasSubstr("keep at position 4 but the last tree pass was at 5"));
+  EXPECT_THAT(keep(5, {1}), HasSubstr("kept[0] = 1 has parent 0, not -1 (the root): kept is not a root path"));
+  EXPECT_THAT(keep(5, {0, 2}), HasSubstr("kept[1] = 2 has parent -1, not kept[0] = 0"));
+  EXPECT_THAT(keep(5, {0, 1, 4}), HasSubstr("kept[2] = 4 has parent 2, not kept[1] = 1"));
+  EXPECT_THAT(keep(5, {0, 7}), HasSubstr("kept[1] = 7 is not an entry of the tree pass of 5"));
+  EXPECT_THAT(keep(5, {0, 1, 3, 4, 4, 4}), HasSubstr("keep of 6 entries from a tree pass of 5"));
+  EXPECT_EQ(model.length(), 10u);
+
+  // The pass is still there to keep from: 0 -> 1 -> 3.
+  model.keep(5, std::vector<std::size_t>{0, 1, 3});
+  EXPECT_EQ(model.length(), 8u);
+  const std::vector<Token> after = {60, 70};
+  EXPECT_TRUE(bitwise_equal(chunked_logits(model, 8, after, nullptr), chain_then(reference, 5, {1, 2, 4}, after)));
+
+  // Once kept, or after any other pass or a rollback, there is no tree pass to keep from.
+  model.rollback(5);
+  model.forward_tree_logits(5, tokens, parents, logits);
+  model.keep(5, std::vector<std::size_t>{2});
+  EXPECT_THAT(keep(5, {2}), HasSubstr("not a tree pass"));
+  model.rollback(5);
+  model.forward_tree_logits(5, tokens, parents, logits);
+  model.rollback(10);
+  EXPECT_THAT(keep(5, {0}), HasSubstr("not a tree pass"));
+  model.rollback(5);
+  model.forward_tree_logits(5, tokens, parents, logits);
+  (void)chunked_logits(model, 10, {1}, nullptr);
+  EXPECT_THAT(keep(5, {0}), HasSubstr("not a tree pass"));
+  EXPECT_EQ(model.length(), 11u);
+}
+
+// On the real checkpoint too: a branching tree's rows are bitwise its paths fed as chains.
+TEST(Llama2SharedCheckpoint, TreeRowsAreBitwiseTheirPathsFedAsAChain) {
+  NGRAMSPEC_REQUIRE_MODELS();
+  const std::vector<Token> golden = test::read_ids(test::models_dir() / "stories260K_greedy256.ids");
+  std::vector<Token> prefix = {1};
+  prefix.insert(prefix.end(), golden.begin(), golden.begin() + 30);
+  Transformer model = Transformer::load(test::models_dir() / "stories260K.bin", 16);
+  Transformer chain = Transformer::load(test::models_dir() / "stories260K.bin", 16);
+  (void)chunked_logits(model, 0, prefix, nullptr);
+  (void)chunked_logits(chain, 0, prefix, nullptr);
+  const std::size_t pos = prefix.size();
+  // The golden continuation and three alternatives branching off it.
+  const std::vector<Token> tokens = {golden[30], golden[31], golden[32], golden[33], 403, 407, 261, golden[32]};
+  const std::vector<std::int32_t> parents = {-1, 0, 1, 2, -1, 0, 4, 6};
+  const std::size_t vocab = model.vocab_size();
+  std::vector<float> logits(tokens.size() * vocab);
+  model.forward_tree_logits(pos, tokens, parents, logits);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::vector<Token> path = tokens_at(tokens, root_path(parents, i));
+    chain.rollback(pos);
+    const std::vector<float> expected = chunked_logits(chain, pos, path, nullptr);
+    EXPECT_TRUE(bitwise_equal(row(logits, i, vocab), row(expected, path.size() - 1, vocab))) << "node " << i;
+  }
 }
 
 TEST(Llama2Model, RejectsInconsistentShapes) {
