@@ -228,7 +228,8 @@ std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, 
   return n;
 }
 
-std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth) noexcept {
+std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
+                                      float min_path_probability) noexcept {
   tree.clear();
   const std::size_t budget = std::min({max_nodes, tree.capacity(), DraftTree::kMaxNodes});
   if (budget == 0 || max_depth == 0) return 0;
@@ -266,6 +267,7 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
     std::pop_heap(heap_.begin(), heap_.end(), better);
     const Frontier best = heap_.back();
     heap_.pop_back();
+    if (best.path_probability < min_path_probability) break;  // and so is every later one
     const std::size_t owner = best.parent == kTreeRoot ? kRoot : static_cast<std::size_t>(best.parent);
     const Candidate& chosen = candidates_[owner * kMaxChildren + best.child];
     const std::size_t node = tree.push(best.parent, chosen.token, chosen.probability, chosen.source_class);

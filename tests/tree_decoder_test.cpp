@@ -76,28 +76,6 @@ TEST(TreeDecoding, GreedyOutputEqualsPlainDecodingOnRandomModels) {
   EXPECT_GT(accepted, 1000U);
 }
 
-TEST(TreeDecoding, TreesAcceptMoreThanChainsWhereTheModelRepeatsItsTopK) {
-  // A table model: the token after t is fixed, so the top-k recycled from one pass predicts
-  // the next occurrence exactly, where the text alone has not yet seen the pair.
-  TableRule rule;
-  for (Token t = 0; t < 200; ++t) rule.table[t] = static_cast<Token>((t * 37 + 11) % 200);
-  GreedyModel chain_model(rule, 65);
-  GreedyModel tree_model(rule, 65);
-  DecodeOptions options;
-  options.max_new_tokens = 150;
-  options.max_drafts = 16;
-  const std::vector<Token> prompt = {1, 2, 3};
-  TreeConfig config;
-  config.vocab_size = 300;
-  SpeculativeDecoder chains(chain_model, MatchDrafter());
-  SpeculativeDecoder trees(tree_model, TreeDrafter(config));
-  const DecodeResult a = chains.generate(prompt, options);
-  const DecodeResult b = trees.generate(prompt, options);
-  ASSERT_EQ(a.tokens, b.tokens);
-  EXPECT_GT(b.stats.mean_accepted_length(), a.stats.mean_accepted_length() + 0.5)
-      << b.stats.mean_accepted_length() << " vs " << a.stats.mean_accepted_length();
-}
-
 // A LogitsTreeModel whose logits are a pure function of the path: pseudo-random scores from
 // the last two tokens and the length.
 class PathLogitsModel {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -19,14 +20,20 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: ngramspec-generate --model M --tokenizer T --prompt TEXT [--steps N] [--k K] [--cost SPEC]\n"
-    "                          [--no-speculate] [--check]\n"
-    "                          [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
+    "usage: ngramspec-generate --model M --tokenizer T (--prompt TEXT | --prompts FILE) [--steps N] [--k K]\n"
+    "                          [--tree-nodes N [--recycle K] [--carry-over]] [--cost SPEC] [--no-speculate]\n"
+    "                          [--check] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
+    "  --prompts FILE  one prompt a line (empty lines skipped), each a request of its own; prints the totals\n"
     "  --steps N       most tokens generated after the prompt (default 256; generation also stops on BOS and at\n"
     "                  the model's seq_len)\n"
     "  --k K           most drafts verified per pass, 1 to 1024 (default 16; 4 with --cost none)\n"
+    "  --tree-nodes N  verify trees of up to N drafts a pass instead of chains (TreeDrafter: the chain as the\n"
+    "                  spine, the text's alternatives, and the model's own top-k after every verified token)\n"
+    "  --recycle K     with trees: the model's top K tokens kept per token (default 8; 0: text-only trees)\n"
+    "  --carry-over    with trees and --prompts: keep the top-k table and counts from request to request\n"
     "  --cost SPEC     what a verify pass costs against its tokens, which sizes each pass's drafts: the number\n"
-    "                  (up to K) with the most expected tokens per unit of cost, from the drafter's estimates.\n"
+    "                  (up to K, or the best N-node prefix of a tree) with the most expected tokens per unit of\n"
+    "                  cost, from the drafter's estimates.\n"
     "                  measure (default): time this model's passes of 1 .. K+1 tokens at start and print the\n"
     "                  curve; knee:N: flat up to N tokens, then linear; table:1=1,2=1.9,...: measured points;\n"
     "                  none: no cost model, the drafter's own gate decides (MatchDrafter)\n"
@@ -61,13 +68,39 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-void report(const char* label, const ngramspec::llama2::Generation& run) {
-  const ngramspec::DecodeStats& s = run.result.stats;
+// Every request's output and what the requests cost together.
+struct Run {
+  std::vector<std::vector<ngramspec::Token>> outputs;
+  ngramspec::DecodeStats stats;  // summed over the requests
+  std::size_t requests = 0;
+  double seconds = 0.0;
+  ngramspec::StopReason stop_reason = ngramspec::StopReason::max_new_tokens;  // the last request's
+};
+
+void report(const char* label, const Run& run, bool trees) {
+  const ngramspec::DecodeStats& s = run.stats;
+  const double passes = static_cast<double>(s.decode_passes + run.requests);  // a prefill pass a request
+  const double decode = s.decode_passes == 0 ? 1.0 : static_cast<double>(s.decode_passes);
   std::printf("%s: %zu tokens in %.3f s, %.1f tokens/s, %zu passes (%zu prefill + %zu decode), "
-              "mean accepted length %.2f, stop: %s\n",
+              "mean accepted length %.2f, %s per pass %.2f, wasted per pass %.2f",
               label, s.generated, run.seconds, run.seconds > 0 ? static_cast<double>(s.generated) / run.seconds : 0.0,
-              s.prefill_passes + s.decode_passes, s.prefill_passes, s.decode_passes, s.mean_accepted_length(),
-              ngramspec::to_string(run.result.stop_reason));
+              s.prefill_passes + s.decode_passes, s.prefill_passes, s.decode_passes,
+              passes > 0 ? static_cast<double>(s.generated) / passes : 0.0, trees ? "nodes" : "drafts",
+              static_cast<double>(s.drafted) / decode, static_cast<double>(s.drafted - s.accepted) / decode);
+  if (run.requests == 1) std::printf(", stop: %s", ngramspec::to_string(run.stop_reason));
+  std::printf("\n");
+}
+
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read the prompts file '" + path + "'");
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) prompts.push_back(line);
+  }
+  if (prompts.empty()) throw std::runtime_error("the prompts file '" + path + "' holds no prompt");
+  return prompts;
 }
 
 }  // namespace
@@ -76,13 +109,17 @@ int main(int argc, char** argv) {
   const ngramspec::llama2::GenerateOptions args = parse(argc, argv);
   try {
     using namespace ngramspec::llama2;
-    Transformer model = Transformer::load(args.model, args.k + 1 > Transformer::kDefaultMaxBatch
-                                                          ? args.k + 1
-                                                          : Transformer::kDefaultMaxBatch);
+    const bool trees = args.tree_nodes != 0;
+    const std::size_t width = trees ? args.tree_nodes : args.k;  // most drafts a pass carries
+    Transformer model = Transformer::load(args.model, std::max(width + 1, Transformer::kDefaultMaxBatch));
     const Tokenizer tokenizer(args.tokenizer, model.vocab_size());
-    const std::vector<ngramspec::Token> prompt = tokenizer.encode(args.prompt);
+    const std::vector<std::string> texts =
+        args.prompts_file.empty() ? std::vector<std::string>{args.prompt} : read_prompts(args.prompts_file);
+    std::vector<std::vector<ngramspec::Token>> prompts;
+    for (const std::string& text : texts) prompts.push_back(tokenizer.encode(text));
 
-    // The cost model of whichever run speculates: measured here, given, or none.
+    // The cost model of whichever run speculates: measured here (at the middle of the first request), given, or
+    // none.
     std::optional<ngramspec::VerifyCost> cost;
     std::string cost_line = "verify cost: none (drafts sized by the drafter's gate)";
     if (args.cost_source == GenerateOptions::Cost::given) {
@@ -90,21 +127,47 @@ int main(int argc, char** argv) {
       cost_line = "verify cost (given): " + cost->spec();
     } else if (args.cost_source == GenerateOptions::Cost::measure && (args.speculate || args.check)) {
       const auto start = std::chrono::steady_clock::now();
-      cost = measure_pass_cost(model, args.k, args.sampling, 21, midway_context(prompt.size(), args.steps));
+      cost = measure_pass_cost(model, width, args.sampling, 21, midway_context(prompts[0].size(), args.steps));
       const double ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       char took[64];
       std::snprintf(took, sizeof took, " (measured in %.0f ms)", ms);
       cost_line = "verify cost: " + cost->spec() + took;
     }
 
+    // Every request in order; trees start from a new drafter each run, so that repeated runs draft alike (with
+    // --carry-over it keeps what it learns from one request to the next within the run).
     const auto decode = [&](bool speculate) {
-      return generate(model, prompt, args.steps, args.k, speculate, args.sampling, cost);
+      Run run;
+      std::optional<ngramspec::TreeDrafter> drafter;
+      if (trees && speculate) drafter.emplace(make_tree_drafter(model, args.recycle, args.carry_over));
+      for (const auto& prompt : prompts) {
+        const Generation g = drafter ? generate_tree(model, prompt, args.steps, width, *drafter, args.sampling, cost)
+                                     : generate(model, prompt, args.steps, width, speculate, args.sampling, cost);
+        const ngramspec::DecodeStats& s = g.result.stats;
+        run.outputs.push_back(g.result.tokens);
+        run.stats.prefill_passes += s.prefill_passes;
+        run.stats.decode_passes += s.decode_passes;
+        run.stats.drafted += s.drafted;
+        run.stats.accepted += s.accepted;
+        run.stats.generated += s.generated;
+        run.seconds += g.seconds;
+        run.stop_reason = g.result.stop_reason;
+        ++run.requests;
+      }
+      return run;
     };
-    Generation run = decode(args.speculate);
+    const auto print_text = [&](const Run& run) {
+      if (prompts.size() == 1) {
+        std::printf("%s%s\n\n", texts[0].c_str(), tokenizer.decode(run.outputs[0], prompts[0].back()).c_str());
+      } else {
+        std::printf("%zu requests\n", prompts.size());
+      }
+    };
+    Run run = decode(args.speculate);
     if (!args.check) {
-      std::printf("%s%s\n\n", args.prompt.c_str(), tokenizer.decode(run.result.tokens, prompt.back()).c_str());
+      print_text(run);
       if (args.speculate) std::printf("%s\n", cost_line.c_str());
-      report(args.speculate ? "speculative" : "plain", run);
+      report(args.speculate ? "speculative" : "plain", run, trees);
       return 0;
     }
 
@@ -114,20 +177,20 @@ int main(int argc, char** argv) {
     const bool order[] = {false, false, true, true, false};  // after the first run of A: true = A again
     std::vector<double> seconds_a = {run.seconds};
     std::vector<double> seconds_b;
-    Generation other;
+    Run other;
     bool same = true;
     for (const bool again : order) {
-      const Generation g = decode(again ? args.speculate : !args.speculate);
-      same = same && g.result.tokens == run.result.tokens;
-      (again ? seconds_a : seconds_b).push_back(g.seconds);
-      if (!again && seconds_b.size() == 1) other = g;
+      const Run r = decode(again ? args.speculate : !args.speculate);
+      same = same && r.outputs == run.outputs;
+      (again ? seconds_a : seconds_b).push_back(r.seconds);
+      if (!again && seconds_b.size() == 1) other = r;
     }
     run.seconds = median(seconds_a);
     other.seconds = median(seconds_b);
-    std::printf("%s%s\n\n", args.prompt.c_str(), tokenizer.decode(run.result.tokens, prompt.back()).c_str());
+    print_text(run);
     std::printf("%s\n", cost_line.c_str());
-    report(args.speculate ? "speculative" : "plain", run);
-    report(args.speculate ? "plain" : "speculative", other);
+    report(args.speculate ? "speculative" : "plain", run, trees);
+    report(args.speculate ? "plain" : "speculative", other, trees);
     std::printf("outputs identical: %s", same ? "yes" : "no");
     if (other.seconds > 0 && run.seconds > 0) {
       const double plain = args.speculate ? other.seconds : run.seconds;

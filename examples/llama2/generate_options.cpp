@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/top_k_table.hpp"
 
 namespace ngramspec::llama2 {
 namespace {
@@ -52,6 +53,7 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   GenerateOptions options;
   bool has_prompt = false;
   bool has_k = false;
+  bool has_recycle = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view flag = args[i];
     const auto value = [&]() -> std::string_view {
@@ -65,6 +67,24 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
     } else if (flag == "--prompt") {
       options.prompt = value();
       has_prompt = true;
+    } else if (flag == "--prompts") {
+      options.prompts_file = value();
+      if (options.prompts_file.empty()) throw std::invalid_argument("--prompts needs a file name, got ''");
+    } else if (flag == "--tree-nodes") {
+      options.tree_nodes = parse_count(flag, value());
+      if (options.tree_nodes == 0 || options.tree_nodes > kMaxDraftsPerPass) {
+        throw std::invalid_argument("--tree-nodes must be between 1 and " + std::to_string(kMaxDraftsPerPass) +
+                                    ", got " + std::to_string(options.tree_nodes));
+      }
+    } else if (flag == "--recycle") {
+      options.recycle = parse_count(flag, value());
+      has_recycle = true;
+      if (options.recycle > TopKTable::kMaxK) {
+        throw std::invalid_argument("--recycle must be between 0 and " + std::to_string(TopKTable::kMaxK) +
+                                    ", got " + std::to_string(options.recycle));
+      }
+    } else if (flag == "--carry-over") {
+      options.carry_over = true;
     } else if (flag == "--steps") {
       options.steps = parse_count(flag, value());
     } else if (flag == "--k") {
@@ -112,8 +132,19 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
       throw std::invalid_argument("unknown argument '" + std::string(flag) + "'");
     }
   }
-  if (options.model.empty() || options.tokenizer.empty() || !has_prompt) {
-    throw std::invalid_argument("--model, --tokenizer and --prompt are required");
+  if (options.model.empty() || options.tokenizer.empty() || (!has_prompt && options.prompts_file.empty())) {
+    throw std::invalid_argument("--model, --tokenizer and --prompt (or --prompts) are required");
+  }
+  if (has_prompt && !options.prompts_file.empty()) throw std::invalid_argument("--prompt and --prompts exclude each other");
+  if (options.tree_nodes != 0 && has_k) {
+    throw std::invalid_argument("--k sizes chains; with --tree-nodes the tree's node budget is the one setting");
+  }
+  if (options.tree_nodes == 0 && (has_recycle || options.carry_over)) {
+    throw std::invalid_argument(std::string(has_recycle ? "--recycle" : "--carry-over") +
+                                " applies to trees only: it needs --tree-nodes");
+  }
+  if (options.tree_nodes != 0 && !options.speculate) {
+    throw std::invalid_argument("--tree-nodes drafts trees; --no-speculate drafts nothing");
   }
   if (!has_k && options.cost_source == GenerateOptions::Cost::none) options.k = GenerateOptions::kDefaultKWithoutCost;
   if (options.k == 0 || options.k > kMaxDraftsPerPass) k_out_of_range(std::to_string(options.k));

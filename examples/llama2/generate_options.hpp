@@ -16,7 +16,13 @@ struct GenerateOptions {
   bool help = false;       ///< --help / -h: print the usage and do nothing else
   std::string model;       ///< --model: required, non-empty
   std::string tokenizer;   ///< --tokenizer: required, non-empty
-  std::string prompt;      ///< --prompt: required (may be empty)
+  std::string prompt;      ///< --prompt: the prompt (may be empty); this or --prompts is required
+  std::string prompts_file;  ///< --prompts: a file of prompts, one a line, each a request of its own
+  /// --tree-nodes: 0 drafts chains (the default); N verifies trees of up to N drafts a pass (1 .. 1024),
+  /// with the model's top-k fed back (--recycle). Replaces --k, which is then refused.
+  std::size_t tree_nodes = 0;
+  std::size_t recycle = 8;  ///< --recycle: the model's top tokens kept per token for trees (0: text only; <= 32)
+  bool carry_over = false;  ///< --carry-over: trees keep what they learnt (top-k, counts) across --prompts
   std::size_t steps = 256;  ///< --steps
   /// --k: 1 .. kMaxDraftsPerPass; by default kDefaultK, or kDefaultKWithoutCost with --cost none.
   std::size_t k = kDefaultK;

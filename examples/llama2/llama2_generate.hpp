@@ -73,6 +73,56 @@ inline Generation generate(Transformer& model, std::span<const Token> prompt, st
   return run(sampler);
 }
 
+/// Tree-verified generation: as generate(), but each pass verifies a tree of up to `nodes` drafts from `drafter`
+/// (borrowed, so that what it keeps across requests with TreeConfig::carry_over survives the call), with the
+/// model's top-k after every node fed back to it; with `cost`, each pass keeps the best prefix of the tree for
+/// what the pass costs. The output is plain decoding's, greedy or sampled. Throws std::invalid_argument as
+/// generate() does, with nodes in place of k.
+inline Generation generate_tree(Transformer& model, std::span<const Token> prompt, std::size_t steps,
+                                std::size_t nodes, TreeDrafter& drafter, const SamplingOptions& sampling = {},
+                                const std::optional<VerifyCost>& cost = std::nullopt) {
+  if (prompt.size() > model.config().seq_len) {
+    throw std::invalid_argument("llama2: the prompt is " + std::to_string(prompt.size()) +
+                                " tokens, longer than the model's seq_len of " +
+                                std::to_string(model.config().seq_len));
+  }
+  if (nodes == 0 || nodes + 1 > model.max_batch()) {
+    throw std::invalid_argument("llama2: tree nodes must be between 1 and " + std::to_string(model.max_batch() - 1));
+  }
+  DecodeOptions options;
+  options.max_new_tokens = steps;
+  options.stop_tokens = {kBos};
+  options.max_context = model.config().seq_len;
+  options.max_drafts = nodes;
+  const auto run = [&](auto& target) {
+    SpeculativeDecoder decoder(target, drafter);
+    decoder.set_verify_cost(cost);
+    Generation out;
+    const auto start = std::chrono::steady_clock::now();
+    out.result = decoder.generate(prompt, options);
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return out;
+  };
+  if (sampling.temperature == 0.0f) {
+    validate(sampling);
+    return run(model);
+  }
+  SamplingModel<Transformer> sampler(model, sampling);
+  return run(sampler);
+}
+
+/// The TreeDrafter ngramspec-generate drafts trees with for `model`: MatchDrafter's spine sized by the model's
+/// context, and a top-k table of `recycle` tokens per row over its vocabulary (0: none, text-only trees).
+[[nodiscard]] inline TreeDrafter make_tree_drafter(const Transformer& model, std::size_t recycle, bool carry_over) {
+  TreeConfig config;
+  config.chain.cap =
+      std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
+  config.vocab_size = recycle == 0 ? 0 : model.vocab_size();
+  config.top_k = recycle == 0 ? config.top_k : recycle;
+  config.carry_over = carry_over;
+  return TreeDrafter(config);
+}
+
 /// The position in the middle of a generation of up to `steps` tokens after a prompt of `prompt_tokens`, where
 /// measure_pass_cost() times the passes.
 [[nodiscard]] constexpr std::size_t midway_context(std::size_t prompt_tokens, std::size_t steps) noexcept {

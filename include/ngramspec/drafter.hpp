@@ -36,17 +36,18 @@ concept EstimatingDrafter = Drafter<D> && requires(const D& cd, std::span<Token>
   { cd.predict(out, probabilities) } -> std::convertible_to<std::size_t>;
 };
 
-/// A drafter that also drafts trees (TreeDrafter): `predict_tree(tree, max_nodes, max_depth)`
-/// fills a DraftTree best-first (path probabilities non-increasing, so any prefix is a tree),
+/// A drafter that also drafts trees (TreeDrafter): `predict_tree(tree, max_nodes, max_depth,
+/// min_path_probability)` fills a DraftTree best-first (path probabilities non-increasing, so
+/// any prefix is a tree; none below min_path_probability),
 /// and `observe_pass(tree, fed, model_tokens, kept, top)` hears how a verified pass went;
 /// `top_k_table()` is the table it recycles the model's top-k into (nullptr: none, and the
 /// decoders ask the model for no top-k). With a TreeTargetModel, SpeculativeDecoder and
 /// BatchSpeculator verify its trees; with a chain model it drafts chains.
 template <class D>
 concept TreeDraftingDrafter =
-    Drafter<D> && requires(D& d, DraftTree& tree, std::size_t count, std::span<const Token> tokens,
+    Drafter<D> && requires(D& d, DraftTree& tree, std::size_t count, float least, std::span<const Token> tokens,
                            std::span<const std::size_t> kept) {
-      { d.predict_tree(tree, count, count) } -> std::convertible_to<std::size_t>;
+      { d.predict_tree(tree, count, count, least) } -> std::convertible_to<std::size_t>;
       d.observe_pass(std::as_const(tree), tokens, tokens, kept, tokens);
       d.top_k_table();
     };

@@ -94,8 +94,12 @@ class TreeDrafter {
   }
 
   /// Clears `tree` and fills it best-first with up to min(max_nodes, tree.capacity()) nodes
-  /// of depth below max_depth (the longest path holds max_depth drafts). Returns the size.
-  std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth) noexcept;
+  /// of depth below max_depth (the longest path holds max_depth drafts), stopping at the first
+  /// node whose path probability is below `min_path_probability` (what a pass's cost makes a
+  /// node worth; the decoders pass it so as not to build what the planner would cut). Returns
+  /// the size.
+  std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
+                           float min_path_probability = 0.0f) noexcept;
 
   /// Learns from a verified tree pass: `fed` the pass's tokens (the root, then the tree's
   /// nodes), `model_tokens` the model's token after each, `kept` the entries accept_tree()
