@@ -4,7 +4,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "ngramspec/detail/fnv1a.hpp"
 
 namespace ngramspec {
 
@@ -37,10 +36,12 @@ float prior(std::size_t c) noexcept {
 // sequence rather than its distant past.
 constexpr float kMaxTrials = 256.0f;
 
+// The successor tables' key of a context of `order` tokens (the last `order` of `tokens`): one
+// multiply a token, mixed so that its low bits, which pick the slot, depend on every token.
 std::uint64_t context_key(const std::array<Token, 3>& tokens, std::size_t order) noexcept {
-  std::uint64_t hash = detail::kFnvOffsetBasis;
-  for (std::size_t i = 3 - order; i < 3; ++i) hash = detail::fnv1a_step(hash, tokens[i]);
-  return hash | 1U;  // never 0, the empty slot's key
+  std::uint64_t hash = order * 0x9e3779b97f4a7c15ULL;
+  for (std::size_t i = 3 - order; i < 3; ++i) hash = (hash ^ tokens[i]) * 0xff51afd7ed558ccdULL;
+  return (hash ^ (hash >> 32)) | 1U;  // never 0, the empty slot's key
 }
 
 }  // namespace
@@ -87,6 +88,7 @@ TreeDrafter::TreeDrafter(const TreeDrafter& other)
       seen_(other.seen_),
       hits_(other.hits_),
       trials_(other.trials_),
+      estimates_(other.estimates_),
       contexts_(other.contexts_.size()),
       candidates_(other.candidates_.size()),
       candidate_counts_(other.candidate_counts_.size()),
@@ -103,12 +105,11 @@ void TreeDrafter::reset_learning() noexcept {
   for (std::size_t c = 0; c < kClasses; ++c) {
     hits_[c] = prior(c) * kPriorTrials;
     trials_[c] = kPriorTrials;
+    estimates_[c] = hits_[c] / trials_[c];
   }
 }
 
-float TreeDrafter::class_estimate(std::size_t c) const noexcept {
-  return c < kClasses ? hits_[c] / trials_[c] : 0.0f;
-}
+float TreeDrafter::class_estimate(std::size_t c) const noexcept { return c < kClasses ? estimates_[c] : 0.0f; }
 
 std::size_t TreeDrafter::memory_bytes() const noexcept {
   std::size_t bytes = sizeof(*this) + chain_.memory_bytes();
@@ -177,53 +178,70 @@ void TreeDrafter::reset() noexcept {
 // The candidates after a node with last tokens `context`, merged by token, best first, their
 // estimates summing to at most 1. Returns how many (at most config_.max_children).
 std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, Candidate* out) const noexcept {
-  std::array<Candidate, kMaxChildren + kOrders * kSlotsPerContext + TopKTable::kMaxK> found;
-  std::size_t n = 0;
-  const auto offer = [&](Token token, float probability, std::uint8_t source_class) {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (found[i].token == token) {
-        if (probability > found[i].probability) found[i] = Candidate{token, probability, source_class};
-        return;
-      }
-    }
-    found[n++] = Candidate{token, probability, source_class};
-  };
+  // Three lists, each best first: the spine's next token; the longest seen context's
+  // continuations (the counts' back-off: it speaks for the text); the model's top-k after the
+  // node's token. Within a list a later rank never gets a higher estimate than an earlier one.
   const std::size_t next_spine = static_cast<std::size_t>(context.spine + 1);
-  if (next_spine < spine_made) offer(spine_[next_spine], spine_conditional_[next_spine], kSpineClass);
+  const bool has_spine = next_spine < spine_made;
+  const Successors* text = nullptr;
+  std::size_t text_order = 0;
   for (std::size_t order = std::min<std::size_t>(context.known, kOrders); order >= 1; --order) {
     const std::uint64_t key = context_key(context.tokens, order);
     const Successors& entry = successors_[order - 1][key & successor_mask_];
-    if (entry.key != key) continue;
-    for (std::size_t s = 0; s < kSlotsPerContext && entry.counts[s] != 0; ++s) {
-      const std::uint8_t c = text_class(order, s);
-      offer(entry.tokens[s], class_estimate(c), c);
+    if (entry.key == key) {
+      text = &entry;
+      text_order = order;
+      break;
     }
   }
-  if (table_ != nullptr && context.known > 0) {
-    const std::span<const Token> row = table_->row(context.tokens[kOrders - 1]);
-    for (std::size_t r = 0; r < row.size(); ++r) {
-      const std::uint8_t c = top_k_class(r);
-      offer(row[r], class_estimate(c), c);
-    }
-  }
-  // Best first (insertion sort: a handful of candidates), keep the best max_children, and
-  // scale them to sum to at most 1: one token follows, so the events exclude each other.
-  for (std::size_t i = 1; i < n; ++i) {
-    const Candidate item = found[i];
-    std::size_t j = i;
-    while (j > 0 && found[j - 1].probability < item.probability) {
-      found[j] = found[j - 1];
-      --j;
-    }
-    found[j] = item;
-  }
-  n = std::min(n, config_.max_children);
+  std::span<const Token> row;
+  if (table_ != nullptr && context.known > 0) row = table_->row(context.tokens[kOrders - 1]);
+
+  // Merged best first, each token once (its best offer), up to max_children.
+  std::size_t n = 0;
+  std::size_t t = 0;  // next text slot
+  std::size_t r = 0;  // next top-k rank
+  bool spine_left = has_spine;
+  float text_cap = 1.0f;
+  float row_cap = 1.0f;
+  std::uint64_t seen = 0;  // bit (token & 63) set: the token may already be out
   float sum = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) sum += found[i].probability;
-  const float scale = sum > 1.0f ? 1.0f / sum : 1.0f;
-  for (std::size_t i = 0; i < n; ++i) {
-    out[i] = found[i];
-    out[i].probability *= scale;
+  while (n < config_.max_children) {
+    const bool text_left = text != nullptr && t < kSlotsPerContext && text->counts[t] != 0;
+    const bool row_left = r < row.size();
+    const float text_p = text_left ? std::min(text_cap, estimates_[text_class(text_order, t)]) : -1.0f;
+    const float row_p = row_left ? std::min(row_cap, estimates_[top_k_class(r)]) : -1.0f;
+    const float spine_p = spine_left ? spine_conditional_[next_spine] : -1.0f;
+    Candidate next;
+    if (spine_p >= text_p && spine_p >= row_p && spine_left) {
+      next = Candidate{spine_[next_spine], spine_p, kSpineClass};
+      spine_left = false;
+    } else if (text_p >= row_p && text_left) {
+      next = Candidate{text->tokens[t], text_p, text_class(text_order, t)};
+      text_cap = text_p;
+      ++t;
+    } else if (row_left) {
+      next = Candidate{row[r], row_p, top_k_class(r)};
+      row_cap = row_p;
+      ++r;
+    } else {
+      break;
+    }
+    const std::uint64_t bit = std::uint64_t{1} << (next.token & 63U);
+    if ((seen & bit) != 0) {
+      bool again = false;
+      for (std::size_t i = 0; i < n && !again; ++i) again = out[i].token == next.token;
+      if (again) continue;
+    }
+    seen |= bit;
+    out[n++] = next;
+    sum += next.probability;
+  }
+  // One token follows, so the children's events exclude each other: their estimates may not
+  // sum to more than 1.
+  if (sum > 1.0f) {
+    const float scale = 1.0f / sum;
+    for (std::size_t i = 0; i < n; ++i) out[i].probability *= scale;
   }
   return n;
 }
@@ -235,9 +253,11 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
   if (budget == 0 || max_depth == 0) return 0;
 
   // The spine: the chain and its conditional estimates.
+  // A spine longer than the budget could never be used.
   std::array<float, kMaxSpine> path{};
-  const std::size_t spine_made = chain_.predict(std::span<Token>(spine_).first(std::min(kMaxSpine, max_depth)),
-                                                std::span<float>(path).first(std::min(kMaxSpine, max_depth)));
+  const std::size_t spine_room = std::min({kMaxSpine, max_depth, budget});
+  const std::size_t spine_made =
+      chain_.predict(std::span<Token>(spine_).first(spine_room), std::span<float>(path).first(spine_room));
   for (std::size_t j = 0; j < spine_made; ++j) {
     const float before = j == 0 ? 1.0f : path[j - 1];
     spine_conditional_[j] = before > 0.0f ? std::min(1.0f, path[j] / before) : 0.0f;
@@ -252,7 +272,13 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
   candidate_counts_[kRoot] =
       static_cast<std::uint8_t>(expand(root, spine_made, candidates_.data() + kRoot * kMaxChildren));
 
-  // A max-heap by path probability of each expanded node's next unused candidate.
+  // A max-heap by path probability of each expanded node's next unused candidate, and of the
+  // nodes not yet expanded, keyed by a bound on their best child: their path probability times
+  // the best estimate a child can have. A node is expanded only when that bound comes first, so
+  // the leaves of the tree, about half its nodes, never are; the nodes still come out in
+  // non-increasing order (a child's probability never exceeds its bound).
+  float best_class = 0.0f;
+  for (std::size_t c = 1; c < kClasses; ++c) best_class = std::max(best_class, estimates_[c]);
   heap_.clear();
   const auto better = [](const Frontier& a, const Frontier& b) { return a.path_probability < b.path_probability; };
   const auto push = [&](std::int32_t parent, std::uint32_t child) {
@@ -268,6 +294,13 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
     const Frontier best = heap_.back();
     heap_.pop_back();
     if (best.path_probability < min_path_probability) break;  // and so is every later one
+    if (best.child == kExpand) {
+      const auto node = static_cast<std::size_t>(best.parent);
+      candidate_counts_[node] =
+          static_cast<std::uint8_t>(expand(contexts_[node], spine_made, candidates_.data() + node * kMaxChildren));
+      push(best.parent, 0);
+      continue;
+    }
     const std::size_t owner = best.parent == kTreeRoot ? kRoot : static_cast<std::size_t>(best.parent);
     const Candidate& chosen = candidates_[owner * kMaxChildren + best.child];
     const std::size_t node = tree.push(best.parent, chosen.token, chosen.probability, chosen.source_class);
@@ -281,9 +314,11 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
     const std::size_t next_spine = static_cast<std::size_t>(up.spine + 1);
     here.spine = up.spine >= -1 && next_spine < spine_made && spine_[next_spine] == chosen.token ? up.spine + 1 : -2;
     if (tree.depths()[node] + 1 < max_depth) {
-      candidate_counts_[node] =
-          static_cast<std::uint8_t>(expand(here, spine_made, candidates_.data() + node * kMaxChildren));
-      push(static_cast<std::int32_t>(node), 0);
+      const auto following = static_cast<std::size_t>(here.spine + 1);
+      const float bound = here.spine >= 0 && following < spine_made ? std::max(best_class, spine_conditional_[following])
+                                                                     : best_class;
+      heap_.push_back(Frontier{tree.path_probabilities()[node] * bound, static_cast<std::int32_t>(node), kExpand});
+      std::push_heap(heap_.begin(), heap_.end(), better);
     }
   }
   return tree.size();
@@ -312,6 +347,7 @@ void TreeDrafter::observe_pass(const DraftTree& tree, std::span<const Token> fed
       trials_[c] *= 0.5f;
       hits_[c] *= 0.5f;
     }
+    estimates_[c] = hits_[c] / trials_[c];
   }
   if (table_ != nullptr && !top.empty() && top.size() == fed.size() * table_->k()) {
     for (const Token token : fed) {

@@ -134,7 +134,7 @@ TEST(TreeDrafter, CalibrationFollowsWhatPassesAccept) {
     drafter.observe_pass(tree, fed, std::vector<Token>{7, 3}, kept, {});
   }
   EXPECT_GT(drafter.class_estimate(13), 0.95f);
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 1000; ++i) {
     drafter.observe_pass(tree, fed, std::vector<Token>{8, 3}, std::vector<std::size_t>{0}, {});
   }
   EXPECT_LT(drafter.class_estimate(13), 0.1f);

@@ -146,8 +146,9 @@ class TreeDrafter {
   struct Frontier {
     float path_probability;
     std::int32_t parent;  // tree index, or kTreeRoot
-    std::uint32_t child;  // index in the parent's candidate list
+    std::uint32_t child;  // index in the parent's candidate list, or kExpand: expand `parent`
   };
+  static constexpr std::uint32_t kExpand = UINT32_MAX;
 
   void learn(Token token) noexcept;
   std::size_t expand(const Context& context, std::size_t spine_made, Candidate* out) const noexcept;
@@ -163,6 +164,7 @@ class TreeDrafter {
   std::uint64_t seen_ = 0;
   std::array<float, kClasses> hits_{};
   std::array<float, kClasses> trials_{};
+  std::array<float, kClasses> estimates_{};  // hits_ / trials_
 
   // predict_tree's scratch, sized for DraftTree::kMaxNodes nodes.
   std::array<Token, kMaxSpine> spine_{};

@@ -1,0 +1,212 @@
+// What drafting a tree costs on real text, beside the chain it grows from, and what feeding a
+// pass's top-k back costs.
+//
+// Stream: the recorded Spec-Bench streams (../shared/data/specbench/streams.tsv), each record
+// prompt then output, joined end to end in file order; without the shared data folder, the
+// synthetic stream mixture:48 instead, and a line on stderr says why. The drafters first
+// observe kContext tokens of it; every timed step then observes the next token.
+//
+// The top-k table is filled as a model would fill it: after each observed token t, the row of
+// t gets the kTopK tokens that followed t in the stream from there on (the true next token
+// first), a stand-in for the model's top-k that ranks what the text will do. Recordings hold no
+// real top-k; the cost of a lookup does not depend on what the row holds.
+//
+// Benchmarks (one iteration = one token; Time and CPU columns are ns per token):
+//   update/tree            TreeDrafter::update(token) alone
+//   step/chain/k:N         MatchDrafter: update(token), then predict() of up to N drafts with
+//                          their estimates (what a cost-aware chain decoder asks for)
+//   step/tree/nodes:N      TreeDrafter: update(token), then predict_tree() of up to N nodes,
+//                          depth up to 64: the chain above plus the text's and the table's
+//                          alternatives at every node, expanded best-first
+//   record/top-k/nodes:N   TopKTable::record of a pass of N + 1 tokens (the root and N nodes),
+//                          8 tokens a row: what a decoder does after each pass
+//   observe/nodes:N        TreeDrafter::observe_pass of such a pass: the calibration and the
+//                          record together
+// Building a tree costs step/tree - update/tree; nodes/call says how many nodes it built.
+//
+//   build/release/bench/tree_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ngramspec/draft_tree.hpp"
+#include "ngramspec/match_drafter.hpp"
+#include "ngramspec/top_k_table.hpp"
+#include "ngramspec/tree_drafter.hpp"
+#include "replay/token_streams.hpp"
+
+namespace ngramspec::bench {
+namespace {
+
+constexpr std::size_t kContext = 4096;  // tokens observed before the timed walk
+constexpr std::size_t kWalk = 16384;    // tokens the timed walk cycles over
+constexpr std::size_t kTopK = 8;
+constexpr std::size_t kVocab = 32000;
+
+std::vector<Token> load_stream() {
+  std::string missing = "NGRAMSPEC_SHARED_DIR is not defined";
+#ifdef NGRAMSPEC_SHARED_DIR
+  const std::filesystem::path path = std::filesystem::path(NGRAMSPEC_SHARED_DIR) / "data/specbench/streams.tsv";
+  if (std::filesystem::exists(path)) {
+    std::vector<Token> joined;
+    for (const replay::TokenStream& record : replay::read_streams(path.string())) {
+      joined.insert(joined.end(), record.prompt.begin(), record.prompt.end());
+      joined.insert(joined.end(), record.output.begin(), record.output.end());
+    }
+    return joined;
+  }
+  missing = path.string() + " is missing";
+#endif
+  std::fprintf(stderr, "tree_bench: %s; measuring the synthetic stream mixture:48 instead\n", missing.c_str());
+  replay::SyntheticSpec spec = replay::parse_synthetic("mixture:48");
+  spec.output_length = kContext + kWalk + kTopK + 1;
+  spec.samples = 1;
+  return replay::make_synthetic(spec).front().output;
+}
+
+const std::vector<Token>& stream() {
+  static const std::vector<Token> tokens = [] {
+    std::vector<Token> t = load_stream();
+    for (Token& token : t) token %= static_cast<Token>(kVocab);
+    return t;
+  }();
+  return tokens;
+}
+
+// Feeds the drafter token `i` of the stream and, as a model pass would, the top-k row after it.
+void observe(TreeDrafter& drafter, std::size_t i) {
+  const std::vector<Token>& s = stream();
+  drafter.update(s[i]);
+  static DraftTree none;
+  const Token fed[1] = {s[i]};
+  const Token next[1] = {s[i + 1]};
+  Token top[kTopK];
+  for (std::size_t r = 0; r < kTopK; ++r) top[r] = s[i + 1 + r];
+  const std::size_t kept[1] = {0};
+  drafter.observe_pass(none, fed, next, kept, top);
+}
+
+TreeConfig tree_config() {
+  TreeConfig config;
+  config.vocab_size = kVocab;
+  config.top_k = kTopK;
+  return config;
+}
+
+const TreeDrafter& prepared_tree() {
+  static const TreeDrafter prepared = [] {
+    TreeDrafter drafter(tree_config());
+    for (std::size_t i = 0; i < kContext; ++i) observe(drafter, i);
+    return drafter;
+  }();
+  return prepared;
+}
+
+const MatchDrafter& prepared_chain() {
+  static const MatchDrafter prepared = [] {
+    MatchDrafter drafter;
+    for (std::size_t i = 0; i < kContext; ++i) drafter.update(stream()[i]);
+    return drafter;
+  }();
+  return prepared;
+}
+
+// The walk's next position, going back to the prepared state (outside the timing) at its end.
+template <class D>
+std::size_t next_position(benchmark::State& state, D& drafter, const D& prepared, std::size_t& pos) {
+  if (pos == kContext + kWalk) {
+    state.PauseTiming();
+    drafter = prepared;
+    pos = kContext;
+    state.ResumeTiming();
+  }
+  return pos++;
+}
+
+void update_tree(benchmark::State& state) {
+  TreeDrafter drafter = prepared_tree();
+  std::size_t pos = kContext;
+  for (auto _ : state) drafter.update(stream()[next_position(state, drafter, prepared_tree(), pos)]);
+}
+
+void step_chain(benchmark::State& state) {
+  const auto k = static_cast<std::size_t>(state.range(0));
+  MatchDrafter drafter = prepared_chain();
+  std::vector<Token> out(k);
+  std::vector<float> probabilities(k);
+  std::size_t pos = kContext;
+  std::size_t drafted = 0;
+  for (auto _ : state) {
+    drafter.update(stream()[next_position(state, drafter, prepared_chain(), pos)]);
+    drafted += drafter.predict(out, probabilities);
+  }
+  state.counters["drafts/call"] = benchmark::Counter(static_cast<double>(drafted), benchmark::Counter::kAvgIterations);
+}
+
+void step_tree(benchmark::State& state) {
+  const auto nodes = static_cast<std::size_t>(state.range(0));
+  TreeDrafter drafter = prepared_tree();
+  DraftTree tree(nodes);
+  std::size_t pos = kContext;
+  std::size_t built = 0;
+  for (auto _ : state) {
+    drafter.update(stream()[next_position(state, drafter, prepared_tree(), pos)]);
+    built += drafter.predict_tree(tree, nodes, 64);
+  }
+  state.counters["nodes/call"] = benchmark::Counter(static_cast<double>(built), benchmark::Counter::kAvgIterations);
+}
+
+// A pass of nodes + 1 tokens from the stream and their top-k rows.
+struct Pass {
+  std::vector<Token> fed;
+  std::vector<Token> next;
+  std::vector<Token> top;
+  explicit Pass(std::size_t nodes) : fed(nodes + 1), next(nodes + 1), top((nodes + 1) * kTopK) {
+    const std::vector<Token>& s = stream();
+    for (std::size_t i = 0; i <= nodes; ++i) {
+      fed[i] = s[kContext + i];
+      next[i] = s[kContext + i + 1];
+      for (std::size_t r = 0; r < kTopK; ++r) top[i * kTopK + r] = s[kContext + i + 1 + r];
+    }
+  }
+};
+
+void record_top_k(benchmark::State& state) {
+  const Pass pass(static_cast<std::size_t>(state.range(0)));
+  TopKTable table(kVocab, kTopK);
+  for (auto _ : state) {
+    table.record(pass.fed, pass.top);
+    benchmark::ClobberMemory();
+  }
+}
+
+void observe_pass(benchmark::State& state) {
+  const auto nodes = static_cast<std::size_t>(state.range(0));
+  TreeDrafter drafter = prepared_tree();
+  DraftTree tree(nodes);
+  drafter.predict_tree(tree, nodes, 64);
+  Pass pass(tree.size());
+  const std::size_t kept[1] = {0};
+  for (auto _ : state) {
+    drafter.observe_pass(tree, pass.fed, pass.next, kept, pass.top);
+    benchmark::ClobberMemory();
+  }
+  state.counters["nodes"] = static_cast<double>(tree.size());
+}
+
+BENCHMARK(update_tree)->Name("update/tree");
+BENCHMARK(step_chain)->Name("step/chain/k")->Arg(4)->Arg(16)->Arg(64);
+BENCHMARK(step_tree)->Name("step/tree/nodes")->Arg(4)->Arg(16)->Arg(64);
+BENCHMARK(record_top_k)->Name("record/top-k/nodes")->Arg(0)->Arg(16)->Arg(64);
+BENCHMARK(observe_pass)->Name("observe/nodes")->Arg(16)->Arg(64);
+
+}  // namespace
+}  // namespace ngramspec::bench
+
+BENCHMARK_MAIN();
