@@ -344,6 +344,149 @@ template <TargetModel M, Drafter D>
   return out;
 }
 
+/// ConditionalModel's logits for trees: row i from the last two tokens of node i's path.
+class TreeConditionalModel {
+ public:
+  void forward(std::size_t pos, std::span<const Token> tokens, std::span<float> logits) {
+    history_.resize(pos);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      history_.push_back(tokens[i]);
+      fill(history_[history_.size() - (history_.size() >= 2 ? 2 : 1)], history_.back(), history_.size() >= 2,
+           logits.subspan(i * kVocab, kVocab));
+    }
+  }
+  void forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                    std::span<float> logits) {
+    history_.resize(pos);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      const std::int32_t up = parents[i];
+      const bool has_before = up != kTreeRoot || !history_.empty();
+      const Token before = up != kTreeRoot ? tokens[static_cast<std::size_t>(up)] : has_before ? history_.back() : 0;
+      fill(before, tokens[i], has_before, logits.subspan(i * kVocab, kVocab));
+    }
+    history_.insert(history_.end(), tokens.begin(), tokens.end());
+  }
+  void keep(std::size_t pos, std::span<const std::size_t> kept) {
+    for (std::size_t j = 0; j < kept.size(); ++j) history_[pos + j] = history_[pos + kept[j]];
+    history_.resize(pos + kept.size());
+  }
+  void rollback(std::size_t pos) { history_.resize(pos); }
+  [[nodiscard]] std::size_t max_batch() const noexcept { return 8; }
+  [[nodiscard]] std::size_t vocab_size() const noexcept { return kVocab; }
+
+ private:
+  // The row after the first token (never sampled from here) pretends a token 0 before it.
+  static void fill(Token a, Token b, bool has_a, std::span<float> row) {
+    for (Token t = 0; t < kVocab; ++t) row[t] = static_cast<float>(std::log(probability(has_a ? a : 0, b, t)));
+  }
+  std::vector<Token> history_;
+};
+
+/// TreeConditionalModel sampled with one sequential generator, every row of a tree pass
+/// consuming a draw (rejected branches included), as StreamSamplingModel does for chains.
+class StreamTreeSamplingModel {
+ public:
+  explicit StreamTreeSamplingModel(const SamplingOptions& options) : sampler_(options, kVocab), logits_(8 * kVocab) {}
+  void forward(std::size_t pos, std::span<const Token> tokens, std::span<Token> next) {
+    model_.forward(pos, tokens, std::span<float>(logits_).first(tokens.size() * kVocab));
+    draw(tokens.size(), next);
+  }
+  void forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
+                    std::span<Token> next) {
+    model_.forward_tree(pos, tokens, parents, std::span<float>(logits_).first(tokens.size() * kVocab));
+    draw(tokens.size(), next);
+  }
+  void keep(std::size_t pos, std::span<const std::size_t> kept) { model_.keep(pos, kept); }
+  void rollback(std::size_t pos) { model_.rollback(pos); }
+  [[nodiscard]] std::size_t max_batch() const noexcept { return model_.max_batch(); }
+  void set_seed(std::uint64_t seed) { rng_.seed(seed); }
+
+ private:
+  void draw(std::size_t n, std::span<Token> next) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+      next[i] = sampler_.sample(std::span<const float>(logits_).subspan(i * kVocab, kVocab), u);
+    }
+  }
+  TreeConditionalModel model_;
+  TokenSampler sampler_;
+  std::vector<float> logits_;
+  std::mt19937_64 rng_;
+};
+
+/// Drafts a fixed tree from the two last tokens: the two likeliest tokens under the root and,
+/// under each, its likeliest successor; right about as often as those tokens' probabilities,
+/// so walks stop at every depth and on both branches.
+class TwoBranchTreeDrafter : public ObservedSequence {
+ public:
+  [[nodiscard]] std::size_t predict(std::span<Token>) const noexcept { return 0; }
+  std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth, float = 0.0f) {
+    tree.clear();
+    if (seen().size() < 2 || max_nodes < 4 || max_depth < 2) return 0;
+    const Token a = seen()[seen().size() - 2];
+    const Token b = seen().back();
+    const auto ranked = [](Token x, Token y) {
+      std::array<Token, kVocab> order{0, 1, 2, 3};
+      std::stable_sort(order.begin(), order.end(), [&](Token l, Token r) { return weight(x, y, l) > weight(x, y, r); });
+      return order;
+    };
+    const std::array<Token, kVocab> first = ranked(a, b);
+    for (std::size_t branch = 0; branch < 2; ++branch) {
+      const std::size_t node = tree.add(kTreeRoot, first[branch], 0.3f);
+      tree.add(static_cast<std::int32_t>(node), ranked(b, first[branch])[0], 0.3f);
+    }
+    return tree.size();
+  }
+  void observe_pass(const DraftTree&, std::span<const Token>, std::span<const Token>, std::span<const std::size_t>,
+                    std::span<const Token>) noexcept {}
+  [[nodiscard]] const TopKTable* top_k_table() const noexcept { return nullptr; }
+};
+
+static_assert(TreeTargetModel<StreamTreeSamplingModel>);
+static_assert(TopKTreeModel<SamplingModel<TreeConditionalModel>>);
+static_assert(TreeDraftingDrafter<TwoBranchTreeDrafter>);
+
+const DecodeOptions kTreeDecode = [] {
+  DecodeOptions o;
+  o.max_new_tokens = kGenerated + 1;
+  o.max_drafts = 4;
+  return o;
+}();
+
+TEST(SamplingDistribution, TreeSamplingModelMatchesTheModel) {
+  TreeConditionalModel model;
+  SamplingModel<TreeConditionalModel> sampling(model, SamplingOptions{.temperature = 1.0f});
+  SpeculativeDecoder decoder(sampling, TwoBranchTreeDrafter{});
+  DecodeStats total;
+  const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
+                                   sampling.set_options(SamplingOptions{.temperature = 1.0f, .seed = seed});
+                                   DecodeResult result = decoder.generate(kPrompt, kTreeDecode);
+                                   total.drafted += result.stats.drafted;
+                                   total.accepted += result.stats.accepted;
+                                   return result.tokens;
+                                 }),
+                                 exact_joint(Conditional{}));
+  EXPECT_LT(r.statistic, r.critical) << describe(r);
+  EXPECT_GT(total.accepted, kRuns / 4);
+}
+
+TEST(SamplingDistribution, TreeWithSequentialDrawsMatchesTheModel) {
+  // Every row of every tree pass consumes a draw: only walking to the child that equals the
+  // sample, and emitting the sample where none does, can keep the distribution.
+  StreamTreeSamplingModel stream(SamplingOptions{.temperature = 1.0f});
+  SpeculativeDecoder decoder(stream, TwoBranchTreeDrafter{});
+  std::size_t walked_into_a_node = 0;
+  const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
+                                   stream.set_seed(seed);
+                                   DecodeResult result = decoder.generate(kPrompt, kTreeDecode);
+                                   walked_into_a_node += result.stats.accepted > 0 ? 1 : 0;
+                                   return result.tokens;
+                                 }),
+                                 exact_joint(Conditional{}));
+  EXPECT_LT(r.statistic, r.critical) << describe(r);
+  EXPECT_GT(walked_into_a_node, kRuns / 4);
+}
+
 TEST(SamplingDistribution, AcceptingEveryDraftFailsTheSameTest) {
   ConditionalModel model;
   SamplingModel<ConditionalModel> sampling(model, SamplingOptions{.temperature = 1.0f});

@@ -79,6 +79,7 @@ struct Variant {
   bool speculate = true;
   std::size_t k = 4;
   std::optional<ngramspec::VerifyCost> cost;
+  std::size_t tree_nodes = 0;  // > 0: tree passes of up to this many nodes, k unused
 };
 
 struct Timed {
@@ -94,7 +95,12 @@ std::vector<Timed> race(Transformer& model, const std::vector<Token>& prompt, st
   std::vector<std::vector<double>> seconds(variants.size());
   for (int r = 0; r < runs; ++r) {
     for (std::size_t v = 0; v < variants.size(); ++v) {
-      out[v].last = generate(model, prompt, steps, variants[v].k, variants[v].speculate, {}, variants[v].cost);
+      if (variants[v].tree_nodes != 0) {
+        ngramspec::TreeDrafter drafter = make_tree_drafter(model, 8, false);
+        out[v].last = generate_tree(model, prompt, steps, variants[v].tree_nodes, drafter, {}, variants[v].cost);
+      } else {
+        out[v].last = generate(model, prompt, steps, variants[v].k, variants[v].speculate, {}, variants[v].cost);
+      }
       seconds[v].push_back(out[v].last.seconds);
     }
   }
@@ -104,11 +110,14 @@ std::vector<Timed> race(Transformer& model, const std::vector<Token>& prompt, st
 
 // The variants compared: plain first (the reference), then fixed k, then cost-aware.
 std::vector<Variant> variants(const std::vector<std::size_t>& fixed_k, std::size_t cost_k,
-                              const ngramspec::VerifyCost& cost) {
+                              const ngramspec::VerifyCost& cost, std::size_t tree_nodes) {
   std::vector<Variant> out;
   out.push_back({"plain", false, 1, std::nullopt});
   for (const std::size_t k : fixed_k) out.push_back({"fixed k = " + std::to_string(k), true, k, std::nullopt});
   out.push_back({"cost-aware, k <= " + std::to_string(cost_k), true, cost_k, cost});
+  if (tree_nodes != 0) {
+    out.push_back({"cost-aware tree <= " + std::to_string(tree_nodes), true, 0, cost, tree_nodes});
+  }
   return out;
 }
 
@@ -140,6 +149,7 @@ struct Args {
   std::size_t steps = 256;
   std::size_t k = 4;
   std::size_t cost_k = 16;
+  std::size_t tree_nodes = 16;
   bool large = true;
 };
 
@@ -158,13 +168,18 @@ Args parse(int argc, char** argv) {
       args.k = static_cast<std::size_t>(std::max(1, std::atoi(argv[++i])));
     } else if (flag == "--cost-k" && has_value) {
       args.cost_k = static_cast<std::size_t>(std::max(1, std::atoi(argv[++i])));
+    } else if (flag == "--tree-nodes" && has_value) {
+      args.tree_nodes = static_cast<std::size_t>(std::max(0, std::atoi(argv[++i])));
     } else if (flag == "--no-large") {
       args.large = false;
     } else {
       std::fprintf(stderr,
-                   "usage: ngramspec-llama2-bench [--models DIR] [--runs R] [--steps N] [--k K] [--cost-k K] [--no-large]\n"
-                   "  --k K       the fixed draft cap compared on stories260K (default 4)\n"
-                   "  --cost-k K  the draft cap of the cost-aware runs (default 16)\n");
+                   "usage: ngramspec-llama2-bench [--models DIR] [--runs R] [--steps N] [--k K] [--cost-k K]\n"
+                   "                              [--tree-nodes N] [--no-large]\n"
+                   "  --k K           the fixed draft cap compared on stories260K (default 4)\n"
+                   "  --cost-k K      the draft cap of the cost-aware runs (default 16)\n"
+                   "  --tree-nodes N  the node budget of the cost-aware tree runs, with the model's top-8 recycled\n"
+                   "                  (default 16; 0: no tree runs)\n");
       std::exit(2);
     }
   }
@@ -177,12 +192,13 @@ int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
   constexpr std::size_t kContext = 64;     // positions already in the cache when a pass is timed
   constexpr std::size_t kLargeSteps = 96;  // tokens generated end to end on the random-weight model
-  const std::size_t max_k = std::max({args.max_k, args.k, args.cost_k});
+  const std::size_t max_k = std::max({args.max_k, args.k, args.cost_k, args.tree_nodes});
   std::printf("Verify-pass cost: one forward of k+1 tokens at position %zu vs one token; median of %d runs.\n",
               kContext, args.runs);
   std::printf("End to end: plain decoding; speculative with MatchDrafter and a fixed cap of k drafts (its gate "
               "sizes them); and cost-aware, where each pass sends the number of drafts (up to k) with the most "
-              "expected tokens per unit of the verify cost measured at start (as ngramspec-generate does).\n");
+              "expected tokens per unit of the verify cost measured at start (as ngramspec-generate does); and "
+              "cost-aware trees (TreeDrafter, the model's top-8 recycled), cut to the best prefix for the same cost.\n");
 
   if (args.large) {
     // Llama-2 proportions (hidden = 2/3 of 4 dim, rounded up to 32), large enough that a pass streams far more
@@ -192,14 +208,14 @@ int main(int argc, char** argv) {
     std::printf("\nRandom-weight model: ");
     describe(large);
     print_verify_table("random-weight model", pass_times(model, kContext, args.max_k, args.runs));
-    const ngramspec::VerifyCost cost = measured_cost(model, args.cost_k, 3, kLargeSteps);
+    const ngramspec::VerifyCost cost = measured_cost(model, max_k, 3, kLargeSteps);
 
     // A random network's greedy output soon falls into a loop, which the drafter learns: not text, but it shows
     // what accepted drafts buy when a pass is bound by memory rather than arithmetic.
     std::printf("\nEnd to end on the random-weight model (its greedy output loops, so drafts get accepted): "
                 "%zu new tokens after [1, 2, 3], median of %d runs.\n",
                 kLargeSteps, args.runs);
-    const std::vector<Variant> vs = variants({1, 2, 4, 8}, args.cost_k, cost);
+    const std::vector<Variant> vs = variants({1, 2, 4, 8}, args.cost_k, cost, args.tree_nodes);
     print_race(vs, race(model, {1, 2, 3}, kLargeSteps, vs, args.runs));
   }
 
@@ -215,11 +231,11 @@ int main(int argc, char** argv) {
   std::printf("\nstories260K: ");
   describe(model.config());
   print_verify_table("stories260K", pass_times(model, kContext, args.max_k, args.runs));
-  const ngramspec::VerifyCost cost = measured_cost(model, args.cost_k, tokenizer.encode("Once upon a time").size(), args.steps);
+  const ngramspec::VerifyCost cost = measured_cost(model, max_k, tokenizer.encode("Once upon a time").size(), args.steps);
 
   std::printf("\nEnd to end on stories260K: greedy, up to %zu new tokens; median of %d runs.\n", args.steps,
               args.runs);
-  const std::vector<Variant> vs = variants({args.k}, args.cost_k, cost);
+  const std::vector<Variant> vs = variants({args.k}, args.cost_k, cost, args.tree_nodes);
   std::printf("%-44s %6s %12s", "prompt", "tokens", "plain tok/s");
   for (std::size_t v = 1; v < vs.size(); ++v) std::printf(" %20s", vs[v].label.c_str());
   std::printf(" %9s\n", "identical");
