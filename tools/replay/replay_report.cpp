@@ -285,9 +285,9 @@ std::string format_rows(const std::vector<const Row*>& rows, bool tree) {
   add("", "samples", false, [](const Row& r) { return std::to_string(r.totals.samples); });
   add("tokens", "per pass", false, [](const Row& r) { return printed("%.3f", r.totals.mean_accepted_length()); });
   if (tree) {
+    add("", "speedup", false, [](const Row& r) { return printed("%.3f", r.speedup); });
     add("nodes", "per pass", false, [](const Row& r) { return printed("%.3f", r.totals.drafted_per_pass()); });
     add("wasted nodes", "per pass", false, [](const Row& r) { return printed("%.3f", r.totals.rejected_per_pass()); });
-    add("", "speedup", false, [](const Row& r) { return printed("%.3f", r.speedup); });
   } else {
     add("acceptance", "rate", false, [](const Row& r) { return printed("%.3f", r.totals.acceptance_rate()); });
     add("rejected drafts", "per pass", false,
@@ -312,7 +312,6 @@ std::string format_rows(const std::vector<const Row*>& rows, bool tree) {
       if (i > 0) out += "  ";
       out += columns[i].left ? text + pad : pad + text;
     }
-    while (!out.empty() && out.back() == ' ') out.pop_back();  // an empty last header cell
     out += '\n';
     return out;
   };
