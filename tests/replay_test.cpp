@@ -1353,7 +1353,7 @@ TEST(ServeTreeRecords, TheAcceptedPathFollowsTheRecordingAndWastedIsNodesLessAcc
       std::vector<std::unique_ptr<OracleTreeDrafter>> owned;
       const replay::TreeServeConfig config{.nodes = nodes, .batch = batch, .plan_cost = {}, .prices = {replay::flat_cost()}};
       // Each record gets a pooled drafter; the oracle needs its record, so it reads the recording
-      // from the record whose prompt length it was fed (every stream here differs from the others).
+      // from the record whose prompt it was fed (every prompt here differs from the others).
       struct Handle {
         OracleTreeDrafter* d;
         const std::vector<TokenStream>* streams;
