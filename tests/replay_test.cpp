@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <random>
 #include <set>
 #include <span>
@@ -22,6 +23,7 @@
 
 #include "drafter_registry.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/draft_tree.hpp"
 #include "ngramspec/shared_corpus.hpp"
 #include "replay_model.hpp"
 #include "ngramspec/verify_cost.hpp"
@@ -30,6 +32,7 @@
 #include "replay_runner.hpp"
 #include "serving_sim.hpp"
 #include "token_streams.hpp"
+#include "tree_serving.hpp"
 #include "support/thrown_message.hpp"
 
 namespace ngramspec::test {
@@ -1286,6 +1289,270 @@ TEST(FormatTable, CompactWithTheReadmesColumnNames) {
   EXPECT_EQ(more[0], "every row: category qa");
   EXPECT_EQ(more[2].rfind("drafter            k  batch  policy  cost    samples", 0), 0u) << more[2];
   EXPECT_EQ(more[5].rfind("match              -      1  plain   knee:4        2", 0), 0u) << more[5];
+}
+
+// --- tree replay: --tree-nodes, serve_tree_records and DrafterEntry::serve_tree ----------
+
+// A tree drafter that knows the recording: at the root, a decoy no stream holds (most probable,
+// so a budget of 1 sends only it), then the recording's next tokens as a chain. It checks that
+// the pass it observes is the tree it drafted.
+struct OracleTreeDrafter {
+  static constexpr Token kDecoy = 4000000000u;
+  const TokenStream* stream = nullptr;
+  std::size_t seen = 0;  // tokens observed: prompt + output so far
+  std::size_t passes_observed = 0;
+  std::size_t kept_total = 0;
+
+  void reset() { seen = 0; }
+  void update(std::span<const Token> tokens) { seen += tokens.size(); }
+  std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth, float = 0.0f) {
+    tree.clear();
+    if (max_nodes == 0 || max_depth == 0) return 0;
+    tree.add(kTreeRoot, kDecoy, 0.9f);
+    const std::size_t at = seen - stream->prompt.size();
+    std::int32_t parent = kTreeRoot;
+    for (std::size_t d = 0; d < max_depth && tree.size() < max_nodes && at + d < stream->output.size(); ++d) {
+      parent = static_cast<std::int32_t>(tree.add(parent, stream->output[at + d], 0.05f));
+    }
+    return tree.size();
+  }
+  void observe_pass(const DraftTree& tree, std::span<const Token> fed, std::span<const Token> model_tokens,
+                    std::span<const std::size_t> kept, std::span<const Token> top) {
+    EXPECT_EQ(fed.size(), tree.size() + 1);
+    EXPECT_EQ(model_tokens.size(), tree.size() + 1);
+    EXPECT_TRUE(top.empty());
+    ASSERT_FALSE(kept.empty());
+    EXPECT_EQ(kept[0], 0u);
+    // The decoy's entry (1) is off the recorded path: the model's token there is unknown.
+    if (!tree.empty()) {
+      EXPECT_EQ(model_tokens[1], ReplayModel::kUnknown);
+    }
+    for (std::size_t j = 1; j < kept.size(); ++j) EXPECT_EQ(kept[j], j + 1);  // the chain under the root
+    ++passes_observed;
+    kept_total += kept.size();
+  }
+};
+
+std::vector<TokenStream> tree_streams() {
+  std::vector<TokenStream> streams;
+  for (const std::string text : {"periodic:24:0.1", "mixture:16", "random"}) {
+    for (TokenStream& s : make_synthetic(spec_of(text, 300, 2, 7))) streams.push_back(std::move(s));
+  }
+  return streams;
+}
+
+// The walk follows the recording whichever sibling it is: the decoy first, the recording's
+// chain beside it. Every node but the decoy is accepted, so each pass emits min(budget - 1,
+// depth) + 1 tokens and wastes exactly one node; a budget of 1 sends the decoy alone.
+TEST(ServeTreeRecords, TheAcceptedPathFollowsTheRecordingAndWastedIsNodesLessAccepted) {
+  const std::vector<TokenStream> streams = tree_streams();
+  for (const std::size_t nodes : {std::size_t{1}, std::size_t{2}, std::size_t{5}}) {
+    for (const std::size_t batch : {std::size_t{1}, std::size_t{4}}) {
+      SCOPED_TRACE("nodes " + std::to_string(nodes) + " batch " + std::to_string(batch));
+      std::size_t made = 0;
+      std::vector<std::unique_ptr<OracleTreeDrafter>> owned;
+      const replay::TreeServeConfig config{.nodes = nodes, .batch = batch, .plan_cost = {}, .prices = {replay::flat_cost()}};
+      // Each record gets a pooled drafter; the oracle needs its record, so it reads the recording
+      // from the record whose prompt it was fed (every prompt here differs from the others).
+      struct Handle {
+        OracleTreeDrafter* d;
+        const std::vector<TokenStream>* streams;
+        void reset() { d->reset(); }
+        void update(std::span<const Token> t) {
+          if (d->seen == 0) {
+            for (const TokenStream& s : *streams) {
+              if (std::equal(t.begin(), t.end(), s.prompt.begin(), s.prompt.end())) d->stream = &s;
+            }
+          }
+          d->update(t);
+        }
+        std::size_t predict_tree(DraftTree& tree, std::size_t n, std::size_t depth, float least = 0.0f) {
+          return d->predict_tree(tree, n, depth, least);
+        }
+        void observe_pass(const DraftTree& tree, std::span<const Token> fed, std::span<const Token> model,
+                          std::span<const std::size_t> kept, std::span<const Token> top) {
+          d->observe_pass(tree, fed, model, kept, top);
+        }
+      };
+      const replay::ServeResult served = replay::serve_tree_records(streams, config, [&] {
+        owned.push_back(std::make_unique<OracleTreeDrafter>());
+        ++made;
+        return Handle{owned.back().get(), &streams};
+      });
+      EXPECT_EQ(made, std::min(batch, streams.size()));
+      for (std::size_t i = 0; i < streams.size(); ++i) {
+        const replay::ServedRecord& r = served.records[i];
+        // The passes after the prefill: a tree no deeper than the tokens left allow (none when
+        // one is left), the chain under it accepted, the model's token after it.
+        std::size_t passes = 0;
+        std::size_t sent = 0;
+        std::size_t accepted = 0;
+        std::size_t trees = 0;
+        for (std::size_t left = streams[i].output.size() - 1; left > 0; ++passes) {
+          const std::size_t depth = std::min(left - 1, nodes);
+          const std::size_t chain = depth == 0 ? 0 : std::min(nodes - 1, depth);
+          sent += depth == 0 ? 0 : 1 + chain;
+          trees += depth == 0 ? 0 : 1;
+          accepted += chain;
+          left -= chain + 1;
+        }
+        EXPECT_EQ(r.generated, streams[i].output.size());
+        EXPECT_EQ(r.passes, passes + 1);
+        EXPECT_EQ(r.accepted, accepted);
+        EXPECT_EQ(r.drafted, sent);
+        EXPECT_EQ(r.drafted - r.accepted, trees) << "one wasted node (the decoy) a tree";
+      }
+    }
+  }
+}
+
+std::vector<std::string_view> tree_args(std::vector<std::string_view> more) {
+  std::vector<std::string_view> args = {"--synthetic", "periodic:24:0.1", "--synthetic", "mixture:16", "--length",
+                                        "600", "--samples", "2", "--timing-repeats", "1"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+const replay::Row& tree_row_of(const std::vector<replay::Row>& rows, std::size_t batch, Policy policy,
+                               std::size_t nodes, const std::string& category = "overall") {
+  for (const replay::Row& row : rows) {
+    if (row.tree && row.batch == batch && row.policy == policy && row.k == nodes && row.category == category) {
+      return row;
+    }
+  }
+  throw std::logic_error("no tree row for batch " + std::to_string(batch) + " " + to_string(policy) + " nodes " +
+                         std::to_string(nodes) + " " + category);
+}
+
+// On repetitive text a tree of 16 or 64 nodes accepts at least what the k = 4 chain does, the
+// same drafter's; the figures are a function of the input, and the counts agree with each other.
+TEST(MeasureRows, TreeRowsReachTheK4ChainAndAreDeterministicAndConsistent) {
+  const std::vector<replay::Row> rows = measure(tree_args({"--k", "4", "--tree-nodes", "1,16,64"}));
+  const double chain = row_of(rows, 1, Policy::gate, 4).totals.mean_accepted_length();
+  EXPECT_GT(chain, 1.5);
+  for (const std::size_t nodes : {std::size_t{16}, std::size_t{64}}) {
+    EXPECT_GE(tree_row_of(rows, 1, Policy::gate, nodes).totals.mean_accepted_length(), chain) << nodes;
+  }
+  EXPECT_GT(tree_row_of(rows, 1, Policy::gate, 64).totals.mean_accepted_length(),
+            tree_row_of(rows, 1, Policy::gate, 1).totals.mean_accepted_length());
+
+  const std::vector<replay::Row> again = measure(tree_args({"--k", "4", "--tree-nodes", "1,16,64"}));
+  ASSERT_EQ(rows.size(), again.size());
+  std::size_t trees = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const replay::Totals& t = rows[i].totals;
+    SCOPED_TRACE((rows[i].tree ? "tree " : "chain ") + std::to_string(rows[i].k) + " " + rows[i].category);
+    EXPECT_EQ(rows[i].tree, again[i].tree);
+    EXPECT_EQ(t.passes, again[i].totals.passes);
+    EXPECT_EQ(t.drafted, again[i].totals.drafted);
+    EXPECT_EQ(t.accepted, again[i].totals.accepted);
+    EXPECT_EQ(t.simulated_cost, again[i].totals.simulated_cost);
+    if (!rows[i].tree) continue;
+    ++trees;
+    // Each pass emits its accepted nodes and the model's token (the depth limit keeps the last
+    // pass from being cut), the prefill one token.
+    EXPECT_EQ(t.generated, t.accepted + t.passes);
+    EXPECT_EQ(t.samples, rows[i].category == "overall" ? 4u : 2u);
+    EXPECT_LE(t.drafted_per_pass(), static_cast<double>(rows[i].k));
+    EXPECT_DOUBLE_EQ(t.rejected_per_pass(),
+                     t.drafted_per_pass() - static_cast<double>(t.accepted) / static_cast<double>(t.passes - t.samples));
+    EXPECT_EQ(t.drafter_ns, 0.0);
+  }
+  EXPECT_EQ(trees, 3u * 3u);  // 3 budgets x (2 categories + overall)
+}
+
+// Served in batches, a record's tree replay does not depend on the records beside it (no
+// corpus, whole trees); under a knee the whole trees of a batch overflow, the cost policy cuts
+// them to what pays and is no slower.
+TEST(MeasureRows, TreeRowsServedInBatchesAndUnderACost) {
+  const std::vector<replay::Row> rows =
+      measure(tree_args({"--k", "4", "--tree-nodes", "16", "--batch", "1,3", "--cost", "knee:16"}));
+  for (const Policy policy : {Policy::fixed, Policy::gate}) {
+    for (const std::string category : {"periodic-24-noise0.10", "mixture-16"}) {
+      const replay::Totals& one = tree_row_of(rows, 1, policy, 16, category).totals;
+      const replay::Totals& three = tree_row_of(rows, 3, policy, 16, category).totals;
+      EXPECT_EQ(one.passes, three.passes) << category;
+      EXPECT_EQ(one.drafted, three.drafted) << category;
+    }
+  }
+  EXPECT_GE(tree_row_of(rows, 3, Policy::cost, 16).speedup, tree_row_of(rows, 3, Policy::fixed, 16).speedup);
+  EXPECT_LT(tree_row_of(rows, 3, Policy::cost, 16).totals.drafted, tree_row_of(rows, 3, Policy::fixed, 16).totals.drafted);
+  // No plain tree rows: plain decoding is the chain's.
+  for (const replay::Row& row : rows) EXPECT_FALSE(row.tree && row.policy == Policy::plain);
+}
+
+// The spine drafts from the match drafter's corpus as the chain does: a record that repeats an
+// earlier one (random tokens, which nothing else predicts) is drafted from it.
+TEST(ServeTree, TheSpineReadsTheMatchDraftersCorpus) {
+  std::vector<TokenStream> streams = make_synthetic(spec_of("random", 400, 1, 3));
+  streams.push_back(streams[0]);
+  streams[1].id += "-again";
+  const std::vector<VerifyCost> prices = {replay::flat_cost()};
+  const ServeRequest request{.k = 8, .batch = 1, .policy = Policy::gate, .cost = nullptr, .prices = prices};
+  const ServeResult alone = make_drafter("match", DrafterDefaults{}).serve_tree(streams, request);
+  const ServeResult shared = make_drafter("match:corpus=1", DrafterDefaults{}).serve_tree(streams, request);
+  EXPECT_LT(alone.records[1].accepted, 40u);
+  EXPECT_GT(shared.records[1].accepted, 300u);
+  EXPECT_EQ(shared.records[0].accepted, alone.records[0].accepted);
+  // Drafters that draft no trees have none to serve.
+  EXPECT_FALSE(make_drafter("ngram", DrafterDefaults{}).serve_tree);
+  EXPECT_FALSE(make_drafter("prompt-lookup", DrafterDefaults{}).serve_tree);
+}
+
+// Every bad --tree-nodes value, and every combination without sense, is refused naming the option.
+TEST(ReplayOptions, BadTreeNodesAndCombinationsAreRefusedNamingThem) {
+  static_assert(DraftTree::kMaxNodes == 1024);
+  const std::vector<std::pair<std::vector<std::string_view>, std::string>> cases = {
+      {{"--tree-nodes", "0"}, "--tree-nodes: '0' is out of range: it must be from 1 to 1024"},
+      {{"--tree-nodes", "1025"}, "--tree-nodes: '1025' is out of range: it must be from 1 to 1024"},
+      {{"--tree-nodes", "4,x"}, "--tree-nodes: 'x' is not a whole number from 1 to 1024"},
+      {{"--tree-nodes", "4,"}, "--tree-nodes: '' is not a whole number from 1 to 1024"},
+      {{"--tree-nodes", "-4"}, "--tree-nodes: '-4' is not a whole number from 1 to 1024"},
+      {{"--tree-nodes"}, "--tree-nodes needs a value"},
+      {{"--tree-nodes", "4", "--expect-al", "1.5"},
+       "--expect-al: not with --tree-nodes: it checks one configuration, and the tree rows come beside the chain "
+       "rows of --k"},
+      {{"--tree-nodes", "4", "--policy", "plain"},
+       "--tree-nodes: --policy plain alone sends no tree; add fixed, gate or cost"},
+  };
+  for (const auto& [more, expected] : cases) {
+    std::vector<std::string_view> args = {"--synthetic", "random"};
+    args.insert(args.end(), more.begin(), more.end());
+    SCOPED_TRACE(expected);
+    EXPECT_EQ(message_of<std::invalid_argument>([&] { (void)parse_args(args); }), expected);
+  }
+  EXPECT_EQ(parse_args({"--synthetic", "random", "--tree-nodes", "1,64,1024"}).tree_nodes,
+            (std::vector<std::size_t>{1, 64, 1024}));
+  EXPECT_TRUE(parse_args({"--synthetic", "random"}).tree_nodes.empty());
+  EXPECT_EQ(message_of<std::invalid_argument>(
+                [] { (void)measure({"--synthetic", "random", "--drafter", "ngram", "--tree-nodes", "4"}); }),
+            "--tree-nodes: no --drafter drafts trees: trees grow from a match drafter's chain (TreeDrafter); add "
+            "--drafter match[:...] or leave --drafter out");
+}
+
+// Tree rows get a table of their own, after the chain's, and their own JSON list.
+TEST(FormatTable, TreeRowsFollowInATableOfTheirOwnAndJsonListsThemApart) {
+  std::vector<replay::Row> rows = {report_row("match", 4, Policy::gate, "flat", "qa"),
+                                   report_row("match", 16, Policy::gate, "flat", "qa")};
+  rows[1].tree = true;
+  const std::vector<std::string> lines = lines_of(replay::format_table(rows, false));
+  ASSERT_EQ(lines.size(), 10u);
+  EXPECT_EQ(lines[4], "");
+  EXPECT_EQ(lines[5].rfind("trees (", 0), 0u) << lines[5];
+  EXPECT_EQ(lines[6], "every row: batch 1, policy gate, cost flat, category qa");
+  EXPECT_EQ(lines[7], "                           tokens              nodes  wasted nodes");
+  EXPECT_EQ(lines[8], "drafter  nodes  samples  per pass  speedup  per pass      per pass");
+  EXPECT_EQ(lines[9], "match       16        2     1.600    1.250     1.000         0.250");
+
+  const std::string json = replay::format_json(rows);
+  EXPECT_NE(json.find("{\"results\": [\n  {\"drafter\": \"match\", \"k\": 4,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"trees\": [\n  {\"drafter\": \"match\", \"nodes\": 16, \"category\": \"qa\", \"samples\": 2, "
+                      "\"passes\": 10, \"decode_passes\": 8, \"generated\": 16, \"nodes_sent\": 8, \"accepted\": 6, "
+                      "\"mean_accepted_length\": 1.600000, \"nodes_wasted\": 2, \"nodes_per_pass\": 1.000000, "
+                      "\"wasted_per_pass\": 0.250000, \"batch\": 1,"),
+            std::string::npos)
+      << json;
+  EXPECT_EQ(replay::format_json({rows[0]}).find("trees"), std::string::npos);
 }
 
 }  // namespace

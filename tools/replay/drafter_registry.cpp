@@ -19,6 +19,8 @@
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/shared_corpus.hpp"
+#include "ngramspec/tree_drafter.hpp"
+#include "tree_serving.hpp"
 
 #ifdef NGRAMSPEC_REPLAY_WITH_LLAMA_CPP
 #include "llama_cpp_drafter.hpp"
@@ -186,6 +188,33 @@ DrafterEntry entry(std::string name, Make make, bool has_gate = false, std::size
   return e;
 }
 
+// DrafterEntry::serve_tree of a match drafter: TreeDrafters over its chain `config`, drafting
+// from `file` and, with corpus_bytes > 0, from a causal SharedCorpus of that size (primed with
+// `prime`'s records when given), as the chain's serve() does.
+DrafterEntry::Serve tree_server(const MatchConfig& config, std::shared_ptr<const MappedCorpus> file,
+                                std::size_t corpus_bytes, std::shared_ptr<const MappedCorpus> prime) {
+  return [config, file, corpus_bytes, prime](std::span<const TokenStream> streams, const ServeRequest& request) {
+    if (request.policy == Policy::plain) {
+      throw std::invalid_argument("tree replay: policy plain sends no tree; plain decoding is the chain rows' plain");
+    }
+    TreeServeConfig serving;
+    serving.nodes = request.k;
+    serving.batch = request.batch;
+    if (request.policy == Policy::cost) serving.plan_cost = request.cost != nullptr ? *request.cost : flat_cost();
+    serving.prices.assign(request.prices.begin(), request.prices.end());
+    TreeConfig tree;  // the defaults; vocab_size 0: recordings hold no top-k to recycle
+    tree.chain = config;
+    tree.chain.draft_count = request.k;
+    if (request.policy != Policy::gate) tree.chain.min_confidence = 0;
+    std::optional<SharedCorpus> corpus;
+    if (corpus_bytes != 0) corpus.emplace(corpus_bytes);
+    if (corpus && prime != nullptr) corpus->load(prime->path());
+    SharedCorpus* const shared = corpus ? &*corpus : nullptr;
+    return serve_tree_records(
+        streams, serving, [&] { return TreeDrafter(tree, nullptr, shared, file.get()); }, shared);
+  };
+}
+
 // Refuses a live corpus larger than SharedCorpus holds (it would be capped without a word) or
 // than the machine's memory holds (the kernel would kill the replay): each way of replaying
 // holds a corpus of its own while the served replay runs (gated, with a gate ungated, served).
@@ -294,6 +323,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     if (corpus_mib == 0) {
       DrafterEntry e = entry(display + ")", make, has_gate);
       e.reads_corpus_file = use_file;
+      e.serve_tree = tree_server(config, file, 0, nullptr);
       return e;
     }
     check_corpus_size(spec, corpus_mib, has_gate);
@@ -303,6 +333,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     try {
       DrafterEntry e = entry(display, make, has_gate, corpus_mib << 20, prime ? defaults.corpus_file : nullptr);
       e.reads_corpus_file = use_file || prime;
+      e.serve_tree = tree_server(config, file, corpus_mib << 20, prime ? defaults.corpus_file : nullptr);
       return e;
     } catch (const std::bad_alloc&) {
       throw std::runtime_error("drafter '" + spec + "': cannot allocate its corpus of " + std::to_string(corpus_mib) +

@@ -40,6 +40,7 @@ struct ServeRequest {
 /// a list of records with it through one BatchSpeculator.
 struct DrafterEntry {
   using Run = std::function<RecordResult(const TokenStream&, std::size_t k, int timing_repeats, const HeapMeter& meter)>;
+  using Serve = std::function<ServeResult(std::span<const TokenStream> streams, const ServeRequest& request)>;
   std::string name;
   /// Replays one record through SpeculativeDecoder with the drafter as configured (see
   /// replay_record). With a corpus (match:corpus=MIB) the records must come in file order: the
@@ -56,7 +57,14 @@ struct DrafterEntry {
   /// Serves `streams` (in file order) as serve_records() does, with pooled drafters made as
   /// run's are for the longest record (what a whole-context window needs), the gate off for
   /// Policy::fixed and Policy::cost; a corpus (match:corpus=MIB) starts empty for each call.
-  std::function<ServeResult(std::span<const TokenStream> streams, const ServeRequest& request)> serve;
+  Serve serve;
+  /// Serves `streams` with draft trees (serve_tree_records): TreeDrafters (TreeConfig's
+  /// defaults, no recycled top-k) whose spine is this drafter's chain, configured and reading
+  /// its corpora as run's and serve's drafters do; request.k is the node budget of a pass. Gate
+  /// and fixed send whole trees, the spine gated as configured and ungated; cost sends the
+  /// prefixes DraftPlanner chooses against request.cost, the spine ungated; plain is refused
+  /// (std::invalid_argument). Empty for a drafter that drafts no trees: only match drafters do.
+  Serve serve_tree;
 };
 
 /// Builds the drafter NAME[:key=value,...]; throws std::invalid_argument naming what is wrong.

@@ -18,6 +18,7 @@
 
 #include "drafter_registry.hpp"
 #include "heap_tracking.hpp"
+#include "ngramspec/draft_tree.hpp"
 #include "replay_options.hpp"
 #include "replay_report.hpp"
 #include "replay_runner.hpp"
@@ -29,6 +30,7 @@ using namespace ngramspec;
 using namespace ngramspec::replay;
 
 static_assert(kMaxSyntheticTokens == 16777216, "the usage below states the limit on synthetic tokens");
+static_assert(DraftTree::kMaxNodes == 1024, "the usage below states the limit on --tree-nodes");
 
 constexpr const char* kUsage = R"(usage: ngramspec-replay [options]
 Replays recorded or synthetic token streams with each drafter as an inference server decodes
@@ -126,6 +128,19 @@ drafters:
                        match:file=1 with --corpus-file. Drafters:
 )" "%s" R"(
   --k LIST             most drafts per pass, each 1 to 1024, comma-separated (default 4)
+  --tree-nodes LIST    also replay draft trees: node budgets per pass, each 1 to 1024, comma-
+                       separated. For every match drafter (the other drafters draft no trees; at
+                       least one must be a match drafter), a TreeDrafter with TreeConfig's
+                       defaults whose spine is that drafter's chain (its gate, corpus and corpus
+                       file), recycling no top-k (recordings hold none). A pass sends a tree of up
+                       to the budget, no deeper than the tokens left, and keeps its longest root
+                       path that follows the recording. Policies as for chains: fixed and gate
+                       send whole trees (the spine ungated, and as configured), cost the prefixes
+                       DraftPlanner picks over the batch's path probabilities; plain stays the
+                       chain rows'. Rows (a table of their own; "trees" in JSON): tokens per pass
+                       as above, nodes per pass, wasted nodes per pass (off the accepted path)
+                       and speedup against the same plain decoding; no drafter time. Not with
+                       --expect-al
   --window W           default window of ngram drafters (default 512)
   --min-order N        default shortest n-gram of ngram drafters (default 2)
   --max-order N        default longest n-gram of ngram drafters (default 4)

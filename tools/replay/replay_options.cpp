@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/draft_tree.hpp"
 
 namespace ngramspec::replay {
 namespace {
@@ -101,6 +102,10 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
       for_each_item(value(), [&](std::string_view item) {
         options.ks.push_back(parse_count("--k", item, 1, kMaxDraftsPerPass));
       });
+    } else if (arg == "--tree-nodes") {
+      for_each_item(value(), [&](std::string_view item) {
+        options.tree_nodes.push_back(parse_count("--tree-nodes", item, 1, DraftTree::kMaxNodes));
+      });
     } else if (arg == "--batch") {
       for_each_item(value(), [&](std::string_view item) {
         options.batches.push_back(parse_count("--batch", item, 1, kMaxBatch));
@@ -175,6 +180,11 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
                                 " tokens is more than the most synthetic tokens, " +
                                 std::to_string(kMaxSyntheticTokens));
   }
+  // --expect-al checks one configuration; tree rows beside the chain rows would be a second.
+  if (!options.tree_nodes.empty() && options.expect_al >= 0) {
+    throw std::invalid_argument("--expect-al: not with --tree-nodes: it checks one configuration, and the tree rows "
+                                "come beside the chain rows of --k");
+  }
   // The library's default drafter; with a corpus file, reading it (a file named is a file used).
   if (options.drafter_names.empty()) {
     options.drafter_names.emplace_back(options.corpus_file.empty() ? "match" : "match:file=1");
@@ -186,6 +196,9 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
     else options.policies = {Policy::plain, Policy::fixed, Policy::gate, Policy::cost};
   }
   std::sort(options.policies.begin(), options.policies.end());
+  if (!options.tree_nodes.empty() && options.policies == std::vector<Policy>{Policy::plain}) {
+    throw std::invalid_argument("--tree-nodes: --policy plain alone sends no tree; add fixed, gate or cost");
+  }
   return options;
 }
 

@@ -21,6 +21,9 @@ struct ReplayOptions {
   /// --corpus-file (the default drafter reads the file named).
   std::vector<std::string> drafter_names;
   std::vector<std::size_t> ks;               ///< --k: each in 1 .. kMaxDraftsPerPass; default {4}
+  /// --tree-nodes: node budgets of the tree replays, each in 1 .. DraftTree::kMaxNodes; empty
+  /// (the default): no tree replay.
+  std::vector<std::size_t> tree_nodes;
   std::vector<std::size_t> batches;          ///< --batch: each in 1 .. kMaxBatch; default {1}
   /// --cost, repeatable, parsed: "flat", "knee:N" or "table:T=C,..."; empty (the default): flat only.
   std::vector<CostCurve> costs;

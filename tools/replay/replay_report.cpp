@@ -75,6 +75,11 @@ void check_batch_of_one(const std::string& drafter, std::size_t k, Policy policy
 std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters, std::span<const TokenStream> streams,
                               const ReplayOptions& options, const HeapMeter& meter) {
   std::vector<Row> rows;
+  if (!options.tree_nodes.empty() &&
+      std::none_of(drafters.begin(), drafters.end(), [](const DrafterEntry& d) { return bool(d.serve_tree); })) {
+    throw std::invalid_argument("--tree-nodes: no --drafter drafts trees: trees grow from a match drafter's chain "
+                                "(TreeDrafter); add --drafter match[:...] or leave --drafter out");
+  }
   if (drafters.empty() || streams.empty()) return rows;
   std::vector<std::string> categories;
   for (const TokenStream& s : streams) {
@@ -103,7 +108,8 @@ std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters, std::sp
 
   // The rows of one configuration: per category, then overall.
   const auto add_rows = [&](const std::string& drafter, std::size_t k, std::size_t batch, Policy policy,
-                            std::size_t curve, const ServeResult& served, const std::vector<RecordResult>* timing) {
+                            std::size_t curve, const ServeResult& served, const std::vector<RecordResult>* timing,
+                            bool tree = false) {
     const ServeResult& base = plain.at(batch);
     const RecordResult none;
     const auto totals_of = [&](const std::string* category, double& plain_cost) {
@@ -120,7 +126,7 @@ std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters, std::sp
     };
     const auto row = [&](std::string category, Totals t, double plain_cost) {
       const double speedup = t.simulated_cost == 0 ? 1.0 : plain_cost / t.simulated_cost;
-      rows.push_back(Row{drafter, k, batch, policy, curves[curve].name, std::move(category), t, speedup});
+      rows.push_back(Row{drafter, k, batch, policy, curves[curve].name, std::move(category), t, speedup, tree});
     };
     // Overall (and for the one category when there is only one) the simulated cost is the
     // passes' own; a category's is what its records were charged (ServedRecord::cost).
@@ -192,6 +198,30 @@ std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters, std::sp
         }
       }
     }
+
+    // The tree replays: whole trees (fixed, gate) priced under every curve at once; cost, whose
+    // cuts depend on the curve, once per curve.
+    if (!drafter.serve_tree || options.tree_nodes.empty()) continue;
+    std::map<Key, ServeResult> trees;
+    const auto serve_tree = [&](std::size_t batch, std::size_t nodes, Policy policy,
+                                std::size_t curve) -> const ServeResult& {
+      const Key key{batch, nodes, policy, policy == Policy::cost ? curve : 0};
+      auto it = trees.find(key);
+      if (it != trees.end()) return it->second;
+      ServeResult result = drafter.serve_tree(
+          streams, ServeRequest{.k = nodes, .batch = batch, .policy = policy, .cost = &curves[curve].curve, .prices = prices});
+      return trees.emplace(key, std::move(result)).first->second;
+    };
+    for (std::size_t curve = 0; curve < curves.size(); ++curve) {
+      for (const std::size_t batch : options.batches) {
+        for (const std::size_t nodes : options.tree_nodes) {
+          for (const Policy policy : options.policies) {
+            if (policy == Policy::plain) continue;
+            add_rows(drafter.name, nodes, batch, policy, curve, serve_tree(batch, nodes, policy, curve), nullptr, true);
+          }
+        }
+      }
+    }
   }
   return rows;
 }
@@ -206,13 +236,10 @@ std::string printed(const char* format, double value) {
 
 }  // namespace
 
-std::string format_table(const std::vector<Row>& all_rows, bool categories) {
-  bool several = false;
-  for (const Row& row : all_rows) several = several || row.category == "overall";
-  std::vector<const Row*> rows;
-  for (const Row& row : all_rows) {
-    if (categories || !several || row.category == "overall") rows.push_back(&row);
-  }
+namespace {
+
+// One table: the chain rows' columns, or the tree rows'.
+std::string format_rows(const std::vector<const Row*>& rows, bool tree) {
   if (rows.empty()) return {};
 
   // The columns: names as the README's and docs/BENCHMARKS.md's tables name them, over two
@@ -242,7 +269,11 @@ std::string format_table(const std::vector<Row>& all_rows, bool categories) {
     }
   };
   add("", "drafter", true, [](const Row& r) { return r.drafter; });
-  add("", "k", false, [](const Row& r) { return r.policy == Policy::plain ? std::string("-") : std::to_string(r.k); });
+  if (tree) {
+    add("", "nodes", false, [](const Row& r) { return std::to_string(r.k); });
+  } else {
+    add("", "k", false, [](const Row& r) { return r.policy == Policy::plain ? std::string("-") : std::to_string(r.k); });
+  }
   const Row& first = *rows.front();
   add_serving("batch", false, [](const Row& r) { return std::to_string(r.batch); },
               "batch " + std::to_string(first.batch));
@@ -253,12 +284,19 @@ std::string format_table(const std::vector<Row>& all_rows, bool categories) {
               first.category == "overall" ? std::string("all records") : "category " + first.category);
   add("", "samples", false, [](const Row& r) { return std::to_string(r.totals.samples); });
   add("tokens", "per pass", false, [](const Row& r) { return printed("%.3f", r.totals.mean_accepted_length()); });
-  add("acceptance", "rate", false, [](const Row& r) { return printed("%.3f", r.totals.acceptance_rate()); });
-  add("rejected drafts", "per pass", false, [](const Row& r) { return printed("%.3f", r.totals.rejected_per_pass()); });
-  add("", "speedup", false, [](const Row& r) { return printed("%.3f", r.speedup); });
-  add("drafter ns", "per token", false, [](const Row& r) { return printed("%.1f", r.totals.ns_per_token()); });
-  add("peak", "drafter KiB", false,
-      [](const Row& r) { return printed("%.1f", static_cast<double>(r.totals.peak_bytes) / 1024.0); });
+  if (tree) {
+    add("", "speedup", false, [](const Row& r) { return printed("%.3f", r.speedup); });
+    add("nodes", "per pass", false, [](const Row& r) { return printed("%.3f", r.totals.drafted_per_pass()); });
+    add("wasted nodes", "per pass", false, [](const Row& r) { return printed("%.3f", r.totals.rejected_per_pass()); });
+  } else {
+    add("acceptance", "rate", false, [](const Row& r) { return printed("%.3f", r.totals.acceptance_rate()); });
+    add("rejected drafts", "per pass", false,
+        [](const Row& r) { return printed("%.3f", r.totals.rejected_per_pass()); });
+    add("", "speedup", false, [](const Row& r) { return printed("%.3f", r.speedup); });
+    add("drafter ns", "per token", false, [](const Row& r) { return printed("%.1f", r.totals.ns_per_token()); });
+    add("peak", "drafter KiB", false,
+        [](const Row& r) { return printed("%.1f", static_cast<double>(r.totals.peak_bytes) / 1024.0); });
+  }
 
   std::vector<std::size_t> widths;
   for (const Column& c : columns) {
@@ -289,6 +327,26 @@ std::string format_table(const std::vector<Row>& all_rows, bool categories) {
   return out;
 }
 
+}  // namespace
+
+std::string format_table(const std::vector<Row>& all_rows, bool categories) {
+  bool several = false;
+  for (const Row& row : all_rows) several = several || row.category == "overall";
+  std::vector<const Row*> chains;
+  std::vector<const Row*> trees;
+  for (const Row& row : all_rows) {
+    if (categories || !several || row.category == "overall") (row.tree ? trees : chains).push_back(&row);
+  }
+  std::string out = format_rows(chains, false);
+  if (!trees.empty()) {
+    if (!out.empty()) out += '\n';
+    out += "trees (TreeDrafter over each drafter's chain; nodes: the budget of a pass; wasted: nodes off the "
+           "accepted path):\n";
+    out += format_rows(trees, true);
+  }
+  return out;
+}
+
 namespace {
 
 std::string json_escape(const std::string& text) {
@@ -308,10 +366,13 @@ std::string json_escape(const std::string& text) {
 
 }  // namespace
 
-std::string format_json(const std::vector<Row>& rows) {
-  std::string out = "{\"results\": [";
+namespace {
+
+// The rows of one JSON list, chain rows or tree rows, each as one object.
+std::string json_rows(const std::vector<const Row*>& rows, bool tree) {
+  std::string out;
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const Row& row = rows[i];
+    const Row& row = *rows[i];
     const Totals& t = row.totals;
     std::vector<std::string> not_finite;
     std::string fields;
@@ -332,19 +393,25 @@ std::string format_json(const std::vector<Row>& rows) {
       }
     };
     text("drafter", row.drafter);
-    count("k", row.k);
+    count(tree ? "nodes" : "k", row.k);
     text("category", row.category);
     count("samples", t.samples);
     count("passes", t.passes);
     count("decode_passes", t.passes - t.samples);
     count("generated", t.generated);
-    count("drafted", t.drafted);
+    count(tree ? "nodes_sent" : "drafted", t.drafted);
     count("accepted", t.accepted);
     number("mean_accepted_length", t.mean_accepted_length(), "%.6f");
-    number("acceptance_rate", t.acceptance_rate(), "%.6f");
-    number("rejected_per_pass", t.rejected_per_pass(), "%.6f");
-    number("drafter_ns_per_token", t.ns_per_token(), "%.3f");
-    count("drafter_peak_bytes", t.peak_bytes);
+    if (tree) {
+      count("nodes_wasted", t.drafted - t.accepted);
+      number("nodes_per_pass", t.drafted_per_pass(), "%.6f");
+      number("wasted_per_pass", t.rejected_per_pass(), "%.6f");
+    } else {
+      number("acceptance_rate", t.acceptance_rate(), "%.6f");
+      number("rejected_per_pass", t.rejected_per_pass(), "%.6f");
+      number("drafter_ns_per_token", t.ns_per_token(), "%.3f");
+      count("drafter_peak_bytes", t.peak_bytes);
+    }
     count("batch", row.batch);
     text("cost", row.cost);
     text("policy", to_string(row.policy));
@@ -357,7 +424,18 @@ std::string format_json(const std::vector<Row>& rows) {
     }
     out += std::string(i ? "," : "") + "\n  {" + fields + "}";
   }
-  out += "\n]}\n";
+  return out;
+}
+
+}  // namespace
+
+std::string format_json(const std::vector<Row>& rows) {
+  std::vector<const Row*> chains;
+  std::vector<const Row*> trees;
+  for (const Row& row : rows) (row.tree ? trees : chains).push_back(&row);
+  std::string out = "{\"results\": [" + json_rows(chains, false) + "\n]";
+  if (!trees.empty()) out += ",\n\"trees\": [" + json_rows(trees, true) + "\n]";
+  out += "}\n";
   return out;
 }
 

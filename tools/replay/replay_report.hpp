@@ -49,6 +49,10 @@ struct Totals {
   [[nodiscard]] double rejected_per_pass() const {
     return passes > samples ? double(drafted - accepted) / double(passes - samples) : 0.0;
   }
+  /// Drafts (a tree's: nodes) per record per decode pass.
+  [[nodiscard]] double drafted_per_pass() const {
+    return passes > samples ? double(drafted) / double(passes - samples) : 0.0;
+  }
   [[nodiscard]] double ns_per_token() const { return generated ? drafter_ns / double(generated) : 0.0; }
 };
 
@@ -56,7 +60,7 @@ struct Totals {
 /// priced under the cost `cost`, over the records of `category` ("overall": all of them).
 struct Row {
   std::string drafter;
-  std::size_t k = 0;  ///< 0 for plain decoding, which drafts nothing
+  std::size_t k = 0;  ///< 0 for plain decoding, which drafts nothing; a tree row's node budget
   std::size_t batch = 1;
   Policy policy = Policy::gate;
   std::string cost;  ///< CostCurve::name: "flat", "knee:N" or "table:..."
@@ -65,6 +69,9 @@ struct Row {
   /// Simulated cost of plain decoding of the same records at the same batch and cost, divided
   /// by this row's (1 when both are 0: records of one token have no decode pass).
   double speedup = 1;
+  /// A tree row (--tree-nodes): the drafter's TreeDrafter at k nodes a pass; totals.drafted
+  /// counts the nodes sent, and drafted - accepted the nodes wasted (off the accepted path).
+  bool tree = false;
 };
 
 /// Runs every drafter of `drafters` over `streams` (in file order) at every k, batch, cost and
@@ -80,16 +87,24 @@ struct Row {
 /// exactly (each record's generated tokens, passes, drafts and accepted drafts): a difference
 /// throws std::logic_error. Throws std::runtime_error when an output departs from its
 /// recording.
+///
+/// With --tree-nodes, each drafter that drafts trees (DrafterEntry::serve_tree) adds, after its
+/// chain rows, tree rows (Row::tree) by cost, batch, node budget and policy (plain excepted:
+/// its rows are the chain's), priced against the same plain decoding; they carry no drafter
+/// time. Throws std::invalid_argument naming --tree-nodes when no drafter drafts trees.
 [[nodiscard]] std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters,
                                             std::span<const TokenStream> streams, const ReplayOptions& options,
                                             const HeapMeter& meter = {});
 
 /// The report as text: a header and one line per row, columns aligned; with `categories` every
 /// row, else the overall rows (with one category, its rows). Columns that hold one value on every
-/// row (batch, policy, cost, category) are left out and their values said on a line above.
+/// row (batch, policy, cost, category) are left out and their values said on a line above. Tree
+/// rows follow in a table of their own: node budget, tokens per pass, nodes and wasted nodes per
+/// pass, speedup.
 [[nodiscard]] std::string format_table(const std::vector<Row>& rows, bool categories);
 
-/// The report as one JSON object, {"results": [row, ...]}, every row with every field. Numbers
+/// The report as one JSON object, {"results": [row, ...]}, every chain row with every field, and
+/// with tree rows {"results": [...], "trees": [tree row, ...]}. Numbers
 /// are always finite: one that is not is written as null, and the row names it in
 /// "not_finite" (VerifyCost keeps that from happening: it normalizes every curve so that one token
 /// costs 1 and refuses ratios above VerifyCost::kMaxCost, so no sum of passes nears a double's range).
