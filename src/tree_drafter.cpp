@@ -15,19 +15,18 @@ constexpr std::uint8_t text_class(std::size_t order, std::size_t rank) noexcept 
 }
 constexpr std::uint8_t top_k_class(std::size_t rank) noexcept { return static_cast<std::uint8_t>(13 + rank); }
 
-// Priors, as (hits, trials): what a class starts from before the sequence has said anything.
-// A longer context and a better rank are likelier; the model's top-1 after a token is about
-// as good a guess as a 2-token context's most frequent continuation (stories260K and the
-// Spec-Bench streams, docs/ALGORITHM.md "Trees"). The weight (2 trials) lets a few passes
-// overrule them.
+// Priors: what a class's scale starts from before the sequence has said anything, worth 2
+// trials, so that a few passes overrule them. A text candidate's estimate is its share of its
+// context's counts times its order's scale (a continuation seen after a 3-token context is
+// worth more than one seen after a single token); a top-k candidate's is its rank's rate (the
+// model's top-1 after a token is right about as often as a 2-token context's majority
+// continuation on stories260K and the Spec-Bench streams, docs/ALGORITHM.md "Trees").
 constexpr float kPriorTrials = 2.0f;
 float prior(std::size_t c) noexcept {
   if (c == 0) return 0.5f;
   if (c < 13) {
     const std::size_t order = (c - 1) / 4 + 1;
-    const std::size_t rank = (c - 1) % 4;
-    const float first = order == 3 ? 0.6f : order == 2 ? 0.5f : 0.35f;
-    return first / static_cast<float>(1U << (2 * rank));
+    return order == 3 ? 0.9f : order == 2 ? 0.8f : 0.6f;
   }
   const std::size_t rank = c - 13;
   return 0.45f / static_cast<float>((rank + 1) * (rank + 1));
@@ -70,6 +69,7 @@ TreeDrafter::TreeDrafter(TreeConfig config, TopKTable* top_k, const SharedCorpus
   for (auto& table : successors_) table.assign(slots, Successors{});
   successor_mask_ = slots - 1;
   contexts_.resize(DraftTree::kMaxNodes + 1);
+  bases_.resize(DraftTree::kMaxNodes);
   candidates_.resize((DraftTree::kMaxNodes + 1) * kMaxChildren);
   candidate_counts_.resize(DraftTree::kMaxNodes + 1);
   heap_.reserve(2 * DraftTree::kMaxNodes + 2);
@@ -88,8 +88,10 @@ TreeDrafter::TreeDrafter(const TreeDrafter& other)
       seen_(other.seen_),
       hits_(other.hits_),
       trials_(other.trials_),
+      expected_(other.expected_),
       estimates_(other.estimates_),
       contexts_(other.contexts_.size()),
+      bases_(other.bases_.size()),
       candidates_(other.candidates_.size()),
       candidate_counts_(other.candidate_counts_.size()),
       on_path_(other.on_path_.size()) {
@@ -105,7 +107,8 @@ void TreeDrafter::reset_learning() noexcept {
   for (std::size_t c = 0; c < kClasses; ++c) {
     hits_[c] = prior(c) * kPriorTrials;
     trials_[c] = kPriorTrials;
-    estimates_[c] = hits_[c] / trials_[c];
+    expected_[c] = kPriorTrials;
+    estimates_[c] = hits_[c] / expected_[c];
   }
 }
 
@@ -177,6 +180,13 @@ void TreeDrafter::reset() noexcept {
 
 // The candidates after a node with last tokens `context`, merged by token, best first, their
 // estimates summing to at most 1. Returns how many (at most config_.max_children).
+// A continuation's share of its context's kept counts.
+float TreeDrafter::share(const Successors& entry, std::size_t slot) noexcept {
+  std::uint32_t total = 0;
+  for (const std::uint16_t count : entry.counts) total += count;
+  return total == 0 ? 0.0f : static_cast<float>(entry.counts[slot]) / static_cast<float>(total);
+}
+
 std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, Candidate* out) const noexcept {
   // Three lists, each best first: the spine's next token; the longest seen context's
   // continuations (the counts' back-off: it speaks for the text); the model's top-k after the
@@ -209,19 +219,20 @@ std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, 
   while (n < config_.max_children) {
     const bool text_left = text != nullptr && t < kSlotsPerContext && text->counts[t] != 0;
     const bool row_left = r < row.size();
-    const float text_p = text_left ? std::min(text_cap, estimates_[text_class(text_order, t)]) : -1.0f;
+    const float text_p =
+        text_left ? std::min({text_cap, 1.0f, share(*text, t) * estimates_[text_class(text_order, 0)]}) : -1.0f;
     const float row_p = row_left ? std::min(row_cap, estimates_[top_k_class(r)]) : -1.0f;
     const float spine_p = spine_left ? spine_conditional_[next_spine] : -1.0f;
     Candidate next;
     if (spine_p >= text_p && spine_p >= row_p && spine_left) {
-      next = Candidate{spine_[next_spine], spine_p, kSpineClass};
+      next = Candidate{spine_[next_spine], spine_p, kSpineClass, 1.0f};
       spine_left = false;
     } else if (text_p >= row_p && text_left) {
-      next = Candidate{text->tokens[t], text_p, text_class(text_order, t)};
+      next = Candidate{text->tokens[t], text_p, text_class(text_order, 0), share(*text, t)};
       text_cap = text_p;
       ++t;
     } else if (row_left) {
-      next = Candidate{row[r], row_p, top_k_class(r)};
+      next = Candidate{row[r], row_p, top_k_class(r), 1.0f};
       row_cap = row_p;
       ++r;
     } else {
@@ -278,7 +289,7 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
   // the leaves of the tree, about half its nodes, never are; the nodes still come out in
   // non-increasing order (a child's probability never exceeds its bound).
   float best_class = 0.0f;
-  for (std::size_t c = 1; c < kClasses; ++c) best_class = std::max(best_class, estimates_[c]);
+  for (std::size_t c = 1; c < kClasses; ++c) best_class = std::max(best_class, std::min(1.0f, estimates_[c]));
   heap_.clear();
   const auto better = [](const Frontier& a, const Frontier& b) { return a.path_probability < b.path_probability; };
   const auto push = [&](std::int32_t parent, std::uint32_t child) {
@@ -304,6 +315,7 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
     const std::size_t owner = best.parent == kTreeRoot ? kRoot : static_cast<std::size_t>(best.parent);
     const Candidate& chosen = candidates_[owner * kMaxChildren + best.child];
     const std::size_t node = tree.push(best.parent, chosen.token, chosen.probability, chosen.source_class);
+    bases_[node] = chosen.base;
     push(best.parent, best.child + 1);  // its next sibling
 
     const Context& up = contexts_[owner];
@@ -321,6 +333,7 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
       std::push_heap(heap_.begin(), heap_.end(), better);
     }
   }
+  built_ = tree.size();
   return tree.size();
 }
 
@@ -341,13 +354,18 @@ void TreeDrafter::observe_pass(const DraftTree& tree, std::span<const Token> fed
     if (on_path_[parent_entry] == 0) continue;
     const std::size_t c = classes[i];
     if (c >= kClasses) continue;
+    // What the estimate was before its class's scale: a text node's share (when this is the
+    // tree predict_tree built last), 1 otherwise.
+    const float base = i < built_ ? bases_[i] : 1.0f;
     trials_[c] += 1.0f;
+    expected_[c] += base;
     if (tokens[i] == model_tokens[parent_entry]) hits_[c] += 1.0f;
     if (trials_[c] >= kMaxTrials) {
       trials_[c] *= 0.5f;
+      expected_[c] *= 0.5f;
       hits_[c] *= 0.5f;
     }
-    estimates_[c] = hits_[c] / trials_[c];
+    estimates_[c] = expected_[c] > 0.0f ? hits_[c] / expected_[c] : 0.0f;
   }
   if (table_ != nullptr && !top.empty() && top.size() == fed.size() * table_->k()) {
     for (const Token token : fed) {

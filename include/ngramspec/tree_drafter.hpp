@@ -47,10 +47,11 @@ struct TreeConfig {
 ///   everything observed, most frequent first, ties to the most recent);
 /// - the model: the top-k it predicted after the node's token the last time it verified that
 ///   token (a TopKTable, fed by observe_pass()).
-/// A text or model candidate's estimate is the acceptance rate of its class (source, context
-/// order, rank), measured online on every node whose parent the pass accepted (the only nodes
-/// whose fate says what acceptance given the parent is), starting from priors; siblings are
-/// mutually exclusive (one token follows), so their estimates are scaled to sum to at most 1.
+/// A text candidate's estimate is its share of its context's counts times its context order's
+/// scale, and a model candidate's the acceptance rate of its rank; scales and rates are
+/// measured online on every node whose parent the pass accepted (the only nodes whose fate
+/// says what acceptance given the parent is), starting from priors. Siblings are mutually
+/// exclusive (one token follows), so their estimates are scaled to sum to at most 1.
 /// docs/ALGORITHM.md ("Trees") derives this.
 ///
 /// predict_tree() pops candidates best-first by path probability, so the tree holds the
@@ -66,7 +67,8 @@ class TreeDrafter {
   static constexpr std::size_t kMaxChildren = 16;
   /// Longest spine taken from the chain.
   static constexpr std::size_t kMaxSpine = 64;
-  /// Calibration classes: 0 the spine, 1 .. 12 the text (order, rank), 13 .. 44 the top-k rank.
+  /// Calibration classes: 0 the spine, 1 / 5 / 9 the text after 1 / 2 / 3 tokens of context,
+  /// 13 .. 44 the top-k rank.
   static constexpr std::size_t kClasses = 48;
   static constexpr std::uint8_t kSpineClass = 0;
 
@@ -136,6 +138,7 @@ class TreeDrafter {
     Token token;
     float probability;
     std::uint8_t source_class;
+    float base;  // the estimate before its class's scale: a text share, else 1
   };
   // A node's last (up to) 3 tokens, oldest first, and how many are known.
   struct Context {
@@ -151,6 +154,7 @@ class TreeDrafter {
   static constexpr std::uint32_t kExpand = UINT32_MAX;
 
   void learn(Token token) noexcept;
+  [[nodiscard]] static float share(const Successors& entry, std::size_t slot) noexcept;
   std::size_t expand(const Context& context, std::size_t spine_made, Candidate* out) const noexcept;
   void reset_learning() noexcept;
 
@@ -164,12 +168,15 @@ class TreeDrafter {
   std::uint64_t seen_ = 0;
   std::array<float, kClasses> hits_{};
   std::array<float, kClasses> trials_{};
-  std::array<float, kClasses> estimates_{};  // hits_ / trials_
+  std::array<float, kClasses> expected_{};   // the trials' bases summed
+  std::array<float, kClasses> estimates_{};  // hits_ / expected_: the class's scale
 
   // predict_tree's scratch, sized for DraftTree::kMaxNodes nodes.
   std::array<Token, kMaxSpine> spine_{};
   std::array<float, kMaxSpine> spine_conditional_{};
   std::vector<Context> contexts_;                 // per node, plus the root at the end
+  std::vector<float> bases_;                      // per node of the last tree built: its candidate's base
+  std::size_t built_ = 0;                         // nodes of the last tree built
   std::vector<Candidate> candidates_;             // per node (and the root), kMaxChildren each
   std::vector<std::uint8_t> candidate_counts_;
   std::vector<Frontier> heap_;

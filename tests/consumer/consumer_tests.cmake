@@ -164,6 +164,10 @@ if(NGRAMSPEC_TOP_LEVEL)
     COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=example: examples/corpus_usage.cpp"
       -DEXPECTED_FILE=${PROJECT_SOURCE_DIR}/examples/corpus_usage.cpp
       -P ${_ngramspec_consumer_source}/check_readme_block.cmake)
+  add_test(NAME readme.tree_example
+    COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=example: examples/tree_usage.cpp"
+      -DEXPECTED_FILE=${PROJECT_SOURCE_DIR}/examples/tree_usage.cpp
+      -P ${_ngramspec_consumer_source}/check_readme_block.cmake)
   if(NGRAMSPEC_BUILD_EXAMPLES)
     add_test(NAME readme.demo_output
       COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=output: ngramspec-demo"
