@@ -1,6 +1,7 @@
 #include "ngramspec/tree_drafter.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <stdexcept>
 #include <string>
 
@@ -187,25 +188,41 @@ float TreeDrafter::share(const Successors& entry, std::size_t slot) noexcept {
   return total == 0 ? 0.0f : static_cast<float>(entry.counts[slot]) / static_cast<float>(total);
 }
 
+float TreeDrafter::locate(Context& context, std::size_t spine_made) const noexcept {
+  context.text = nullptr;
+  context.text_order = 0;
+  for (std::size_t order = std::min<std::size_t>(context.known, kOrders); order >= 1; --order) {
+    const std::uint64_t key = context_key(context.tokens, order);
+    const Successors& entry = successors_[order - 1][key & successor_mask_];
+    if (entry.key == key) {
+      context.text = &entry;
+      context.text_order = static_cast<std::uint32_t>(order);
+      break;
+    }
+  }
+  const std::span<const Token> row =
+      table_ != nullptr && context.known > 0 ? table_->row(context.tokens[kOrders - 1]) : std::span<const Token>();
+  context.row = row.data();
+  context.row_size = static_cast<std::uint32_t>(row.size());
+  float best = 0.0f;
+  const auto next_spine = static_cast<std::size_t>(context.spine + 1);
+  if (next_spine < spine_made) best = spine_conditional_[next_spine];
+  if (context.text != nullptr) {
+    best = std::max(best, std::min(1.0f, share(*context.text, 0) * estimates_[text_class(context.text_order, 0)]));
+  }
+  if (!row.empty()) best = std::max(best, std::min(1.0f, estimates_[top_k_class(0)]));
+  return best;
+}
+
 std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, Candidate* out) const noexcept {
   // Three lists, each best first: the spine's next token; the longest seen context's
   // continuations (the counts' back-off: it speaks for the text); the model's top-k after the
   // node's token. Within a list a later rank never gets a higher estimate than an earlier one.
   const std::size_t next_spine = static_cast<std::size_t>(context.spine + 1);
   const bool has_spine = next_spine < spine_made;
-  const Successors* text = nullptr;
-  std::size_t text_order = 0;
-  for (std::size_t order = std::min<std::size_t>(context.known, kOrders); order >= 1; --order) {
-    const std::uint64_t key = context_key(context.tokens, order);
-    const Successors& entry = successors_[order - 1][key & successor_mask_];
-    if (entry.key == key) {
-      text = &entry;
-      text_order = order;
-      break;
-    }
-  }
-  std::span<const Token> row;
-  if (table_ != nullptr && context.known > 0) row = table_->row(context.tokens[kOrders - 1]);
+  const Successors* const text = context.text;
+  const std::size_t text_order = context.text_order;
+  const std::span<const Token> row(context.row, context.row_size);
 
   // Merged best first, each token once (its best offer), up to max_children.
   std::size_t n = 0;
@@ -280,30 +297,39 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
   root.tokens = recent_;
   root.known = static_cast<std::uint32_t>(std::min<std::uint64_t>(seen_, kOrders));
   root.spine = -1;
+  static_cast<void>(locate(root, spine_made));
   candidate_counts_[kRoot] =
       static_cast<std::uint8_t>(expand(root, spine_made, candidates_.data() + kRoot * kMaxChildren));
 
   // A max-heap by path probability of each expanded node's next unused candidate, and of the
-  // nodes not yet expanded, keyed by a bound on their best child: their path probability times
-  // the best estimate a child can have. A node is expanded only when that bound comes first, so
-  // the leaves of the tree, about half its nodes, never are; the nodes still come out in
-  // non-increasing order (a child's probability never exceeds its bound).
-  float best_class = 0.0f;
-  for (std::size_t c = 1; c < kClasses; ++c) best_class = std::max(best_class, std::min(1.0f, estimates_[c]));
+  // nodes not yet expanded, keyed by their best child's estimate times their path probability
+  // (an upper bound: merging and scaling only lower it). A node is expanded only when that
+  // bound comes first, so the leaves of the tree, about half its nodes, never are; the nodes
+  // still come out in non-increasing order.
   heap_.clear();
-  const auto better = [](const Frontier& a, const Frontier& b) { return a.path_probability < b.path_probability; };
+  const auto entry = [](float path_probability, std::int32_t parent, std::uint32_t child) -> Frontier {
+    // Stored as child + 1 (wrapping kExpand to 0), so that a tie goes to a candidate.
+    return std::uint64_t{std::bit_cast<std::uint32_t>(path_probability)} << 32 |
+           std::uint64_t{static_cast<std::uint32_t>(parent + 1)} << 8 | ((child + 1) & 0xffU);
+  };
   const auto push = [&](std::int32_t parent, std::uint32_t child) {
     const std::size_t owner = parent == kTreeRoot ? kRoot : static_cast<std::size_t>(parent);
     if (child >= candidate_counts_[owner]) return;
     const float base = parent == kTreeRoot ? 1.0f : tree.path_probabilities()[static_cast<std::size_t>(parent)];
-    heap_.push_back(Frontier{base * candidates_[owner * kMaxChildren + child].probability, parent, child});
-    std::push_heap(heap_.begin(), heap_.end(), better);
+    heap_.push_back(entry(base * candidates_[owner * kMaxChildren + child].probability, parent, child));
+    std::push_heap(heap_.begin(), heap_.end());
   };
   push(kTreeRoot, 0);
   while (!heap_.empty() && tree.size() < budget) {
-    std::pop_heap(heap_.begin(), heap_.end(), better);
-    const Frontier best = heap_.back();
+    std::pop_heap(heap_.begin(), heap_.end());
+    const Frontier top = heap_.back();
     heap_.pop_back();
+    struct {
+      float path_probability;
+      std::int32_t parent;
+      std::uint32_t child;
+    } const best{std::bit_cast<float>(static_cast<std::uint32_t>(top >> 32)),
+                 static_cast<std::int32_t>((top >> 8) & 0xffffffU) - 1, static_cast<std::uint32_t>((top - 1) & 0xffU)};
     if (best.path_probability < min_path_probability) break;  // and so is every later one
     if (best.child == kExpand) {
       const auto node = static_cast<std::size_t>(best.parent);
@@ -326,11 +352,10 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
     const std::size_t next_spine = static_cast<std::size_t>(up.spine + 1);
     here.spine = up.spine >= -1 && next_spine < spine_made && spine_[next_spine] == chosen.token ? up.spine + 1 : -2;
     if (tree.depths()[node] + 1 < max_depth) {
-      const auto following = static_cast<std::size_t>(here.spine + 1);
-      const float bound = here.spine >= 0 && following < spine_made ? std::max(best_class, spine_conditional_[following])
-                                                                     : best_class;
-      heap_.push_back(Frontier{tree.path_probabilities()[node] * bound, static_cast<std::int32_t>(node), kExpand});
-      std::push_heap(heap_.begin(), heap_.end(), better);
+      const float bound = locate(here, spine_made);
+      if (bound <= 0.0f) continue;  // nothing to offer under it
+      heap_.push_back(entry(tree.path_probabilities()[node] * bound, static_cast<std::int32_t>(node), kExpand));
+      std::push_heap(heap_.begin(), heap_.end());
     }
   }
   built_ = tree.size();

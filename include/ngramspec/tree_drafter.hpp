@@ -145,16 +145,24 @@ class TreeDrafter {
     std::array<Token, kOrders> tokens;
     std::uint32_t known;
     std::int32_t spine;  // index of the spine token this node is, or -1 (the root: -1 too)
+    // Where its candidates are (locate()): the longest seen context's counts and the model's row.
+    const Successors* text;
+    std::uint32_t text_order;
+    std::uint32_t row_size;
+    const Token* row;
   };
-  struct Frontier {
-    float path_probability;
-    std::int32_t parent;  // tree index, or kTreeRoot
-    std::uint32_t child;  // index in the parent's candidate list, or kExpand: expand `parent`
-  };
-  static constexpr std::uint32_t kExpand = UINT32_MAX;
+  // A heap entry in one integer, so that comparing and moving entries is one instruction: the
+  // path probability's bits on top (a non-negative float orders as its bits do), then the
+  // parent (tree index + 1, 0 for the root) and the child (index in the parent's candidate
+  // list, or kExpand: expand the parent). On a tie a candidate comes before an expansion, and
+  // a later child before an earlier one.
+  using Frontier = std::uint64_t;
+  static constexpr std::uint32_t kExpand = 0xff;
 
   void learn(Token token) noexcept;
   [[nodiscard]] static float share(const Successors& entry, std::size_t slot) noexcept;
+  // Finds a node's candidate lists and returns the best estimate among them (0: none).
+  float locate(Context& context, std::size_t spine_made) const noexcept;
   std::size_t expand(const Context& context, std::size_t spine_made, Candidate* out) const noexcept;
   void reset_learning() noexcept;
 
