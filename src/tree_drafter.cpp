@@ -124,35 +124,37 @@ std::size_t TreeDrafter::memory_bytes() const noexcept {
   return bytes;
 }
 
-void TreeDrafter::learn(Token token) noexcept {
-  const std::size_t known = static_cast<std::size_t>(std::min<std::uint64_t>(seen_, kOrders));
-  for (std::size_t order = 1; order <= known; ++order) {
-    const std::uint64_t key = context_key(recent_, order);
-    Successors& entry = successors_[order - 1][key & successor_mask_];
-    if (entry.key != key) {
-      entry = Successors{};
-      entry.key = key;
-    }
-    std::size_t at = kSlotsPerContext;
-    for (std::size_t s = 0; s < kSlotsPerContext; ++s) {
-      if (entry.counts[s] != 0 && entry.tokens[s] == token) {
-        at = s;
-        break;
-      }
-    }
-    if (at == kSlotsPerContext) {  // new: replaces the least frequent (the newest on ties)
-      at = kSlotsPerContext - 1;
-      entry.tokens[at] = token;
-      entry.counts[at] = 0;
-    }
-    if (entry.counts[at] < UINT16_MAX) ++entry.counts[at];
-    // Most frequent first; the token just seen goes ahead of those it ties.
-    while (at > 0 && entry.counts[at - 1] <= entry.counts[at]) {
-      std::swap(entry.tokens[at - 1], entry.tokens[at]);
-      std::swap(entry.counts[at - 1], entry.counts[at]);
-      --at;
+void TreeDrafter::count(const std::array<Token, kOrders>& context, std::size_t order, Token token) noexcept {
+  const std::uint64_t key = context_key(context, order);
+  Successors& entry = successors_[order - 1][key & successor_mask_];
+  if (entry.key != key) {
+    entry = Successors{};
+    entry.key = key;
+  }
+  std::size_t at = kSlotsPerContext;
+  for (std::size_t s = 0; s < kSlotsPerContext; ++s) {
+    if (entry.counts[s] != 0 && entry.tokens[s] == token) {
+      at = s;
+      break;
     }
   }
+  if (at == kSlotsPerContext) {  // new: replaces the least frequent (the newest on ties)
+    at = kSlotsPerContext - 1;
+    entry.tokens[at] = token;
+    entry.counts[at] = 0;
+  }
+  if (entry.counts[at] < UINT16_MAX) ++entry.counts[at];
+  // Most frequent first; the token just seen goes ahead of those it ties.
+  while (at > 0 && entry.counts[at - 1] <= entry.counts[at]) {
+    std::swap(entry.tokens[at - 1], entry.tokens[at]);
+    std::swap(entry.counts[at - 1], entry.counts[at]);
+    --at;
+  }
+}
+
+void TreeDrafter::learn(Token token) noexcept {
+  const std::size_t known = static_cast<std::size_t>(std::min<std::uint64_t>(seen_, kOrders));
+  for (std::size_t order = 1; order <= known; ++order) count(recent_, order, token);
   recent_[0] = recent_[1];
   recent_[1] = recent_[2];
   recent_[2] = token;
@@ -400,6 +402,12 @@ void TreeDrafter::observe_pass(const DraftTree& tree, std::span<const Token> fed
       if (token >= table_->vocab_size()) return;
     }
     table_->record_unchecked(fed, top);
+  }
+  // NASD's enrichment: the model's top-1 after each fed token also counts as a continuation of
+  // that token (a 1-token context), as if the text had shown it.
+  if (config_.enrich_counts && !top.empty() && top.size() % fed.size() == 0) {
+    const std::size_t k = top.size() / fed.size();
+    for (std::size_t e = 0; e < fed.size(); ++e) count({0, 0, fed[e]}, 1, top[e * k]);
   }
 }
 

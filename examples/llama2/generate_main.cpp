@@ -21,7 +21,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: ngramspec-generate --model M --tokenizer T (--prompt TEXT | --prompts FILE) [--steps N] [--k K]\n"
-    "                          [--tree-nodes N [--recycle K] [--carry-over]] [--cost SPEC] [--no-speculate]\n"
+    "                          [--tree-nodes N [--recycle K] [--carry-over] [--enrich-counts]] [--cost SPEC]\n"
+    "                          [--no-speculate]\n"
     "                          [--check] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "  --prompts FILE  one prompt a line (empty lines skipped), each a request of its own; prints the totals\n"
     "  --steps N       most tokens generated after the prompt (default 256; generation also stops on BOS and at\n"
@@ -31,6 +32,7 @@ constexpr const char* kUsage =
     "                  spine, the text's alternatives, and the model's own top-k after every verified token)\n"
     "  --recycle K     with trees: the model's top K tokens kept per token (default 8; 0: text-only trees)\n"
     "  --carry-over    with trees and --prompts: keep the top-k table and counts from request to request\n"
+    "  --enrich-counts with trees: the model's top-1 after each token also counts as text (NASD's enrichment)\n"
     "  --cost SPEC     what a verify pass costs against its tokens, which sizes each pass's drafts: the number\n"
     "                  (up to K, or the best N-node prefix of a tree) with the most expected tokens per unit of\n"
     "                  cost, from the drafter's estimates.\n"
@@ -139,7 +141,7 @@ int main(int argc, char** argv) {
     const auto decode = [&](bool speculate) {
       Run run;
       std::optional<ngramspec::TreeDrafter> drafter;
-      if (trees && speculate) drafter.emplace(make_tree_drafter(model, args.recycle, args.carry_over));
+      if (trees && speculate) drafter.emplace(make_tree_drafter(model, args.recycle, args.carry_over, args.enrich_counts));
       for (const auto& prompt : prompts) {
         const Generation g = drafter ? generate_tree(model, prompt, args.steps, width, *drafter, args.sampling, cost)
                                      : generate(model, prompt, args.steps, width, speculate, args.sampling, cost);

@@ -85,6 +85,8 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
       }
     } else if (flag == "--carry-over") {
       options.carry_over = true;
+    } else if (flag == "--enrich-counts") {
+      options.enrich_counts = true;
     } else if (flag == "--steps") {
       options.steps = parse_count(flag, value());
     } else if (flag == "--k") {
@@ -139,9 +141,14 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   if (options.tree_nodes != 0 && has_k) {
     throw std::invalid_argument("--k sizes chains; with --tree-nodes the tree's node budget is the one setting");
   }
-  if (options.tree_nodes == 0 && (has_recycle || options.carry_over)) {
-    throw std::invalid_argument(std::string(has_recycle ? "--recycle" : "--carry-over") +
+  if (options.tree_nodes == 0 && (has_recycle || options.carry_over || options.enrich_counts)) {
+    throw std::invalid_argument(std::string(has_recycle         ? "--recycle"
+                                            : options.carry_over ? "--carry-over"
+                                                                 : "--enrich-counts") +
                                 " applies to trees only: it needs --tree-nodes");
+  }
+  if (options.enrich_counts && options.recycle == 0) {
+    throw std::invalid_argument("--enrich-counts counts the model's top-k, which --recycle 0 does not ask for");
   }
   if (options.tree_nodes != 0 && !options.speculate) {
     throw std::invalid_argument("--tree-nodes drafts trees; --no-speculate drafts nothing");

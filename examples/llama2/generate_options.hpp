@@ -23,6 +23,7 @@ struct GenerateOptions {
   std::size_t tree_nodes = 0;
   std::size_t recycle = 8;  ///< --recycle: the model's top tokens kept per token for trees (0: text only; <= 32)
   bool carry_over = false;  ///< --carry-over: trees keep what they learnt (top-k, counts) across --prompts
+  bool enrich_counts = false;  ///< --enrich-counts: trees count the model's top-1 as text (TreeConfig::enrich_counts)
   std::size_t steps = 256;  ///< --steps
   /// --k: 1 .. kMaxDraftsPerPass; by default kDefaultK, or kDefaultKWithoutCost with --cost none.
   std::size_t k = kDefaultK;

@@ -112,14 +112,17 @@ inline Generation generate_tree(Transformer& model, std::span<const Token> promp
 }
 
 /// The TreeDrafter ngramspec-generate drafts trees with for `model`: MatchDrafter's spine sized by the model's
-/// context, and a top-k table of `recycle` tokens per row over its vocabulary (0: none, text-only trees).
-[[nodiscard]] inline TreeDrafter make_tree_drafter(const Transformer& model, std::size_t recycle, bool carry_over) {
+/// context, a top-k table of `recycle` tokens per row over its vocabulary (0: none, text-only trees), and
+/// TreeConfig's carry_over and enrich_counts.
+[[nodiscard]] inline TreeDrafter make_tree_drafter(const Transformer& model, std::size_t recycle, bool carry_over,
+                                                   bool enrich_counts = false) {
   TreeConfig config;
   config.chain.cap =
       std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
   config.vocab_size = recycle == 0 ? 0 : model.vocab_size();
   config.top_k = recycle == 0 ? config.top_k : recycle;
   config.carry_over = carry_over;
+  config.enrich_counts = enrich_counts;
   return TreeDrafter(config);
 }
 

@@ -35,6 +35,12 @@ struct TreeConfig {
   /// counts, its own top-k table, the calibration) for the next request, as a server that
   /// serves one domain would; the spine's MatchDrafter is reset either way.
   bool carry_over = false;
+  /// Whether the model's top-1 after every token a pass carried also counts as a continuation of
+  /// that token in the text's counts (NASD's enrichment of its n-gram storage with the target's
+  /// top-k). Off by default: on stories260K it adds 0.06-0.08 tokens a pass to what the
+  /// recycled top-k gives (docs/BENCHMARKS.md, "Trees on a real model") for a count update per
+  /// pass entry, and it needs the top-k the recycling asks for.
+  bool enrich_counts = false;
 };
 
 /// Drafts trees: the MatchDrafter chain as the spine, and at every node the alternatives the
@@ -160,6 +166,8 @@ class TreeDrafter {
   static constexpr std::uint32_t kExpand = 0xff;
 
   void learn(Token token) noexcept;
+  // Counts `token` as a continuation of the last `order` tokens of `context`.
+  void count(const std::array<Token, kOrders>& context, std::size_t order, Token token) noexcept;
   [[nodiscard]] static float share(const Successors& entry, std::size_t slot) noexcept;
   // Finds a node's candidate lists and returns the best estimate among them (0: none).
   float locate(Context& context, std::size_t spine_made) const noexcept;
