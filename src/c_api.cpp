@@ -16,11 +16,14 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ngramspec/allocation_error.hpp"
@@ -33,6 +36,8 @@
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/token.hpp"
+#include "ngramspec/top_k_table.hpp"
+#include "ngramspec/tree_drafter.hpp"
 #include "ngramspec/verify_cost.hpp"
 #include "ngramspec/version.hpp"
 
@@ -77,10 +82,38 @@ struct ngramspec_ngram_predictor {
 };
 
 struct ngramspec_batch {
+  using ChainSpeculator = ngramspec::BatchSpeculator<ngramspec::MatchDrafter>;
+  using TreeSpeculator = ngramspec::BatchSpeculator<ngramspec::TreeDrafter>;
+
   ngramspec_batch(const ngramspec::BatchConfig& config, const ngramspec::MatchConfig& drafter,
                   ngramspec::SharedCorpus* corpus, const ngramspec::MappedCorpus* file)
-      : spec(config, drafter, corpus, file), steps(spec.config().max_sequences) {}
-  ngramspec::BatchSpeculator<ngramspec::MatchDrafter> spec;
+      : steps(config.max_sequences) {
+    chain.emplace(config, drafter, corpus, file);
+  }
+  // A tree batch; its drafters share `shared_table` when it is not null.
+  ngramspec_batch(const ngramspec::BatchConfig& config, const ngramspec::TreeConfig& drafter,
+                  std::unique_ptr<ngramspec::TopKTable> shared_table, ngramspec::SharedCorpus* corpus)
+      : table(std::move(shared_table)), steps(config.max_sequences) {
+    ngramspec::TopKTable* const shared = table.get();
+    tree.emplace(config, [&drafter, shared, corpus] { return ngramspec::TreeDrafter(drafter, shared, corpus); },
+                 corpus);
+  }
+
+  // Calls f with the speculator, whichever kind it is.
+  template <class F>
+  decltype(auto) visit(F&& f) {
+    if (tree) return f(*tree);
+    return f(*chain);
+  }
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    if (tree) return f(std::as_const(*tree));
+    return f(std::as_const(*chain));
+  }
+
+  std::unique_ptr<ngramspec::TopKTable> table;  // a tree batch's shared top-k table; outlives `tree`
+  std::optional<ChainSpeculator> chain;         // one of the two
+  std::optional<TreeSpeculator> tree;
   // accept()'s outcomes before they become ngramspec_steps: one per sequence of the pool, the
   // most a valid call steps (its ids are distinct running sequences).
   std::vector<ngramspec::StepOutcome> steps;
@@ -258,6 +291,28 @@ ngramspec_step to_c(const ngramspec::StepOutcome& outcome) noexcept {
   return step;
 }
 
+// A batch configuration from C (NULL: the defaults): the speculator's and its MatchDrafters'.
+void to_cpp(const ngramspec_batch_config* config, ngramspec::BatchConfig& batch, ngramspec::MatchConfig& drafter) {
+  const ngramspec_batch_config c = config != nullptr ? *config : ngramspec_batch_config_default();
+  batch.max_sequences = c.max_sequences;
+  batch.max_pass_tokens = c.max_pass_tokens;
+  batch.max_record_tokens = c.max_record_tokens;
+  if (c.cost != nullptr) batch.cost = ngramspec::VerifyCost::parse(c.cost);
+  drafter = c.default_drafter != 0 ? ngramspec::BatchSpeculator<>::default_drafter(batch) : to_cpp(c.drafter);
+}
+
+ngramspec_tree_config to_c(const ngramspec::TreeConfig& config) noexcept {
+  ngramspec_tree_config c;
+  c.struct_size = sizeof(ngramspec_tree_config);
+  c.successor_slots = config.successor_slots;
+  c.max_children = config.max_children;
+  c.vocab_size = config.vocab_size;
+  c.top_k = config.top_k;
+  c.shared_top_k = 1;
+  c.carry_over = config.carry_over ? 1 : 0;
+  return c;
+}
+
 // The ids of one pass are distinct running sequences, so there are at most max_sequences of
 // them; more (a count that is wrong, or ids listed twice) is refused before any array is read.
 ngramspec_status too_many_ids(const char* where, std::size_t n_ids, const ngramspec_batch& batch) noexcept {
@@ -271,14 +326,9 @@ ngramspec_status create_batch(const char* where, const ngramspec_batch_config* c
                               const ngramspec_corpus_file* file, ngramspec::CorpusPreference preference,
                               ngramspec_batch** out) noexcept {
   try {
-    const ngramspec_batch_config c = config != nullptr ? *config : ngramspec_batch_config_default();
     ngramspec::BatchConfig batch;
-    batch.max_sequences = c.max_sequences;
-    batch.max_pass_tokens = c.max_pass_tokens;
-    batch.max_record_tokens = c.max_record_tokens;
-    if (c.cost != nullptr) batch.cost = ngramspec::VerifyCost::parse(c.cost);
-    ngramspec::MatchConfig drafter = c.default_drafter != 0 ? ngramspec::BatchSpeculator<>::default_drafter(batch)
-                                                            : to_cpp(c.drafter);
+    ngramspec::MatchConfig drafter;
+    to_cpp(config, batch, drafter);
     drafter.corpus_preference = preference;
     *out = new ngramspec_batch(batch, drafter, corpus != nullptr ? &corpus->corpus : nullptr,
                                file != nullptr ? &file->file : nullptr);
@@ -286,6 +336,19 @@ ngramspec_status create_batch(const char* where, const ngramspec_batch_config* c
   } catch (...) {
     return translate_exception(where);
   }
+}
+
+// The tree batch calls' speculator, or NGRAMSPEC_ERROR_INVALID_ARGUMENT for a chain batch.
+ngramspec_status tree_speculator(const char* where, ngramspec_batch& batch,
+                                 ngramspec_batch::TreeSpeculator*& out) noexcept {
+  if (!batch.tree) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: the batch drafts chains (ngramspec_batch_create); tree passes need one made by "
+                "ngramspec_batch_create_tree",
+                where);
+  }
+  out = &*batch.tree;
+  return NGRAMSPEC_OK;
 }
 
 }  // namespace
@@ -696,7 +759,7 @@ ngramspec_status ngramspec_batch_begin(ngramspec_batch* batch, ngramspec_sequenc
     d.max_context = o.max_context;
     d.speculate = o.speculate != 0;
     d.max_drafts = o.max_drafts;
-    batch->spec.begin(id, std::span<const ngramspec::Token>(prompt, prompt_length), d);
+    batch->visit([&](auto& spec) { spec.begin(id, std::span<const ngramspec::Token>(prompt, prompt_length), d); });
     return NGRAMSPEC_OK;
   } catch (...) {
     char subject[48];
@@ -718,9 +781,11 @@ ngramspec_status ngramspec_batch_propose(ngramspec_batch* batch, const ngramspec
   if (n_drafts == nullptr) return null_argument(__func__, "n_drafts");
   if (n_ids > batch->steps.size()) return too_many_ids(__func__, n_ids, *batch);
   try {
-    *n_drafts = batch->spec.propose(std::span<const ngramspec::SequenceId>(ids, n_ids),
-                                    std::span<ngramspec::Token>(drafts, drafts_capacity),
-                                    std::span<std::size_t>(offsets, n_ids + 1), extra_tokens);
+    *n_drafts = batch->visit([&](auto& spec) {
+      return spec.propose(std::span<const ngramspec::SequenceId>(ids, n_ids),
+                          std::span<ngramspec::Token>(drafts, drafts_capacity),
+                          std::span<std::size_t>(offsets, n_ids + 1), extra_tokens);
+    });
     return NGRAMSPEC_OK;
   } catch (...) {
     return translate_exception(__func__);
@@ -741,9 +806,11 @@ ngramspec_status ngramspec_batch_accept(ngramspec_batch* batch, const ngramspec_
   if (n_ids > batch->steps.size()) return too_many_ids(__func__, n_ids, *batch);
   try {
     const std::span<ngramspec::StepOutcome> outcomes = std::span<ngramspec::StepOutcome>(batch->steps).first(n_ids);
-    batch->spec.accept(std::span<const ngramspec::SequenceId>(ids, n_ids),
-                       std::span<const ngramspec::Token>(model_tokens, n_model_tokens),
-                       std::span<const std::size_t>(offsets, n_ids + 1), outcomes);
+    batch->visit([&](auto& spec) {
+      spec.accept(std::span<const ngramspec::SequenceId>(ids, n_ids),
+                  std::span<const ngramspec::Token>(model_tokens, n_model_tokens),
+                  std::span<const std::size_t>(offsets, n_ids + 1), outcomes);
+    });
     for (std::size_t i = 0; i < n_ids; ++i) steps[i] = to_c(outcomes[i]);
     return NGRAMSPEC_OK;
   } catch (...) {
@@ -754,7 +821,7 @@ ngramspec_status ngramspec_batch_accept(ngramspec_batch* batch, const ngramspec_
 ngramspec_status ngramspec_batch_finish(ngramspec_batch* batch, ngramspec_sequence_id id) {
   if (batch == nullptr) return null_argument(__func__, "batch");
   try {
-    batch->spec.finish(id);
+    batch->visit([id](auto& spec) { spec.finish(id); });
     return NGRAMSPEC_OK;
   } catch (...) {
     return translate_exception(__func__);
@@ -764,7 +831,7 @@ ngramspec_status ngramspec_batch_finish(ngramspec_batch* batch, ngramspec_sequen
 ngramspec_status ngramspec_batch_cancel(ngramspec_batch* batch, ngramspec_sequence_id id) {
   if (batch == nullptr) return null_argument(__func__, "batch");
   try {
-    batch->spec.cancel(id);
+    batch->visit([id](auto& spec) { spec.cancel(id); });
     return NGRAMSPEC_OK;
   } catch (...) {
     return translate_exception(__func__);
@@ -772,22 +839,129 @@ ngramspec_status ngramspec_batch_cancel(ngramspec_batch* batch, ngramspec_sequen
 }
 
 int ngramspec_batch_contains(const ngramspec_batch* batch, ngramspec_sequence_id id) {
-  return batch != nullptr && batch->spec.contains(id) ? 1 : 0;
+  return batch != nullptr && batch->visit([id](const auto& spec) { return spec.contains(id); }) ? 1 : 0;
 }
 
-size_t ngramspec_batch_size(const ngramspec_batch* batch) { return batch == nullptr ? 0 : batch->spec.size(); }
+size_t ngramspec_batch_size(const ngramspec_batch* batch) {
+  return batch == nullptr ? 0 : batch->visit([](const auto& spec) { return spec.size(); });
+}
 
 size_t ngramspec_batch_memory_bytes(const ngramspec_batch* batch) {
   if (batch == nullptr) return 0;
-  return batch->spec.memory_bytes() + sizeof(ngramspec_batch) - sizeof(batch->spec) +
-         batch->steps.capacity() * sizeof(ngramspec::StepOutcome) +
+  return batch->visit([](const auto& spec) { return spec.memory_bytes() - sizeof(spec); }) + sizeof(ngramspec_batch) +
+         (batch->table ? batch->table->memory_bytes() : 0) + batch->steps.capacity() * sizeof(ngramspec::StepOutcome) +
          batch->options.stop_tokens.capacity() * sizeof(ngramspec::Token);
+}
+
+ngramspec_tree_config ngramspec_tree_config_default(void) { return to_c(ngramspec::TreeConfig{}); }
+
+ngramspec_status ngramspec_batch_create_tree(const ngramspec_batch_config* config, const ngramspec_tree_config* tree,
+                                             ngramspec_corpus* corpus, ngramspec_batch** out) {
+  if (out == nullptr) return null_argument(__func__, "out");
+  const ngramspec_tree_config t = tree != nullptr ? *tree : ngramspec_tree_config_default();
+  // The first version of the struct is the only one: a size that is not its size is another
+  // header's struct, or one never set.
+  if (t.struct_size != sizeof(ngramspec_tree_config)) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: tree->struct_size = %zu is invalid: it must be sizeof(ngramspec_tree_config) = %zu (set it with "
+                "ngramspec_tree_config_default)",
+                __func__, t.struct_size, sizeof(ngramspec_tree_config));
+  }
+  try {
+    ngramspec::BatchConfig batch;
+    ngramspec::TreeConfig drafter;
+    to_cpp(config, batch, drafter.chain);
+    drafter.successor_slots = t.successor_slots;
+    drafter.max_children = t.max_children;
+    drafter.top_k = t.top_k;
+    drafter.carry_over = t.carry_over != 0;
+    std::unique_ptr<ngramspec::TopKTable> table;
+    if (t.shared_top_k != 0 && t.vocab_size != 0) {
+      if (t.top_k == 0 || t.top_k > ngramspec::TopKTable::kMaxK) {
+        return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: tree->top_k = %zu is invalid: it must be 1 .. %zu",
+                    __func__, t.top_k, ngramspec::TopKTable::kMaxK);
+      }
+      table = std::make_unique<ngramspec::TopKTable>(t.vocab_size, t.top_k);
+    } else {
+      drafter.vocab_size = t.vocab_size;  // each drafter's own table, or none
+    }
+    *out = new ngramspec_batch(batch, drafter, std::move(table), corpus != nullptr ? &corpus->corpus : nullptr);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+size_t ngramspec_batch_top_k(const ngramspec_batch* batch) {
+  return batch == nullptr ? 0 : batch->visit([](const auto& spec) { return spec.top_k(); });
+}
+
+ngramspec_status ngramspec_batch_propose_trees(ngramspec_batch* batch, const ngramspec_sequence_id* ids, size_t n_ids,
+                                               ngramspec_token* tokens, int32_t* parents, size_t capacity,
+                                               size_t* offsets, size_t extra_tokens, size_t* n_nodes) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  ngramspec_batch::TreeSpeculator* spec = nullptr;
+  if (const ngramspec_status bad = tree_speculator(__func__, *batch, spec); bad != NGRAMSPEC_OK) return bad;
+  if (ids == nullptr && n_ids != 0) return null_array(__func__, "ids", "n_ids", n_ids);
+  if (const ngramspec_status bad = check_tokens(__func__, tokens, "tokens", "capacity", capacity);
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (const ngramspec_status bad = check_array(__func__, parents, "parents", "capacity", capacity, sizeof(int32_t));
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (offsets == nullptr) return null_argument(__func__, "offsets");
+  if (n_nodes == nullptr) return null_argument(__func__, "n_nodes");
+  if (n_ids > batch->steps.size()) return too_many_ids(__func__, n_ids, *batch);
+  try {
+    *n_nodes = spec->propose_trees(std::span<const ngramspec::SequenceId>(ids, n_ids),
+                                   std::span<ngramspec::Token>(tokens, capacity),
+                                   std::span<std::int32_t>(parents, capacity), std::span<std::size_t>(offsets, n_ids + 1),
+                                   extra_tokens);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+ngramspec_status ngramspec_batch_accept_trees(ngramspec_batch* batch, const ngramspec_sequence_id* ids, size_t n_ids,
+                                              const ngramspec_token* model_tokens, size_t n_model_tokens,
+                                              const size_t* offsets, const ngramspec_token* top, size_t n_top,
+                                              ngramspec_step* steps, size_t* kept, size_t kept_capacity) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  ngramspec_batch::TreeSpeculator* spec = nullptr;
+  if (const ngramspec_status bad = tree_speculator(__func__, *batch, spec); bad != NGRAMSPEC_OK) return bad;
+  if (ids == nullptr && n_ids != 0) return null_array(__func__, "ids", "n_ids", n_ids);
+  if (const ngramspec_status bad = check_tokens(__func__, model_tokens, "model_tokens", "n_model_tokens", n_model_tokens);
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (offsets == nullptr) return null_argument(__func__, "offsets");
+  if (const ngramspec_status bad = check_tokens(__func__, top, "top", "n_top", n_top); bad != NGRAMSPEC_OK) return bad;
+  if (steps == nullptr && n_ids != 0) return null_array(__func__, "steps", "n_ids", n_ids);
+  if (const ngramspec_status bad = check_array(__func__, kept, "kept", "kept_capacity", kept_capacity, sizeof(size_t));
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (n_ids > batch->steps.size()) return too_many_ids(__func__, n_ids, *batch);
+  try {
+    const std::span<ngramspec::StepOutcome> outcomes = std::span<ngramspec::StepOutcome>(batch->steps).first(n_ids);
+    spec->accept_trees(std::span<const ngramspec::SequenceId>(ids, n_ids),
+                       std::span<const ngramspec::Token>(model_tokens, n_model_tokens),
+                       std::span<const std::size_t>(offsets, n_ids + 1), std::span<const ngramspec::Token>(top, n_top),
+                       outcomes, std::span<std::size_t>(kept, kept_capacity));
+    for (std::size_t i = 0; i < n_ids; ++i) steps[i] = to_c(outcomes[i]);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
 }
 
 ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* batch, ngramspec_batch_stats* out) {
   if (batch == nullptr) return null_argument(__func__, "batch");
   if (out == nullptr) return null_argument(__func__, "out");
-  const ngramspec::BatchStats& stats = batch->spec.stats();
+  const ngramspec::BatchStats& stats = batch->visit([](const auto& spec) -> const ngramspec::BatchStats& { return spec.stats(); });
   out->proposals = stats.proposals;
   out->drafted = stats.drafted;
   out->accepted = stats.accepted;

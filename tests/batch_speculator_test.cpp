@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "ngramspec/speculative_decoder.hpp"
+#include "ngramspec/top_k_table.hpp"
+#include "ngramspec/tree_drafter.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/thrown_message.hpp"
 #include "support/mock_models.hpp"
@@ -675,6 +677,458 @@ TEST(BatchSpeculator, DefaultDraftersGateOnlyWithoutACost) {
   costed.begin(1, {1, 2});
   EXPECT_EQ(costed.drafter(1).config().min_confidence, 0.0);
   EXPECT_EQ(costed.drafter(1).config().cap, MatchConfig{}.cap);
+}
+
+// ---- Trees ---------------------------------------------------------------------------------------
+
+static_assert(TreeDraftingDrafter<TreeDrafter>);
+
+/// What a tree serving run checked, for the caller's expectations.
+struct TreeRun {
+  std::size_t finished = 0;
+  std::size_t nodes = 0;     ///< tree nodes verified
+  std::size_t accepted = 0;  ///< drafts accepted
+  std::size_t moved = 0;     ///< passes whose kept entries were not a prefix (keep(), not rollback)
+};
+
+/// The engine of a tree serving test: every sequence gets a GreedyModel of its own (its KV
+/// cache), verified by tree passes (forward_tree, then keep or rollback as accept_trees says),
+/// with the model's top-k sent now and then when the drafters recycle it.
+struct TreeEngine {
+  std::vector<Token> tokens;
+  std::vector<std::int32_t> parents;
+  std::vector<std::size_t> offsets;
+  std::vector<Token> model_tokens;
+  std::vector<std::size_t> model_offsets;
+  std::vector<Token> top;
+  std::vector<StepOutcome> steps;
+  std::vector<std::size_t> kept;
+  // One lane's pass.
+  std::vector<Token> fed;
+  std::vector<std::int32_t> pass_parents;
+  std::vector<Token> next;
+  std::vector<Token> rows;
+};
+
+/// Serves `total` random sequences (random_decode_case, with trees' own limits) through one
+/// BatchSpeculator<TreeDrafter> as an engine would, joining and leaving at random, checking every
+/// output against plain greedy decoding and every model's contract (GreedyModel checks that
+/// keep() keeps a root path and that a rollback after a tree pass keeps a chain).
+void serve_trees(TreeRun& run, std::uint64_t seed, std::size_t pool, std::size_t total,
+                 const std::optional<VerifyCost>& cost, std::size_t max_pass_tokens, bool shared_table) {
+  SCOPED_TRACE("tree serving seed " + std::to_string(seed) + ", pool " + std::to_string(pool) + ", cost " +
+               (cost ? cost->spec() : std::string("none")) + ", max_pass_tokens " + std::to_string(max_pass_tokens) +
+               (shared_table ? ", shared table" : ""));
+  std::mt19937_64 rng(scramble(seed ^ 0x7472656573ULL));
+  constexpr std::size_t kVocab = 96;  // the rules' tokens are below 64, their top-k below 64 + 32
+  const std::size_t k = 1 + rng() % 8;
+  TopKTable table(kVocab, k);
+  TreeConfig tree_config;
+  tree_config.chain = MatchConfig{.cap = 256, .count_window = 64, .min_confidence = 0};
+  tree_config.max_children = 1 + rng() % 8;
+  tree_config.carry_over = rng() % 2 == 0;
+  tree_config.top_k = k;
+  tree_config.vocab_size = shared_table || rng() % 3 == 0 ? 0 : kVocab;  // own tables, or none
+  BatchConfig config;
+  config.max_sequences = pool;
+  config.max_pass_tokens = max_pass_tokens;
+  config.cost = cost;
+  BatchSpeculator<TreeDrafter> spec(config, [&] { return TreeDrafter(tree_config, shared_table ? &table : nullptr); });
+  const std::size_t top_k = shared_table || tree_config.vocab_size != 0 ? k : 0;
+  ASSERT_EQ(spec.top_k(), top_k);
+
+  const TreeRun before = run;
+  std::vector<std::unique_ptr<Lane>> lanes;
+  std::vector<Lane*> batch;
+  std::vector<SequenceId> ids;
+  TreeEngine e;
+  std::size_t started = 0;
+  for (std::size_t iteration = 0; started < total || !lanes.empty(); ++iteration) {
+    if (iteration > 100000) {
+      ADD_FAILURE() << "serving did not end";
+      return;
+    }
+    while (lanes.size() < pool && started < total && (lanes.empty() || rng() % 4 != 0)) {
+      auto lane = std::make_unique<Lane>();
+      lane->c = random_decode_case(seed * 7919 + started);
+      lane->c.options.max_drafts = rng() % 4 == 0 ? 0 : 1 + rng() % 40;
+      lane->id = scramble(seed * 31 + started) | 1;
+      lane->model = GreedyModel(lane->c.rule.rule, GreedyModel::kUnlimitedBatch);
+      lane->reference = plain_greedy(lane->c.rule.rule, lane->c.prompt, lane->c.options);
+      ++started;
+      spec.begin(lane->id, lane->c.prompt, lane->c.options);
+      if (spec.state(lane->id).finished) {
+        EXPECT_TRUE(lane->reference.tokens.empty()) << lane->c.describe();
+        spec.finish(lane->id);
+        continue;
+      }
+      lanes.push_back(std::move(lane));
+    }
+    if (lanes.empty()) continue;
+    pick_pass(lanes, rng, batch, ids);
+
+    std::size_t room = 0;
+    for (const Lane* lane : batch) room += lane->c.options.max_drafts;
+    if (rng() % 5 == 0) room = rng() % (room + 1);
+    e.tokens.assign(room, 0);
+    e.parents.assign(room, 0);
+    e.offsets.assign(ids.size() + 1, 0);
+    const std::size_t nodes = spec.propose_trees(ids, e.tokens, e.parents, e.offsets);
+    ASSERT_EQ(e.offsets.back(), nodes);
+    ASSERT_LE(nodes, room);
+
+    const bool send_top = top_k != 0 && rng() % 4 != 0;
+    std::size_t pass_tokens = 0;
+    e.model_tokens.clear();
+    e.top.clear();
+    e.model_offsets.assign(1, 0);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      Lane& lane = *batch[i];
+      const std::size_t n = e.offsets[i + 1] - e.offsets[i];
+      ASSERT_LE(n, lane.c.options.max_drafts);
+      const SequenceState& state = spec.state(lane.id);
+      if (state.generated == 0) {
+        ASSERT_EQ(n, 0U) << "a sequence drafts before its prefill";
+        e.next.resize(lane.c.prompt.size());
+        lane.model.forward(0, lane.c.prompt, e.next);
+        e.model_tokens.push_back(e.next.back());
+        for (std::size_t r = 0; r < top_k; ++r) e.top.push_back(static_cast<Token>(e.next.back() + r));
+        pass_tokens += lane.c.prompt.size();
+      } else {
+        // The tree's parents are tree-local and precede their children; depths fit the limit.
+        const std::size_t limit = draft_limit(state, lane.c.options, kMaxDraftsPerPass);
+        std::vector<std::size_t> depth(n);
+        for (std::size_t j = 0; j < n; ++j) {
+          const std::int32_t p = e.parents[e.offsets[i] + j];
+          ASSERT_TRUE(p == kTreeRoot || (p >= 0 && static_cast<std::size_t>(p) < j)) << "node " << j << " parent " << p;
+          depth[j] = p == kTreeRoot ? 0 : depth[static_cast<std::size_t>(p)] + 1;
+          ASSERT_LT(depth[j], limit);
+        }
+        // Now and then the engine verifies only the first nodes: a prefix is a tree.
+        const std::size_t verified = rng() % 10 == 0 ? static_cast<std::size_t>(rng() % (n + 1)) : n;
+        e.fed.assign(1, lane.output.back());
+        e.pass_parents.assign(1, kTreeRoot);
+        for (std::size_t j = 0; j < verified; ++j) {
+          e.fed.push_back(e.tokens[e.offsets[i] + j]);
+          e.pass_parents.push_back(e.parents[e.offsets[i] + j] + 1);
+        }
+        e.next.resize(e.fed.size());
+        e.rows.resize(send_top ? e.fed.size() * top_k : 0);
+        lane.model.forward_tree(state.cache_length(), e.fed, e.pass_parents, e.next, e.rows);
+        e.model_tokens.insert(e.model_tokens.end(), e.next.begin(), e.next.end());
+        e.top.insert(e.top.end(), e.rows.begin(), e.rows.end());
+        pass_tokens += 1 + n;
+        run.nodes += verified;
+      }
+      e.model_offsets.push_back(e.model_tokens.size());
+    }
+    if (!send_top) e.top.clear();
+    if (max_pass_tokens != 0 && nodes > 0) {
+      ASSERT_LE(pass_tokens, max_pass_tokens);
+    }
+    // A pass that pays in full for every token carries no tree, unless a prefill in it has
+    // brought its rate below one token per token.
+    const bool prefilling = std::any_of(batch.begin(), batch.end(),
+                                        [&](const Lane* lane) { return spec.state(lane->id).generated == 0; });
+    if (cost && cost->spec() == "knee:1" && !prefilling) {
+      ASSERT_EQ(nodes, 0U) << "a pass that pays for every token in full carried a tree";
+    }
+
+    e.steps.assign(ids.size(), StepOutcome{});
+    e.kept.assign(e.model_tokens.size(), 0);
+    spec.accept_trees(ids, e.model_tokens, e.model_offsets, e.top, e.steps, e.kept);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      Lane& lane = *batch[i];
+      const StepOutcome& step = e.steps[i];
+      ASSERT_GE(step.emitted, 1U);
+      const std::size_t at = e.model_offsets[i];
+      const std::span<const std::size_t> kept = std::span<const std::size_t>(e.kept).subspan(at, step.emitted);
+      const std::size_t pos = lane.model.length() - (e.model_offsets[i + 1] - at);
+      for (std::size_t j = 0; j < step.emitted; ++j) lane.output.push_back(e.model_tokens[at + kept[j]]);
+      if (lane.output.size() == step.emitted) {
+        // The prefill: the model holds the prompt and nothing to drop.
+        ASSERT_EQ(step.discarded, 0U);
+      } else if (kept_is_prefix(kept)) {
+        if (step.discarded != 0) lane.model.rollback(step.rollback_to);
+      } else {
+        lane.model.keep(pos, kept);
+        ++run.moved;
+      }
+      run.accepted += step.accepted;
+      ASSERT_EQ(lane.model.length(), lane.c.prompt.size() + lane.output.size() - 1) << lane.c.describe();
+      ASSERT_EQ(step.rollback_to, lane.model.length());
+      ASSERT_TRUE(std::equal(lane.output.begin(), lane.output.end(), lane.reference.tokens.begin(),
+                             lane.reference.tokens.begin() +
+                                 static_cast<std::ptrdiff_t>(std::min(lane.output.size(), lane.reference.tokens.size()))))
+          << lane.c.describe();
+      if (step.finished) {
+        EXPECT_EQ(lane.output, lane.reference.tokens) << lane.c.describe();
+        EXPECT_EQ(step.stop_reason, lane.reference.stop_reason) << lane.c.describe();
+      } else {
+        EXPECT_LT(lane.output.size(), lane.reference.tokens.size()) << lane.c.describe();
+      }
+    }
+    for (std::size_t i = lanes.size(); i-- > 0;) {
+      const bool done = spec.state(lanes[i]->id).finished;
+      if (done || rng() % 60 == 0) {
+        EXPECT_THAT(lanes[i]->model.violations(), ::testing::IsEmpty()) << lanes[i]->c.describe();
+        if (done && rng() % 5 != 0) {
+          spec.finish(lanes[i]->id);
+          ++run.finished;
+        } else {
+          spec.cancel(lanes[i]->id);
+        }
+        lanes.erase(lanes.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+  }
+  EXPECT_EQ(spec.size(), 0U);
+  EXPECT_EQ(spec.stats().drafted, run.nodes - before.nodes);
+  EXPECT_EQ(spec.stats().accepted, run.accepted - before.accepted);
+}
+
+// The central invariant for tree batches: every sequence's output is plain greedy decoding,
+// whatever the trees, the cost, the budget, the pool, the top-k table (shared, one per drafter,
+// none) and the order in which sequences join, leave and are stepped.
+TEST(BatchSpeculatorTrees, EveryOutputIsPlainGreedyDecoding) {
+  constexpr std::size_t kPools[] = {1, 2, 3, 7, 16};
+  TreeRun run;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::size_t pool = kPools[seed % std::size(kPools)];
+    const std::optional<VerifyCost> cost = seed % 2 == 0 ? random_cost(rng) : std::nullopt;
+    const std::size_t budget = rng() % 3 == 0 ? 2 + rng() % (8 * pool) : 0;
+    serve_trees(run, seed, pool, pool * 3 + 4, cost, budget, seed % 3 != 0);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(run.finished, 300U);
+  EXPECT_GT(run.nodes, 10000U) << "the runs must speculate for the invariant to say anything";
+  EXPECT_GT(run.accepted, 3000U);
+  EXPECT_GT(run.moved, 100U) << "paths off the first branch must be kept for keep() to be tested";
+}
+
+// Without a cost or a budget, one sequence's trees through the speculator are the decoder's:
+// the same tree passes, so the same number of passes and drafts.
+TEST(BatchSpeculatorTrees, OneSequenceWithoutCostMatchesTheDecoder) {
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    DecodeCase c = random_decode_case(seed);
+    c.options.max_drafts = 1 + seed % 24;
+    if (c.options.max_new_tokens == 0) continue;
+    SCOPED_TRACE(c.describe());
+    TreeConfig config;
+    config.vocab_size = 96;
+    config.top_k = 4;
+    GreedyModel model(c.rule.rule, GreedyModel::kUnlimitedBatch);
+    SpeculativeDecoder decoder(model, TreeDrafter(config));
+    const DecodeResult expected = decoder.generate(c.prompt, c.options);
+
+    BatchSpeculator<TreeDrafter> spec(BatchConfig{.max_sequences = 1}, [&] { return TreeDrafter(config); });
+    GreedyModel mine(c.rule.rule, GreedyModel::kUnlimitedBatch);
+    const SequenceId id = 9;
+    spec.begin(id, c.prompt, c.options);
+    if (spec.state(id).finished) continue;  // a prompt that fills max_context
+    std::vector<Token> next(c.prompt.size());
+    mine.forward(0, c.prompt, next);
+    // The decoder's prefill tells its drafter nothing but the token: no top-k row here either.
+    StepOutcome step;
+    std::vector<std::size_t> kept(1);
+    spec.accept_trees(std::span(&id, 1), std::span(&next.back(), 1), std::vector<std::size_t>{0, 1}, {},
+                      std::span(&step, 1), kept);
+    std::vector<Token> top;
+    std::vector<Token> output{next.back()};
+    std::vector<Token> tokens(c.options.max_drafts);
+    std::vector<std::int32_t> parents(c.options.max_drafts);
+    std::vector<std::size_t> offsets(2);
+    std::size_t drafted = 0;
+    while (!step.finished) {
+      const std::size_t n = spec.propose_trees(std::span(&id, 1), tokens, parents, offsets);
+      drafted += n;
+      std::vector<Token> fed{output.back()};
+      std::vector<std::int32_t> pass_parents{kTreeRoot};
+      for (std::size_t j = 0; j < n; ++j) {
+        fed.push_back(tokens[j]);
+        pass_parents.push_back(parents[j] + 1);
+      }
+      next.resize(n + 1);
+      top.resize(4 * (n + 1));
+      const std::size_t pos = mine.length();
+      mine.forward_tree(pos, fed, pass_parents, next, top);
+      kept.resize(n + 1);
+      spec.accept_trees(std::span(&id, 1), next, std::vector<std::size_t>{0, n + 1}, top, std::span(&step, 1), kept);
+      const std::span<const std::size_t> path = std::span<const std::size_t>(kept).first(step.emitted);
+      for (const std::size_t entry : path) output.push_back(next[entry]);
+      if (kept_is_prefix(path)) {
+        if (step.discarded != 0) mine.rollback(step.rollback_to);
+      } else {
+        mine.keep(pos, path);
+      }
+    }
+    EXPECT_EQ(output, expected.tokens);
+    EXPECT_EQ(drafted, expected.stats.drafted);
+    EXPECT_EQ(spec.stats().accepted, expected.stats.accepted);
+    EXPECT_EQ(mine.forward_calls(), model.forward_calls());
+    EXPECT_TRUE(mine.violations().empty());
+  }
+}
+
+TEST(BatchSpeculatorTrees, BadCallsNameWhatIsWrongAndChangeNothing) {
+  TopKTable table(64, 4);
+  BatchSpeculator<TreeDrafter> spec(BatchConfig{.max_sequences = 2}, [&] { return TreeDrafter(TreeConfig{}, &table); });
+  EXPECT_EQ(spec.top_k(), 4U);
+  DecodeOptions options;
+  options.max_drafts = 8;
+  spec.begin(1, {1, 2, 3, 1, 2, 3, 1, 2}, options);
+  spec.begin(2, {5, 6, 5, 6, 5, 6}, options);
+  const std::vector<SequenceId> both{1, 2};
+  std::vector<Token> tokens(16);
+  std::vector<std::int32_t> parents(16);
+  std::vector<std::size_t> offsets(3);
+  std::vector<StepOutcome> steps(2);
+  std::vector<std::size_t> kept(32);
+  EXPECT_THAT(invalid_argument_message([&] { spec.propose_trees(both, tokens, parents, std::span(offsets).first(2)); }),
+              HasSubstr("propose_trees: offsets has 2 elements; it needs ids.size() + 1 = 3"));
+  EXPECT_THAT(invalid_argument_message([&] { spec.propose_trees(both, tokens, std::span(parents).first(3), offsets); }),
+              HasSubstr("propose_trees: parents has 3 elements; it needs tokens.size() = 16"));
+  EXPECT_THAT(invalid_argument_message([&] { spec.propose_trees(std::vector<SequenceId>{2, 2}, tokens, parents, offsets); }),
+              HasSubstr("sequence 2 is listed twice"));
+  // Prefill: no nodes, one model token each.
+  ASSERT_EQ(spec.propose_trees(both, tokens, parents, offsets), 0U);
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept_trees(both, std::vector<Token>{3, 5, 6}, std::vector<std::size_t>{0, 1, 3}, {}, steps, kept);
+              }),
+              HasSubstr("accept_trees: sequence 2 has 2 model tokens; it needs 1 to 1"));
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept_trees(both, std::vector<Token>{3, 5}, std::vector<std::size_t>{0, 1, 2}, {}, steps,
+                                  std::span(kept).first(1));
+              }),
+              HasSubstr("accept_trees: kept has room for 1 entries; it needs one per model token, 2"));
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept_trees(both, std::vector<Token>{3, 5}, std::vector<std::size_t>{0, 1, 2},
+                                  std::vector<Token>{1, 2, 3}, steps, kept);
+              }),
+              HasSubstr("top has 3 tokens; it needs none or top_k() = 4 per model token, 8"));
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept_trees(both, std::vector<Token>{3, 5}, std::vector<std::size_t>{0, 1, 2},
+                                  std::vector<Token>{1, 2, 3, 4, 5, 64, 7, 8}, steps, kept);
+              }),
+              HasSubstr("sequence 2: top[5] = 64 is outside the top-k table's vocabulary of 64"));
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept_trees(both, std::vector<Token>{3, 70}, std::vector<std::size_t>{0, 1, 2},
+                                  std::vector<Token>(8, 1), steps, kept);
+              }),
+              HasSubstr("sequence 2: model_tokens[1] = 70 is outside the top-k table's vocabulary of 64"));
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept_trees(both, std::vector<Token>{3, 5}, std::vector<std::size_t>{0, 1, 3}, {}, steps, kept);
+              }),
+              HasSubstr("offsets[0] = 0 and offsets[2] = 3 are invalid"));
+  EXPECT_EQ(spec.state(1).generated, 0U);
+  EXPECT_EQ(spec.stats().emitted, 0U);
+  spec.accept_trees(both, std::vector<Token>{3, 5}, std::vector<std::size_t>{0, 1, 2}, std::vector<Token>(8, 1),
+                    steps, kept);
+  EXPECT_EQ(spec.state(1).generated, 1U);
+  EXPECT_EQ(kept[0], 0U);
+  EXPECT_EQ(kept[1], 0U);
+
+  // A tree pass: model tokens beyond the nodes proposed are refused, naming the count.
+  const std::size_t n = spec.propose_trees(both, tokens, parents, offsets);
+  ASSERT_GT(n, 0U);
+  const std::size_t first = offsets[1];
+  std::vector<Token> model(n + 3, 1);
+  std::vector<std::size_t> model_offsets{0, first + 2, n + 3};
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept_trees(both, model, model_offsets, {}, steps, kept);
+              }),
+              HasSubstr("sequence 1 has " + std::to_string(first + 2) + " model tokens; it needs 1 to " +
+                        std::to_string(first + 1)));
+  EXPECT_EQ(spec.state(1).generated, 1U);
+  // The same pass, right: it goes through.
+  model.resize(n + 2);
+  spec.accept_trees(both, model, std::vector<std::size_t>{0, first + 1, n + 2}, {}, steps, kept);
+  EXPECT_EQ(spec.state(1).generated, 1U + steps[0].emitted);
+
+  // Drafters whose tables disagree on k cannot share a pass's top rows.
+  TopKTable other(64, 2);
+  std::size_t made = 0;
+  EXPECT_THAT(invalid_argument_message([&] {
+                BatchSpeculator<TreeDrafter> bad(BatchConfig{.max_sequences = 2},
+                                                 [&] { return TreeDrafter(TreeConfig{}, made++ == 0 ? &table : &other); });
+              }),
+              HasSubstr("drafter 1 recycles a top-k table of k = 2 but drafter 0 one of k = 4"));
+  // Without a table, top rows are refused.
+  BatchSpeculator<TreeDrafter> plain(BatchConfig{.max_sequences = 1}, [] { return TreeDrafter(); });
+  EXPECT_EQ(plain.top_k(), 0U);
+  plain.begin(1, {1, 2});
+  EXPECT_THAT(invalid_argument_message([&] {
+                plain.accept_trees(std::vector<SequenceId>{1}, std::vector<Token>{3}, std::vector<std::size_t>{0, 1},
+                                   std::vector<Token>{3}, steps, kept);
+              }),
+              HasSubstr("top has 1 tokens; it needs none or top_k() = 0 per model token, 0 (the drafters recycle no "
+                        "top-k)"));
+}
+
+// Once warm, a tree step allocates nothing: propose_trees, accept_trees, and a sequence leaving
+// and joining, with a shared table and a cost.
+TEST(BatchSpeculatorTrees, SteadyStateStepsDoNotAllocate) {
+  TopKTable table(16, 4);
+  SharedCorpus corpus(SharedCorpus::bytes_for(4096));
+  BatchSpeculator<TreeDrafter> spec(BatchConfig{.max_sequences = 8, .cost = VerifyCost::knee(64)},
+                                    [&] { return TreeDrafter(TreeConfig{}, &table); }, &corpus);
+  std::vector<SequenceId> ids;
+  std::vector<Token> prompt;
+  for (Token t = 0; t < 40; ++t) prompt.push_back(t % 5);
+  DecodeOptions options;
+  options.max_drafts = 12;
+  options.max_new_tokens = 100000;
+  for (SequenceId id = 0; id < 8; ++id) {
+    spec.begin(id, prompt, options);
+    ids.push_back(id);
+  }
+  std::vector<Token> tokens(96);
+  std::vector<std::int32_t> parents(96);
+  std::vector<std::size_t> offsets(9);
+  std::vector<Token> model_tokens(8 + 96);
+  std::vector<std::size_t> model_offsets(9);
+  std::vector<Token> top(4 * (8 + 96));
+  std::vector<StepOutcome> steps(8);
+  std::vector<std::size_t> kept(8 + 96);
+  std::vector<Token> last(8, 4);
+  std::vector<Token> path(64);
+  // The model continues the cycle 0 1 2 3 4: its token after an entry is the entry's token + 1,
+  // so the node whose token is the root path's next one is accepted.
+  const auto step = [&] {
+    (void)spec.propose_trees(ids, tokens, parents, offsets);
+    std::size_t e = 0;
+    model_offsets[0] = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const bool prefill = spec.state(ids[i]).generated == 0;
+      const std::size_t n = prefill ? 0 : offsets[i + 1] - offsets[i];
+      model_tokens[e] = (last[i] + 1) % 5;
+      for (std::size_t j = 0; j < n; ++j) model_tokens[e + 1 + j] = (tokens[offsets[i] + j] + 1) % 5;
+      for (std::size_t x = e; x <= e + n; ++x) {
+        for (std::size_t r = 0; r < 4; ++r) top[x * 4 + r] = static_cast<Token>((model_tokens[x] + r) % 5);
+      }
+      e += n + 1;
+      model_offsets[i + 1] = e;
+    }
+    spec.accept_trees(ids, std::span<const Token>(model_tokens).first(e), model_offsets,
+                      std::span<const Token>(top).first(4 * e), steps, kept);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      last[i] = model_tokens[model_offsets[i] + kept[model_offsets[i] + steps[i].emitted - 1]];
+    }
+  };
+  for (int warm = 0; warm < 3; ++warm) step();
+  spec.finish(3);
+  spec.begin(3, prompt, options);
+  last[3] = 4;
+  step();
+  AllocationCounter counter;
+  for (int i = 0; i < 20; ++i) step();
+  spec.finish(5);
+  spec.begin(5, prompt, options);
+  last[5] = 4;
+  for (int i = 0; i < 5; ++i) step();
+  EXPECT_EQ(counter.count(), 0U);
+  EXPECT_GT(spec.stats().accepted, 100U);
 }
 
 }  // namespace

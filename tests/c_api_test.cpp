@@ -39,6 +39,8 @@
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/shared_corpus.hpp"
+#include "ngramspec/top_k_table.hpp"
+#include "ngramspec/tree_drafter.hpp"
 #include "ngramspec/version.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/mock_models.hpp"
@@ -1338,6 +1340,392 @@ TEST(CApiProperty, ABatchServedThroughTheCApiEmitsPlainGreedyDecodingAndWhatTheC
   for (std::uint64_t seed = 1; seed <= 30; ++seed) serve_through_c(seed, finished, drafted);
   EXPECT_GT(finished, 150U);
   EXPECT_GT(drafted, 500U) << "the runs must speculate for the invariant to say anything";
+}
+
+// ---- Tree batches --------------------------------------------------------------------------------
+
+BatchPtr make_tree_batch(const ngramspec_batch_config* config, const ngramspec_tree_config* tree,
+                         ngramspec_corpus* corpus = nullptr) {
+  ngramspec_batch* p = nullptr;
+  EXPECT_EQ(ngramspec_batch_create_tree(config, tree, corpus, &p), NGRAMSPEC_OK) << ngramspec_last_error();
+  return BatchPtr(p);
+}
+
+TEST(CApiTrees, TheTreeConfigDefaultsAreTheCppDefaults) {
+  const TreeConfig cpp;
+  const ngramspec_tree_config c = ngramspec_tree_config_default();
+  EXPECT_EQ(c.struct_size, sizeof(ngramspec_tree_config));
+  EXPECT_EQ(c.successor_slots, cpp.successor_slots);
+  EXPECT_EQ(c.max_children, cpp.max_children);
+  EXPECT_EQ(c.vocab_size, cpp.vocab_size);
+  EXPECT_EQ(c.top_k, cpp.top_k);
+  EXPECT_NE(c.shared_top_k, 0);
+  EXPECT_EQ(c.carry_over, cpp.carry_over ? 1 : 0);
+  EXPECT_EQ(NGRAMSPEC_TREE_ROOT, kTreeRoot);
+}
+
+/// One tree sequence of a C serving run, its model and what it emitted.
+struct TreeLane {
+  DecodeCase c;
+  SequenceId id = 0;
+  GreedyModel model{NextTokenRule{}, GreedyModel::kUnlimitedBatch};
+  GreedyReference reference;
+  std::vector<Token> output;
+};
+
+/// Serves random sequences through a C tree batch and, pass for pass, the C++
+/// BatchSpeculator<TreeDrafter> of the same configuration: both propose the same trees and decide
+/// the same steps, and every output is plain greedy decoding.
+void serve_trees_through_c(std::uint64_t seed, std::size_t& finished_total, std::size_t& nodes_total) {
+  SCOPED_TRACE("tree serving seed " + std::to_string(seed));
+  std::mt19937_64 rng(scramble(seed ^ 0x43545245ULL));
+  static constexpr const char* kCosts[] = {nullptr, "knee:8", "knee:256", "table:1=1,2=1.25,3=1.71,5=2.77,9=5.06"};
+  constexpr std::size_t kVocab = 96;
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  config.max_sequences = 1 + rng() % 8;
+  config.max_pass_tokens = rng() % 3 == 0 ? 2 + rng() % (8 * config.max_sequences) : 0;
+  config.cost = kCosts[rng() % std::size(kCosts)];
+  ngramspec_tree_config tree = ngramspec_tree_config_default();
+  tree.max_children = 1 + rng() % 8;
+  tree.top_k = 1 + rng() % 8;
+  tree.vocab_size = rng() % 4 == 0 ? 0 : kVocab;
+  tree.shared_top_k = rng() % 2 == 0 ? 1 : 0;
+  tree.carry_over = rng() % 2 == 0 ? 1 : 0;
+  const BatchPtr batch = make_tree_batch(&config, &tree);
+  ASSERT_TRUE(batch);
+
+  BatchConfig cpp_config;
+  cpp_config.max_sequences = config.max_sequences;
+  cpp_config.max_pass_tokens = config.max_pass_tokens;
+  if (config.cost != nullptr) cpp_config.cost = VerifyCost::parse(config.cost);
+  TreeConfig cpp_tree;
+  cpp_tree.chain = BatchSpeculator<>::default_drafter(cpp_config);
+  cpp_tree.max_children = tree.max_children;
+  cpp_tree.top_k = tree.top_k;
+  cpp_tree.carry_over = tree.carry_over != 0;
+  std::optional<TopKTable> table;
+  if (tree.shared_top_k != 0 && tree.vocab_size != 0) {
+    table.emplace(tree.vocab_size, tree.top_k);
+  } else {
+    cpp_tree.vocab_size = tree.vocab_size;
+  }
+  BatchSpeculator<TreeDrafter> cpp(cpp_config, [&] { return TreeDrafter(cpp_tree, table ? &*table : nullptr); });
+  const std::size_t k = ngramspec_batch_top_k(batch.get());
+  ASSERT_EQ(k, tree.vocab_size != 0 ? tree.top_k : 0);
+  ASSERT_EQ(k, cpp.top_k());
+
+  std::vector<std::unique_ptr<TreeLane>> lanes;
+  std::vector<TreeLane*> pass;
+  std::vector<SequenceId> ids;
+  std::size_t started = 0;
+  const std::size_t total = 3 * config.max_sequences + 3;
+  for (std::size_t iteration = 0; started < total || !lanes.empty(); ++iteration) {
+    ASSERT_LT(iteration, 100000U) << "serving did not end";
+    while (lanes.size() < config.max_sequences && started < total) {
+      auto lane = std::make_unique<TreeLane>();
+      lane->c = random_decode_case(seed * 1009 + started);
+      lane->c.options.max_drafts = 1 + rng() % 32;
+      lane->id = scramble(seed + 77 * started);
+      lane->model = GreedyModel(lane->c.rule.rule, GreedyModel::kUnlimitedBatch);
+      lane->reference = plain_greedy(lane->c.rule.rule, lane->c.prompt, lane->c.options);
+      ++started;
+      const DecodeOptions& o = lane->c.options;
+      ngramspec_sequence_options options = ngramspec_sequence_options_default();
+      options.max_new_tokens = o.max_new_tokens;
+      options.stop_tokens = o.stop_tokens.data();
+      options.n_stop_tokens = o.stop_tokens.size();
+      options.max_context = o.max_context;
+      options.speculate = o.speculate ? 1 : 0;
+      options.max_drafts = o.max_drafts;
+      ASSERT_C_OK(ngramspec_batch_begin(batch.get(), lane->id, lane->c.prompt.data(), lane->c.prompt.size(), &options));
+      cpp.begin(lane->id, lane->c.prompt, o);
+      if (cpp.state(lane->id).finished) {
+        ASSERT_C_OK(ngramspec_batch_finish(batch.get(), lane->id));
+        cpp.finish(lane->id);
+        continue;
+      }
+      lanes.push_back(std::move(lane));
+    }
+    if (lanes.empty()) continue;
+    pick_pass(lanes, rng, pass, ids);
+
+    std::size_t capacity = 0;
+    for (const TreeLane* lane : pass) capacity += lane->c.options.max_drafts;
+    std::vector<Token> tokens(capacity);
+    std::vector<std::int32_t> parents(capacity);
+    std::vector<std::size_t> offsets(ids.size() + 1);
+    std::size_t n_nodes = 0;
+    ASSERT_C_OK(ngramspec_batch_propose_trees(batch.get(), ids.data(), ids.size(), tokens.data(), parents.data(),
+                                              capacity, offsets.data(), 0, &n_nodes));
+    std::vector<Token> cpp_tokens(capacity);
+    std::vector<std::int32_t> cpp_parents(capacity);
+    std::vector<std::size_t> cpp_offsets(ids.size() + 1);
+    ASSERT_EQ(cpp.propose_trees(ids, cpp_tokens, cpp_parents, cpp_offsets), n_nodes);
+    ASSERT_EQ(offsets, cpp_offsets);
+    ASSERT_TRUE(std::equal(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n_nodes), cpp_tokens.begin()));
+    ASSERT_TRUE(std::equal(parents.begin(), parents.begin() + static_cast<std::ptrdiff_t>(n_nodes), cpp_parents.begin()));
+    nodes_total += n_nodes;
+
+    const bool send_top = k != 0 && rng() % 3 != 0;
+    std::vector<Token> model_tokens;
+    std::vector<Token> top;
+    std::vector<std::size_t> model_offsets{0};
+    std::vector<std::size_t> positions;
+    for (std::size_t i = 0; i < pass.size(); ++i) {
+      TreeLane& lane = *pass[i];
+      const std::size_t n = offsets[i + 1] - offsets[i];
+      positions.push_back(lane.model.length());
+      if (lane.output.empty()) {
+        std::vector<Token> next(lane.c.prompt.size());
+        lane.model.forward(0, lane.c.prompt, next);
+        model_tokens.push_back(next.back());
+        for (std::size_t r = 0; r < k; ++r) top.push_back(static_cast<Token>(next.back() + r));
+        positions.back() = lane.c.prompt.size();
+      } else {
+        std::vector<Token> fed{lane.output.back()};
+        std::vector<std::int32_t> pass_parents{kTreeRoot};
+        for (std::size_t j = 0; j < n; ++j) {
+          fed.push_back(tokens[offsets[i] + j]);
+          pass_parents.push_back(parents[offsets[i] + j] + 1);
+        }
+        std::vector<Token> next(fed.size());
+        std::vector<Token> rows(send_top ? fed.size() * k : 0);
+        lane.model.forward_tree(lane.model.length(), fed, pass_parents, next, rows);
+        model_tokens.insert(model_tokens.end(), next.begin(), next.end());
+        top.insert(top.end(), rows.begin(), rows.end());
+      }
+      model_offsets.push_back(model_tokens.size());
+    }
+    if (!send_top) top.clear();
+    std::vector<ngramspec_step> steps(ids.size());
+    std::vector<std::size_t> kept(model_tokens.size());
+    ASSERT_C_OK(ngramspec_batch_accept_trees(batch.get(), ids.data(), ids.size(), model_tokens.data(),
+                                             model_tokens.size(), model_offsets.data(), top.data(), top.size(),
+                                             steps.data(), kept.data(), kept.size()));
+    std::vector<StepOutcome> cpp_steps(ids.size());
+    std::vector<std::size_t> cpp_kept(model_tokens.size());
+    cpp.accept_trees(ids, model_tokens, model_offsets, top, cpp_steps, cpp_kept);
+    for (std::size_t i = 0; i < pass.size(); ++i) {
+      TreeLane& lane = *pass[i];
+      const ngramspec_step& step = steps[i];
+      ASSERT_EQ(step.emitted, cpp_steps[i].emitted);
+      ASSERT_EQ(step.accepted, cpp_steps[i].accepted);
+      ASSERT_EQ(step.rollback_to, cpp_steps[i].rollback_to);
+      ASSERT_EQ(step.finished != 0, cpp_steps[i].finished);
+      const std::size_t at = model_offsets[i];
+      const std::span<const std::size_t> path = std::span<const std::size_t>(kept).subspan(at, step.emitted);
+      ASSERT_TRUE(std::equal(path.begin(), path.end(), cpp_kept.begin() + static_cast<std::ptrdiff_t>(at)));
+      const bool prefill = lane.output.empty();
+      for (const std::size_t entry : path) lane.output.push_back(model_tokens[at + entry]);
+      if (!prefill) {
+        if (kept_is_prefix(path)) {
+          if (step.discarded != 0) lane.model.rollback(step.rollback_to);
+        } else {
+          lane.model.keep(positions[i], path);
+        }
+      }
+      ASSERT_EQ(lane.model.length(), step.rollback_to);
+      if (step.finished != 0) {
+        EXPECT_EQ(lane.output, lane.reference.tokens) << lane.c.describe();
+      }
+    }
+    for (std::size_t i = lanes.size(); i-- > 0;) {
+      if (cpp.state(lanes[i]->id).finished) {
+        EXPECT_THAT(lanes[i]->model.violations(), ::testing::IsEmpty());
+        ASSERT_C_OK(ngramspec_batch_finish(batch.get(), lanes[i]->id));
+        cpp.finish(lanes[i]->id);
+        ++finished_total;
+        lanes.erase(lanes.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+  }
+  ngramspec_batch_stats stats{};
+  ASSERT_C_OK(ngramspec_batch_stats_get(batch.get(), &stats));
+  EXPECT_EQ(stats.drafted, cpp.stats().drafted);
+  EXPECT_EQ(stats.accepted, cpp.stats().accepted);
+  EXPECT_EQ(stats.emitted, cpp.stats().emitted);
+}
+
+TEST(CApiProperty, ATreeBatchServedThroughTheCApiEmitsPlainGreedyDecodingAndWhatTheCppBatchDoes) {
+  std::size_t finished = 0;
+  std::size_t nodes = 0;
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    serve_trees_through_c(seed, finished, nodes);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(finished, 100U);
+  EXPECT_GT(nodes, 2000U) << "the runs must speculate for the invariant to say anything";
+}
+
+TEST(CApiTrees, BadCallsNameWhatIsWrongChangeNothingAndTheBatchGoesOn) {
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  config.max_sequences = 2;
+  ngramspec_tree_config tree = ngramspec_tree_config_default();
+  tree.vocab_size = 32;
+  tree.top_k = 2;
+  ngramspec_batch* out = sentinel_handle<ngramspec_batch>();
+
+  ngramspec_tree_config unsized = tree;
+  unsized.struct_size = 8;
+  EXPECT_INVALID(ngramspec_batch_create_tree(&config, &unsized, nullptr, &out), "ngramspec_batch_create_tree",
+                 "tree->struct_size = 8 is invalid: it must be sizeof(ngramspec_tree_config) = " +
+                     std::to_string(sizeof(ngramspec_tree_config)));
+  ngramspec_tree_config bad = tree;
+  bad.max_children = 0;
+  EXPECT_INVALID(ngramspec_batch_create_tree(&config, &bad, nullptr, &out), "ngramspec_batch_create_tree",
+                 "max_children = 0");
+  bad = tree;
+  bad.top_k = 33;
+  EXPECT_INVALID(ngramspec_batch_create_tree(&config, &bad, nullptr, &out), "tree->top_k = 33 is invalid");
+  EXPECT_INVALID(ngramspec_batch_create_tree(&config, &tree, nullptr, nullptr), "out is NULL");
+  EXPECT_EQ(out, sentinel_handle<ngramspec_batch>());
+
+  // A chain batch takes no tree calls.
+  const BatchPtr chains = make_batch(&config);
+  std::array<Token, 16> tokens{};
+  std::array<std::int32_t, 16> parents{};
+  std::array<std::size_t, 3> offsets{};
+  std::size_t n_nodes = 99;
+  const std::array<SequenceId, 2> ids{1, 2};
+  EXPECT_INVALID(ngramspec_batch_propose_trees(chains.get(), ids.data(), 2, tokens.data(), parents.data(), 16,
+                                               offsets.data(), 0, &n_nodes),
+                 "ngramspec_batch_propose_trees: the batch drafts chains", "ngramspec_batch_create_tree");
+  EXPECT_EQ(ngramspec_batch_top_k(chains.get()), 0U);
+  EXPECT_EQ(ngramspec_batch_top_k(nullptr), 0U);
+
+  const BatchPtr batch = make_tree_batch(&config, &tree);
+  EXPECT_EQ(ngramspec_batch_top_k(batch.get()), 2U);
+  const std::array<Token, 8> prompt{1, 2, 3, 1, 2, 3, 1, 2};
+  ngramspec_sequence_options options = ngramspec_sequence_options_default();
+  options.max_drafts = 6;
+  ASSERT_C_OK(ngramspec_batch_begin(batch.get(), 1, prompt.data(), prompt.size(), &options));
+  ASSERT_C_OK(ngramspec_batch_begin(batch.get(), 2, prompt.data(), prompt.size(), &options));
+  EXPECT_INVALID(ngramspec_batch_propose_trees(batch.get(), ids.data(), 2, tokens.data(), nullptr, 16, offsets.data(),
+                                               0, &n_nodes),
+                 "ngramspec_batch_propose_trees: parents is NULL but capacity = 16");
+  EXPECT_INVALID(ngramspec_batch_propose_trees(batch.get(), ids.data(), 2, tokens.data(), parents.data(), 16,
+                                               offsets.data(), 0, nullptr),
+                 "n_nodes is NULL");
+  EXPECT_INVALID(ngramspec_batch_propose_trees(batch.get(), ids.data(), 3, tokens.data(), parents.data(), 16,
+                                               offsets.data(), 0, &n_nodes),
+                 "n_ids = 3 is more than max_sequences = 2");
+  const std::array<SequenceId, 2> twice{2, 2};
+  EXPECT_INVALID(ngramspec_batch_propose_trees(batch.get(), twice.data(), 2, tokens.data(), parents.data(), 16,
+                                               offsets.data(), 0, &n_nodes),
+                 "ngramspec_batch_propose_trees: sequence 2 is listed twice");
+  EXPECT_EQ(n_nodes, 99U);
+  ASSERT_C_OK(ngramspec_batch_propose_trees(batch.get(), ids.data(), 2, tokens.data(), parents.data(), 16,
+                                            offsets.data(), 0, &n_nodes));
+  EXPECT_EQ(n_nodes, 0U);  // the prefill
+
+  std::array<Token, 2> model{3, 3};
+  const std::array<std::size_t, 3> model_offsets{0, 1, 2};
+  std::array<ngramspec_step, 2> steps{};
+  std::array<std::size_t, 8> kept{};
+  std::array<Token, 4> top{4, 5, 4, 5};
+  EXPECT_INVALID(ngramspec_batch_accept_trees(batch.get(), ids.data(), 2, model.data(), 2, model_offsets.data(),
+                                              top.data(), 3, steps.data(), kept.data(), kept.size()),
+                 "ngramspec_batch_accept_trees: top has 3 tokens; it needs none or top_k() = 2 per model token, 4");
+  EXPECT_INVALID(ngramspec_batch_accept_trees(batch.get(), ids.data(), 2, model.data(), 2, model_offsets.data(),
+                                              nullptr, 4, steps.data(), kept.data(), kept.size()),
+                 "top is NULL but n_top = 4");
+  EXPECT_INVALID(ngramspec_batch_accept_trees(batch.get(), ids.data(), 2, model.data(), 2, model_offsets.data(),
+                                              top.data(), 4, steps.data(), kept.data(), 1),
+                 "kept has room for 1 entries; it needs one per model token, 2");
+  EXPECT_INVALID(ngramspec_batch_accept_trees(batch.get(), ids.data(), 2, model.data(), 2, model_offsets.data(),
+                                              top.data(), 4, steps.data(), nullptr, 2),
+                 "kept is NULL but kept_capacity = 2");
+  top[3] = 32;
+  EXPECT_INVALID(ngramspec_batch_accept_trees(batch.get(), ids.data(), 2, model.data(), 2, model_offsets.data(),
+                                              top.data(), 4, steps.data(), kept.data(), kept.size()),
+                 "sequence 2: top[3] = 32 is outside the top-k table's vocabulary of 32");
+  ngramspec_batch_stats stats{};
+  ASSERT_C_OK(ngramspec_batch_stats_get(batch.get(), &stats));
+  EXPECT_EQ(stats.emitted, 0U);
+  top[3] = 5;
+  ASSERT_C_OK(ngramspec_batch_accept_trees(batch.get(), ids.data(), 2, model.data(), 2, model_offsets.data(),
+                                           top.data(), 4, steps.data(), kept.data(), kept.size()));
+  EXPECT_EQ(steps[0].emitted, 1U);
+  EXPECT_EQ(kept[0], 0U);
+
+  // Trees now, and the chain calls step a tree batch too (its drafters' spines).
+  ASSERT_C_OK(ngramspec_batch_propose_trees(batch.get(), ids.data(), 2, tokens.data(), parents.data(), 16,
+                                            offsets.data(), 0, &n_nodes));
+  EXPECT_GT(n_nodes, 0U);
+  EXPECT_EQ(parents[0], NGRAMSPEC_TREE_ROOT);
+  std::array<Token, 16> drafts{};
+  std::size_t n_drafts = 0;
+  ASSERT_C_OK(ngramspec_batch_propose(batch.get(), ids.data(), 2, drafts.data(), drafts.size(), offsets.data(), 0,
+                                      &n_drafts));
+  EXPECT_GT(n_drafts, 0U);
+  std::vector<Token> answers;
+  std::vector<std::size_t> answer_offsets{0};
+  for (std::size_t i = 0; i < 2; ++i) {
+    for (std::size_t j = offsets[i]; j <= offsets[i + 1]; ++j) answers.push_back(j < offsets[i + 1] ? drafts[j] : 9);
+    answer_offsets.push_back(answers.size());
+  }
+  ASSERT_C_OK(ngramspec_batch_accept(batch.get(), ids.data(), 2, answers.data(), answers.size(), answer_offsets.data(),
+                                     steps.data()));
+  EXPECT_EQ(steps[0].accepted, offsets[1]);
+  EXPECT_GT(ngramspec_batch_memory_bytes(batch.get()), 32U * 2 * sizeof(Token));
+  ASSERT_C_OK(ngramspec_batch_cancel(batch.get(), 1));
+  ASSERT_C_OK(ngramspec_batch_finish(batch.get(), 2));
+  EXPECT_EQ(ngramspec_batch_size(batch.get()), 0U);
+}
+
+TEST(CApiAllocation, TreeCallsAllocateNothingOnceWarm) {
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  config.max_sequences = 4;
+  config.cost = "knee:64";
+  ngramspec_tree_config tree = ngramspec_tree_config_default();
+  tree.vocab_size = 16;
+  tree.top_k = 4;
+  const BatchPtr batch = make_tree_batch(&config, &tree);
+  ngramspec_sequence_options options = ngramspec_sequence_options_default();
+  options.max_drafts = 12;
+  options.max_new_tokens = 100000;
+  std::vector<Token> prompt;
+  for (Token t = 0; t < 40; ++t) prompt.push_back(t % 5);
+  const std::array<SequenceId, 4> ids{10, 11, 12, 13};
+  for (const SequenceId id : ids) ASSERT_C_OK(ngramspec_batch_begin(batch.get(), id, prompt.data(), prompt.size(), &options));
+  std::array<Token, 48> tokens{};
+  std::array<std::int32_t, 48> parents{};
+  std::array<std::size_t, 5> offsets{};
+  std::array<Token, 52> model{};
+  std::array<std::size_t, 5> model_offsets{};
+  std::array<Token, 4 * 52> top{};
+  std::array<ngramspec_step, 4> steps{};
+  std::array<std::size_t, 52> kept{};
+  std::array<Token, 4> last{4, 4, 4, 4};
+  std::size_t accepted = 0;
+  const auto step = [&] {
+    std::size_t n = 0;
+    ASSERT_C_OK(ngramspec_batch_propose_trees(batch.get(), ids.data(), 4, tokens.data(), parents.data(), tokens.size(),
+                                              offsets.data(), 0, &n));
+    std::size_t e = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      model[e] = (last[i] + 1) % 5;
+      for (std::size_t j = offsets[i]; j < offsets[i + 1]; ++j) model[e + 1 + j - offsets[i]] = (tokens[j] + 1) % 5;
+      e += 1 + offsets[i + 1] - offsets[i];
+      model_offsets[i + 1] = e;
+    }
+    for (std::size_t x = 0; x < e * 4; ++x) top[x] = static_cast<Token>((model[x / 4] + x % 4) % 5);
+    ASSERT_C_OK(ngramspec_batch_accept_trees(batch.get(), ids.data(), 4, model.data(), e, model_offsets.data(),
+                                             top.data(), e * 4, steps.data(), kept.data(), kept.size()));
+    for (std::size_t i = 0; i < 4; ++i) {
+      last[i] = model[model_offsets[i] + kept[model_offsets[i] + steps[i].emitted - 1]];
+      accepted += steps[i].accepted;
+    }
+  };
+  for (int warm = 0; warm < 3; ++warm) step();
+  std::size_t allocations = 0;
+  {
+    const AllocationCounter counter;
+    for (int i = 0; i < 20; ++i) step();
+    allocations = counter.count();
+  }
+  EXPECT_EQ(allocations, 0U);
+  EXPECT_GT(accepted, 50U);
 }
 
 // ---- Corpus files: save, load, map ---------------------------------------------------------------

@@ -21,10 +21,13 @@
 #include "ngramspec/detail/draft_estimates.hpp"
 #include "ngramspec/detail/open_table.hpp"
 #include "ngramspec/draft_planner.hpp"
+#include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/shared_corpus.hpp"
+#include "ngramspec/target_model.hpp"
 #include "ngramspec/token.hpp"
+#include "ngramspec/top_k_table.hpp"
 #include "ngramspec/verify_cost.hpp"
 
 namespace ngramspec {
@@ -105,8 +108,39 @@ struct BatchStats {
 /// been stepped and `steps` filled (that drafter saw only part of its tokens, which can cost
 /// acceptance but never correctness).
 ///
+/// Trees. With a drafter that drafts trees (TreeDraftingDrafter: BatchSpeculator<TreeDrafter>)
+/// and a model that verifies them (TreeTargetModel), the engine runs the same loop with tree
+/// passes:
+///
+///     spec.begin(id, prompt, options);
+///     loop:
+///       n = spec.propose_trees(ids, tokens, parents, offsets);
+///       forward, per sequence i: a tree pass at its cache length: entry 0 its last token (the
+///                root), entry 1 + j its node j, tokens[offsets[i] + j], under entry
+///                parents[offsets[i] + j] + 1 (0, the root, for kTreeRoot)
+///                (a sequence with no output yet: its prompt, the prefill)
+///                and, when top_k() > 0, the model's top_k() tokens after every entry into top
+///       spec.accept_trees(ids, model_tokens, model_offsets, top, steps, kept);
+///       per sequence i, e = model_offsets[i]:
+///                       emit model_tokens[e + kept[e + j]] for j < steps[i].emitted,
+///                       keep its pass entries kept[e .. e + steps[i].emitted) at cache length + j
+///                       (TreeTargetModel::keep; when they are 0, 1, ... (kept_is_prefix), roll
+///                       back to steps[i].rollback_to instead when steps[i].discarded),
+///                       and spec.finish(id) once steps[i].finished
+///
+/// Each sequence's tree holds at most its max_drafts nodes, none deeper than the tokens it may
+/// still emit allow (draft_limit()). Trees are best-first, so any prefix of one is a tree and
+/// the planner sizes them as it sizes chains (BatchConfig::cost; building stops below the path
+/// probability no node under the cost pays for). accept_trees() decides each sequence with
+/// accept_tree(), tells its drafter how the pass went (observe_pass(), with the top-k rows that
+/// a TopKTable recycles) and feeds it the emitted tokens. As with chains, model tokens may
+/// cover only the first nodes of a tree (an engine that trims a pass): that prefix is verified.
+/// The drafters may share one TopKTable (made by the engine, outliving the speculator); every
+/// drafter's table must have the same k, top_k().
+///
 /// Thread safety: none inside; drive it from one engine thread. The corpus may be shared with
-/// other speculators and threads (see SharedCorpus).
+/// other speculators and threads (see SharedCorpus), a TopKTable only with drafters driven from
+/// the same thread.
 template <Drafter D = MatchDrafter>
 class BatchSpeculator {
  public:
@@ -129,6 +163,7 @@ class BatchSpeculator {
       }
     }
     for (std::size_t i = config_.max_sequences; i-- > 0;) free_.push_back(static_cast<std::uint32_t>(i));
+    if constexpr (kTrees) top_k_ = common_top_k();
   }
 
   /// A pool of MatchDrafters with their defaults, consulting `corpus` (the live corpus, which
@@ -178,6 +213,16 @@ class BatchSpeculator {
     }
     const SequenceState state = start_sequence(prompt.size(), options);
     Slot& slot = slots_[free_.back()];
+    if constexpr (kTrees) {
+      // The only allocations of the tree path: a slot's first tree of this size, and scratch.
+      slot.trees.tree.reserve(options.max_drafts);
+      if (tree_fed_.size() < options.max_drafts + 1) {
+        tree_fed_.resize(options.max_drafts + 1);
+        tree_emitted_.resize(options.max_drafts + 1);
+      }
+      slot.trees.tree.clear();
+      slot.trees.last = prompt.back();
+    }
     slot.options.max_new_tokens = options.max_new_tokens;
     slot.options.stop_tokens.assign(options.stop_tokens.begin(), options.stop_tokens.end());
     slot.options.max_context = options.max_context;
@@ -232,11 +277,7 @@ class BatchSpeculator {
       lengths_.resize(ids.size());
     }
 
-    // Token counts add up saturating: extra_tokens is the caller's, and a sum that wrapped
-    // would lift the budget that keeps the drafts inside `drafts`.
-    const auto plus = [](std::size_t a, std::size_t b) noexcept {
-      return a > std::numeric_limits<std::size_t>::max() - b ? std::numeric_limits<std::size_t>::max() : a + b;
-    };
+    const auto plus = saturating_plus;
     std::size_t base_tokens = extra_tokens;
     std::size_t made = 0;
     candidate_offsets_[0] = 0;
@@ -271,6 +312,7 @@ class BatchSpeculator {
       std::copy(from, from + n, drafts.begin() + static_cast<std::ptrdiff_t>(total));
       std::copy(from, from + n, slot.pending.begin());
       slot.pending_count = n;
+      if constexpr (kTrees) slot.trees.tree.clear();
       total += n;
       offsets[i + 1] = total;
     }
@@ -291,32 +333,12 @@ class BatchSpeculator {
   void accept(std::span<const SequenceId> ids, std::span<const Token> model_tokens,
               std::span<const std::size_t> offsets, std::span<StepOutcome> steps) {
     const char* const where = "ngramspec::BatchSpeculator::accept";
-    if (offsets.size() != ids.size() + 1) {
-      throw std::invalid_argument(std::string(where) + ": offsets has " + std::to_string(offsets.size()) +
-                                  " elements; it needs ids.size() + 1 = " + std::to_string(ids.size() + 1));
-    }
-    if (steps.size() < ids.size()) {
-      throw std::invalid_argument(std::string(where) + ": steps has room for " + std::to_string(steps.size()) +
-                                  " sequences; " + std::to_string(ids.size()) + " are stepped");
-    }
-    // Every model token belongs to one sequence: tokens outside the offsets are a caller's
-    // mistake (a count or an offset that is wrong), never silently ignored.
-    if (offsets.front() != 0 || offsets.back() != model_tokens.size()) {
-      throw std::invalid_argument(std::string(where) + ": offsets[0] = " + std::to_string(offsets.front()) +
-                                  " and offsets[" + std::to_string(ids.size()) + "] = " +
-                                  std::to_string(offsets.back()) + " are invalid: they must be 0 and the count of " +
-                                  "model tokens, " + std::to_string(model_tokens.size()));
-    }
+    check_step_arguments(where, ids, model_tokens, offsets, steps);
     const std::uint64_t stamp = ++calls_;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       Slot& slot = running(where, ids, i, stamp);
       call_slots_[i] = &slot;
-      if (offsets[i + 1] < offsets[i] || offsets[i + 1] > model_tokens.size()) {
-        throw std::invalid_argument(std::string(where) + ": offsets[" + std::to_string(i + 1) + "] = " +
-                                    std::to_string(offsets[i + 1]) + " is invalid: offsets[" + std::to_string(i) +
-                                    "] = " + std::to_string(offsets[i]) + " and there are " +
-                                    std::to_string(model_tokens.size()) + " model tokens");
-      }
+      check_offset(where, offsets, i, model_tokens.size());
       const std::size_t n = offsets[i + 1] - offsets[i];
       if (n == 0 || n > slot.pending_count + 1) {
         throw std::invalid_argument(std::string(where) + ": " + name(ids[i]) + " has " + std::to_string(n) +
@@ -341,6 +363,10 @@ class BatchSpeculator {
       stats_.accepted += outcome.accepted;
       stats_.emitted += outcome.emitted;
       const std::span<const Token> emitted = answers.first(outcome.emitted);
+      if constexpr (kTrees) {
+        slot.trees.tree.clear();
+        slot.trees.last = emitted.back();
+      }
       if (corpus_ != nullptr) {
         const std::size_t keep = std::min(emitted.size(), config_.max_record_tokens - slot.record.size());
         slot.record.insert(slot.record.end(), emitted.begin(), emitted.begin() + static_cast<std::ptrdiff_t>(keep));
@@ -352,6 +378,213 @@ class BatchSpeculator {
           if (!drafter_error) drafter_error = std::current_exception();
         }
       }
+    }
+    if (drafter_error) std::rethrow_exception(drafter_error);
+  }
+
+  /// Trees for the next verify pass of the sequences `ids`, in that order (the drafter must
+  /// draft trees: BatchSpeculator<TreeDrafter>): sequence ids[i]'s nodes go to
+  /// tokens[offsets[i] .. offsets[i + 1]) and their parents, tree-local (kTreeRoot for a child
+  /// of the root, else the index of the parent node within the sequence's range, which comes
+  /// before it), to the same range of `parents`; offsets[0] = 0; returns the total. Each tree
+  /// is best-first, holds at most the sequence's max_drafts nodes, and none of its paths is
+  /// longer than draft_limit(); a sequence with no output yet gets none (its prefill, whose
+  /// prompt counts in the pass's cost). `extra_tokens`, the budgets and the cost work as in
+  /// propose(), counting nodes as drafts. Throws std::invalid_argument, changing nothing, when
+  /// offsets.size() is not ids.size() + 1, parents.size() is not tokens.size(), or an id is
+  /// unknown, finished or listed twice. A drafter's exception propagates and leaves the
+  /// sequences of the call with no tree pending (as after a call that drafted nothing).
+  std::size_t propose_trees(std::span<const SequenceId> ids, std::span<Token> tokens, std::span<std::int32_t> parents,
+                            std::span<std::size_t> offsets, std::size_t extra_tokens = 0) {
+    static_assert(kTrees,
+                  "ngramspec::BatchSpeculator::propose_trees needs a drafter that drafts trees (TreeDraftingDrafter): "
+                  "use BatchSpeculator<TreeDrafter>, or propose() for chains");
+    const char* const where = "ngramspec::BatchSpeculator::propose_trees";
+    if (offsets.size() != ids.size() + 1) {
+      throw std::invalid_argument(std::string(where) + ": offsets has " + std::to_string(offsets.size()) +
+                                  " elements; it needs ids.size() + 1 = " + std::to_string(ids.size() + 1));
+    }
+    if (parents.size() != tokens.size()) {
+      throw std::invalid_argument(std::string(where) + ": parents has " + std::to_string(parents.size()) +
+                                  " elements; it needs tokens.size() = " + std::to_string(tokens.size()));
+    }
+    const std::uint64_t stamp = ++calls_;
+    std::size_t room = 0;
+    std::size_t base_tokens = extra_tokens;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      Slot& slot = running(where, ids, i, stamp);
+      call_slots_[i] = &slot;
+      if (slot.state.generated == 0) {
+        base_tokens = saturating_plus(base_tokens, slot.state.prompt_length);
+      } else {
+        base_tokens = saturating_plus(base_tokens, 1);
+        room += slot.options.max_drafts;
+      }
+    }
+    if (probabilities_.size() < room) probabilities_.resize(room);
+    if (candidate_offsets_.size() < ids.size() + 1) {
+      candidate_offsets_.resize(ids.size() + 1);
+      lengths_.resize(ids.size());
+    }
+    std::size_t budget = saturating_plus(base_tokens, tokens.size());
+    if (config_.max_pass_tokens != 0) budget = std::min(budget, config_.max_pass_tokens);
+    const VerifyCost* cost = config_.cost ? &*config_.cost : nullptr;
+    const double base_expected = static_cast<double>(ids.size());
+    const float least = cost != nullptr ? least_path_probability(*cost, base_tokens, base_expected,
+                                                                 std::min(room, budget > base_tokens ? budget - base_tokens : 0))
+                                        : 0.0f;
+
+    std::size_t made = 0;
+    candidate_offsets_[0] = 0;
+    try {
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        Slot& slot = *call_slots_[i];
+        DraftTree& tree = slot.trees.tree;
+        tree.clear();
+        slot.pending_count = 0;
+        const std::size_t depth =
+            slot.state.generated == 0 ? 0 : draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
+        if (depth > 0) {
+          // A drafter that claims more than it built is clamped, never trusted.
+          const std::size_t claimed = slot.drafter.predict_tree(tree, slot.options.max_drafts, depth, least);
+          tree.truncate(claimed);
+          const std::span<const float> path = tree.path_probabilities();
+          std::copy(path.begin(), path.end(), probabilities_.begin() + static_cast<std::ptrdiff_t>(made));
+          made += path.size();
+        }
+        candidate_offsets_[i + 1] = made;
+      }
+    } catch (...) {
+      for (std::size_t i = 0; i < ids.size(); ++i) call_slots_[i]->trees.tree.clear();
+      throw;
+    }
+
+    planner_.plan(cost, base_tokens, base_expected, budget, std::span<float>(probabilities_).first(made),
+                  std::span<const std::size_t>(candidate_offsets_).first(ids.size() + 1),
+                  std::span<std::size_t>(lengths_).first(ids.size()));
+
+    // Each sequence keeps the first lengths_[i] nodes of its best-first tree: a tree.
+    std::size_t total = 0;
+    offsets[0] = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      DraftTree& tree = call_slots_[i]->trees.tree;
+      tree.truncate(lengths_[i]);
+      const std::span<const Token> nodes = tree.tokens();
+      const std::span<const std::int32_t> ups = tree.parents();
+      std::copy(nodes.begin(), nodes.end(), tokens.begin() + static_cast<std::ptrdiff_t>(total));
+      std::copy(ups.begin(), ups.end(), parents.begin() + static_cast<std::ptrdiff_t>(total));
+      total += nodes.size();
+      offsets[i + 1] = total;
+    }
+    ++stats_.proposals;
+    return total;
+  }
+
+  /// Decides the tree pass of the sequences `ids` (see the class comment): model_tokens[
+  /// offsets[i] .. offsets[i + 1]) are the model's tokens after each entry fed for ids[i], the
+  /// root then its nodes as propose_trees() wrote them (the first k + 1 entries verify the
+  /// tree's first k nodes; for a sequence with no output yet, one token: the one after its
+  /// prompt); offsets[0] is 0 and offsets[ids.size()] is model_tokens.size(). `top`: empty, or
+  /// the model's top_k() tokens after every entry, best first, top[e * top_k() ..) for
+  /// model_tokens[e] (so top.size() = model_tokens.size() × top_k()), which the drafters
+  /// recycle. Writes each sequence's step to steps[i] (as accept() does) and the pass entries
+  /// it keeps to kept[offsets[i] ..][0 .. steps[i].emitted) (accept_tree()'s `kept`: the
+  /// emitted tokens are model_tokens[offsets[i] + kept[offsets[i] + j]], and entry
+  /// kept[offsets[i] + j] goes to position cache length + j); the rest of kept[offsets[i] ..
+  /// offsets[i + 1]) may be overwritten. Tells each drafter how its pass went and feeds it the
+  /// emitted tokens. Throws std::invalid_argument, changing nothing, for what accept() refuses,
+  /// a sequence with more model tokens than one plus its tree's nodes, `kept` shorter than
+  /// model_tokens, `top` of another size (or any with top_k() 0), or a token of top or of
+  /// model_tokens outside the vocabulary of the sequence's top-k table.
+  void accept_trees(std::span<const SequenceId> ids, std::span<const Token> model_tokens,
+                    std::span<const std::size_t> offsets, std::span<const Token> top, std::span<StepOutcome> steps,
+                    std::span<std::size_t> kept) {
+    static_assert(kTrees,
+                  "ngramspec::BatchSpeculator::accept_trees needs a drafter that drafts trees (TreeDraftingDrafter): "
+                  "use BatchSpeculator<TreeDrafter>, or accept() for chains");
+    const char* const where = "ngramspec::BatchSpeculator::accept_trees";
+    check_step_arguments(where, ids, model_tokens, offsets, steps);
+    if (kept.size() < model_tokens.size()) {
+      throw std::invalid_argument(std::string(where) + ": kept has room for " + std::to_string(kept.size()) +
+                                  " entries; it needs one per model token, " + std::to_string(model_tokens.size()));
+    }
+    if (!top.empty() && top.size() != model_tokens.size() * top_k_) {
+      throw std::invalid_argument(std::string(where) + ": top has " + std::to_string(top.size()) +
+                                  " tokens; it needs none or top_k() = " + std::to_string(top_k_) +
+                                  " per model token, " + std::to_string(model_tokens.size() * top_k_) +
+                                  (top_k_ == 0 ? " (the drafters recycle no top-k)" : ""));
+    }
+    const std::uint64_t stamp = ++calls_;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      Slot& slot = running(where, ids, i, stamp);
+      call_slots_[i] = &slot;
+      check_offset(where, offsets, i, model_tokens.size());
+      const std::size_t n = offsets[i + 1] - offsets[i];
+      const std::size_t nodes = slot.trees.tree.size();
+      if (n == 0 || n > nodes + 1) {
+        throw std::invalid_argument(std::string(where) + ": " + name(ids[i]) + " has " + std::to_string(n) +
+                                    " model tokens; it needs 1 to " + std::to_string(nodes + 1) +
+                                    " (the root, then one per node verified of the " + std::to_string(nodes) +
+                                    " proposed)");
+      }
+      if (!top.empty()) {
+        // The drafters record top rows without checks: every token must have a row.
+        const std::size_t vocab = slot.drafter.top_k_table()->vocab_size();
+        for (std::size_t e = offsets[i]; e < offsets[i + 1]; ++e) {
+          if (model_tokens[e] >= vocab) {
+            throw std::invalid_argument(std::string(where) + ": " + name(ids[i]) + ": model_tokens[" +
+                                        std::to_string(e) + "] = " + std::to_string(model_tokens[e]) +
+                                        " is outside the top-k table's vocabulary of " + std::to_string(vocab));
+          }
+        }
+        for (std::size_t t = offsets[i] * top_k_; t < offsets[i + 1] * top_k_; ++t) {
+          if (top[t] >= vocab) {
+            throw std::invalid_argument(std::string(where) + ": " + name(ids[i]) + ": top[" + std::to_string(t) +
+                                        "] = " + std::to_string(top[t]) +
+                                        " is outside the top-k table's vocabulary of " + std::to_string(vocab));
+          }
+        }
+      }
+    }
+
+    std::exception_ptr drafter_error;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      Slot& slot = *call_slots_[i];
+      DraftTree& tree = slot.trees.tree;
+      const std::size_t n = offsets[i + 1] - offsets[i];
+      const std::span<const Token> answers = model_tokens.subspan(offsets[i], n);
+      const std::size_t verified = n - 1;
+      tree.truncate(verified);  // a prefix of a best-first tree is a tree
+      const std::span<std::size_t> entries = kept.subspan(offsets[i], n);
+      const StepOutcome outcome = accept_tree(slot.state, tree.tokens(), tree.parents(), answers, slot.options, entries);
+      advance(slot.state, outcome);
+      slot.pending_count = 0;
+      slot.rate.record(verified, outcome.accepted);
+      steps[i] = outcome;
+      stats_.drafted += verified;
+      stats_.accepted += outcome.accepted;
+      stats_.emitted += outcome.emitted;
+      const std::span<Token> emitted = std::span<Token>(tree_emitted_).first(outcome.emitted);
+      for (std::size_t j = 0; j < outcome.emitted; ++j) emitted[j] = answers[entries[j]];
+      if (corpus_ != nullptr) {
+        const std::size_t keep = std::min(emitted.size(), config_.max_record_tokens - slot.record.size());
+        slot.record.insert(slot.record.end(), emitted.begin(), emitted.begin() + static_cast<std::ptrdiff_t>(keep));
+      }
+      if (slot.options.speculate) {
+        const std::span<Token> fed = std::span<Token>(tree_fed_).first(n);
+        fed[0] = slot.trees.last;
+        std::copy(tree.tokens().begin(), tree.tokens().end(), fed.begin() + 1);
+        const std::span<const Token> rows = top.empty() ? top : top.subspan(offsets[i] * top_k_, n * top_k_);
+        try {
+          slot.drafter.observe_pass(std::as_const(tree), std::span<const Token>(fed), answers,
+                                    std::span<const std::size_t>(entries).first(outcome.emitted), rows);
+          slot.drafter.update(std::span<const Token>(emitted));
+        } catch (...) {
+          if (!drafter_error) drafter_error = std::current_exception();
+        }
+      }
+      slot.trees.last = emitted.back();
+      tree.clear();
     }
     if (drafter_error) std::rethrow_exception(drafter_error);
   }
@@ -389,6 +622,9 @@ class BatchSpeculator {
   [[nodiscard]] std::size_t size() const noexcept { return config_.max_sequences - free_.size(); }
   [[nodiscard]] const BatchConfig& config() const noexcept { return config_; }
   [[nodiscard]] const BatchStats& stats() const noexcept { return stats_; }
+  /// Top tokens per pass entry that accept_trees() takes: the k of the drafters' top-k tables
+  /// (0: they recycle none, or they draft no trees).
+  [[nodiscard]] std::size_t top_k() const noexcept { return top_k_; }
   /// The corpus finish() appends to, or nullptr.
   [[nodiscard]] SharedCorpus* corpus() const noexcept { return corpus_; }
   /// Bytes the speculator holds: its drafters (when D reports memory_bytes()), records and
@@ -402,11 +638,25 @@ class BatchSpeculator {
       bytes += sizeof(Slot) + slot.record.capacity() * sizeof(Token) + slot.pending.capacity() * sizeof(Token) +
                slot.options.stop_tokens.capacity() * sizeof(Token);
       if constexpr (requires(const D& d) { d.memory_bytes(); }) bytes += slot.drafter.memory_bytes() - sizeof(D);
+      if constexpr (kTrees) bytes += slot.trees.tree.capacity() * kTreeNodeBytes;
     }
-    return bytes;
+    return bytes + (tree_fed_.capacity() + tree_emitted_.capacity()) * sizeof(Token);
   }
 
  private:
+  static constexpr bool kTrees = TreeDraftingDrafter<D>;
+  // What a DraftTree holds per node: token, parent, two estimates, depth, source class.
+  static constexpr std::size_t kTreeNodeBytes =
+      sizeof(Token) + sizeof(std::int32_t) + 2 * sizeof(float) + sizeof(std::uint32_t) + 1;
+  // A tree drafter's slot also holds the tree proposed since the last step and the token its
+  // next pass feeds first (the root), which observe_pass() is told.
+  struct TreeState {
+    DraftTree tree;
+    Token last = 0;
+  };
+  struct NoTrees {};
+  using TreeSlot = std::conditional_t<kTrees, TreeState, NoTrees>;
+
   struct Slot {
     explicit Slot(D d) : drafter(std::move(d)) {}
     D drafter;
@@ -418,6 +668,7 @@ class BatchSpeculator {
     std::uint64_t stamp = 0;  // the last call that named it, to find an id listed twice
     detail::AcceptanceRate rate;
     std::vector<Token> record;  // output kept for the corpus
+    [[no_unique_address]] TreeSlot trees;
   };
   struct IdEntry {
     std::uint64_t key = 0;
@@ -446,6 +697,82 @@ class BatchSpeculator {
   static constexpr std::size_t kMaxSequences = std::size_t{1} << 20;
 
   static std::string name(SequenceId id) { return "sequence " + std::to_string(id); }
+
+  // Token counts add up saturating: extra_tokens is the caller's, and a sum that wrapped would
+  // lift the budget that keeps the drafts inside the caller's buffer.
+  static std::size_t saturating_plus(std::size_t a, std::size_t b) noexcept {
+    return a > std::numeric_limits<std::size_t>::max() - b ? std::numeric_limits<std::size_t>::max() : a + b;
+  }
+
+  // accept() and accept_trees(): the checks of the sizes that need no sequence.
+  static void check_step_arguments(const char* where, std::span<const SequenceId> ids,
+                                   std::span<const Token> model_tokens, std::span<const std::size_t> offsets,
+                                   std::span<const StepOutcome> steps) {
+    if (offsets.size() != ids.size() + 1) {
+      throw std::invalid_argument(std::string(where) + ": offsets has " + std::to_string(offsets.size()) +
+                                  " elements; it needs ids.size() + 1 = " + std::to_string(ids.size() + 1));
+    }
+    if (steps.size() < ids.size()) {
+      throw std::invalid_argument(std::string(where) + ": steps has room for " + std::to_string(steps.size()) +
+                                  " sequences; " + std::to_string(ids.size()) + " are stepped");
+    }
+    // Every model token belongs to one sequence: tokens outside the offsets are a caller's
+    // mistake (a count or an offset that is wrong), never silently ignored.
+    if (offsets.front() != 0 || offsets.back() != model_tokens.size()) {
+      throw std::invalid_argument(std::string(where) + ": offsets[0] = " + std::to_string(offsets.front()) +
+                                  " and offsets[" + std::to_string(ids.size()) + "] = " +
+                                  std::to_string(offsets.back()) + " are invalid: they must be 0 and the count of " +
+                                  "model tokens, " + std::to_string(model_tokens.size()));
+    }
+  }
+  // offsets[i + 1], checked against offsets[i] and the count of model tokens.
+  static void check_offset(const char* where, std::span<const std::size_t> offsets, std::size_t i,
+                           std::size_t model_tokens) {
+    if (offsets[i + 1] < offsets[i] || offsets[i + 1] > model_tokens) {
+      throw std::invalid_argument(std::string(where) + ": offsets[" + std::to_string(i + 1) + "] = " +
+                                  std::to_string(offsets[i + 1]) + " is invalid: offsets[" + std::to_string(i) +
+                                  "] = " + std::to_string(offsets[i]) + " and there are " +
+                                  std::to_string(model_tokens) + " model tokens");
+    }
+  }
+
+  // The least path probability a tree node needs to belong in a pass that carries base_tokens
+  // and emits base_expected without its drafts, with up to `room` drafts more. The pass's best
+  // rate E / C is at least base_expected / cost(base_tokens); dropping the plan's last node, of
+  // path probability p and marginal cost d, raises it whenever p < d × that rate, and d is at
+  // least the least marginal cost within the room. So building stops there (as
+  // SpeculativeDecoder's tree passes do for one sequence; docs/ALGORITHM.md, "Trees").
+  [[nodiscard]] static float least_path_probability(const VerifyCost& cost, std::size_t base_tokens,
+                                                    double base_expected, std::size_t room) noexcept {
+    if (room == 0 || base_tokens == 0) return 0.0f;
+    double least = std::numeric_limits<double>::infinity();
+    double previous = cost(base_tokens);
+    const double rate = base_expected / previous;
+    for (std::size_t n = base_tokens; n < base_tokens + room; ++n) {
+      const double next = cost(n + 1);
+      least = std::min(least, next - previous);
+      previous = next;
+    }
+    return static_cast<float>(std::max(0.0, least * rate));
+  }
+
+  // The k of every drafter's top-k table (0: none); a pass's top rows share one k.
+  [[nodiscard]] std::size_t common_top_k() const {
+    const auto k_of = [](const D& drafter) -> std::size_t {
+      const TopKTable* table = drafter.top_k_table();
+      return table == nullptr ? 0 : table->k();
+    };
+    const std::size_t k = k_of(slots_.front().drafter);
+    for (std::size_t i = 1; i < slots_.size(); ++i) {
+      if (k_of(slots_[i].drafter) != k) {
+        throw std::invalid_argument("ngramspec::BatchSpeculator: drafter " + std::to_string(i) +
+                                    " recycles a top-k table of k = " + std::to_string(k_of(slots_[i].drafter)) +
+                                    " but drafter 0 one of k = " + std::to_string(k) +
+                                    " (0: none); every drafter of a batch needs the same k");
+      }
+    }
+    return k;
+  }
 
   [[nodiscard]] const IdEntry* find(SequenceId id) const noexcept { return ids_.find(id); }
   Slot& known(const char* where, SequenceId id) {
@@ -490,6 +817,10 @@ class BatchSpeculator {
   std::vector<float> probabilities_;         // and their estimates
   std::vector<std::size_t> candidate_offsets_;
   std::vector<std::size_t> lengths_;
+  // Tree passes only.
+  std::size_t top_k_ = 0;           // the k of the drafters' top-k tables
+  std::vector<Token> tree_fed_;      // accept_trees: a pass's entries, the root then the nodes
+  std::vector<Token> tree_emitted_;  // accept_trees: the tokens it emitted
 };
 
 }  // namespace ngramspec

@@ -344,6 +344,66 @@ typedef struct ngramspec_batch_stats {
 
 NGRAMSPEC_API ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* batch, ngramspec_batch_stats* out);
 
+/* Tree batches (since 0.3): drafters that draft trees (TreeDrafter), several candidate
+ * continuations a sequence, for a model that verifies a tree in one pass (each token attending only
+ * to the cached sequence and its ancestors in the pass). The loop is the chain loop's, with
+ * ngramspec_batch_propose_trees and ngramspec_batch_accept_trees:
+ * - propose_trees writes sequence i's nodes to tokens[offsets[i] .. offsets[i + 1]) and their
+ *   parents, tree-local, to the same range of parents: NGRAMSPEC_TREE_ROOT for a child of the root,
+ *   else the index of the parent node in the sequence's range (always an earlier one).
+ * - The engine's pass for sequence i feeds its last emitted token (entry 0, the root) at its cache
+ *   length, then node j as entry j + 1 under entry parents[offsets[i] + j] + 1 (0: the root). For a
+ *   sequence with no output yet (no nodes), its prompt: the prefill, as for chains.
+ * - accept_trees takes the model's token after every entry (n_model_tokens: each sequence's entries,
+ *   the first k + 1 verifying its first k nodes), and optionally its top ngramspec_batch_top_k()
+ *   tokens after every entry, best first (top[e * k ..] for model_tokens[e]); it writes steps and,
+ *   from kept[offsets[i]], the entries sequence i keeps: the emitted tokens are
+ *   model_tokens[offsets[i] + kept[offsets[i] + j]] for j < steps[i].emitted, and the KV entry
+ *   kept[offsets[i] + j] goes to position cache length + j. When they are 0, 1, ... the KV cache is
+ *   rolled back to rollback_to instead (when discarded > 0). */
+
+/* The parent of a tree node that follows the sequence itself. */
+enum { NGRAMSPEC_TREE_ROOT = -1 };
+
+/* A tree batch's drafters (TreeConfig). A versioned struct: struct_size is its size, set by
+ * ngramspec_tree_config_default; later versions add fields at the end. */
+typedef struct ngramspec_tree_config {
+  size_t struct_size;     /* sizeof(ngramspec_tree_config) */
+  size_t successor_slots; /* continuations kept per context order, a power of two (default 4096) */
+  size_t max_children;    /* most children a node offers, 1..16 (default 8) */
+  size_t vocab_size;      /* the model's vocabulary, to recycle its top-k (0: no recycling; default 0) */
+  size_t top_k;           /* top tokens kept after each token, 1..32 (default 8) */
+  int shared_top_k;       /* nonzero: one top-k table (vocab_size x top_k tokens) that every drafter of the
+                             batch shares and learns from (default 1); zero: one per drafter */
+  int carry_over;         /* nonzero: a drafter keeps what it learnt for its next sequence (default 0) */
+} ngramspec_tree_config;
+
+/* TreeConfig's defaults, with struct_size set. */
+NGRAMSPEC_API ngramspec_tree_config ngramspec_tree_config_default(void);
+/* A batch speculator (as ngramspec_batch_create) whose drafters draft trees with `tree` (NULL: the
+ * defaults): their chain (spine) is config's MatchDrafter. Every call of ngramspec_batch_* works on
+ * it; propose and accept step it with chains (the spine alone). */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_create_tree(const ngramspec_batch_config* config,
+                                                           const ngramspec_tree_config* tree,
+                                                           ngramspec_corpus* corpus, ngramspec_batch** out);
+/* Top tokens per pass entry that accept_trees takes (0: none; also for a chain batch or NULL). */
+NGRAMSPEC_API size_t ngramspec_batch_top_k(const ngramspec_batch* batch);
+/* Trees for the pass of ids[0 .. n_ids), as above; tokens and parents have room for `capacity` nodes
+ * (a cap on the total, as drafts_capacity is), offsets for n_ids + 1; the total to *n_nodes. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_propose_trees(ngramspec_batch* batch, const ngramspec_sequence_id* ids,
+                                                             size_t n_ids, ngramspec_token* tokens, int32_t* parents,
+                                                             size_t capacity, size_t* offsets, size_t extra_tokens,
+                                                             size_t* n_nodes);
+/* Decides the tree pass, as above: offsets as ngramspec_batch_accept's; top NULL with n_top 0 (none)
+ * or n_top = n_model_tokens x ngramspec_batch_top_k(), its tokens and the model tokens below the
+ * top-k table's vocab_size; kept has room for kept_capacity >= n_model_tokens entries. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_accept_trees(ngramspec_batch* batch, const ngramspec_sequence_id* ids,
+                                                            size_t n_ids, const ngramspec_token* model_tokens,
+                                                            size_t n_model_tokens, const size_t* offsets,
+                                                            const ngramspec_token* top, size_t n_top,
+                                                            ngramspec_step* steps, size_t* kept,
+                                                            size_t kept_capacity);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,7 @@ from ._drafters import match_config
 from ._errors import raise_status
 from ._native import BatchStats as _CBatchStats
 from ._native import SequenceOptions, Step, lib
+from ._native import TreeConfig as _CTreeConfig
 
 __all__ = ["BatchSpeculator", "BatchStats", "StopReason", "STEP_DTYPE"]
 
@@ -89,6 +90,24 @@ class BatchSpeculator(Closable):
     Errors: a bad argument (an unknown or finished id, offsets that disagree with the tokens, a full
     pool) raises ``ValueError`` with the library's message, and nothing changes.
 
+    Trees (experimental in the C ABI): ``BatchSpeculator(tree=True)`` (or a dict of tree settings)
+    pools TreeDrafters, which draft several candidate continuations a sequence for a model that
+    verifies a tree in one pass (each token attending only to the cached sequence and its
+    ancestors)::
+
+        tokens, parents, offsets = spec.propose_trees(ids)
+        forward, per sequence i: a tree pass at its cache length: entry 0 its last token (the root),
+                 entry 1 + j its node j, tokens[offsets[i] + j], under entry parents[offsets[i] + j] + 1
+                 (0, the root, for -1); the model's token after every entry, and, when spec.top_k,
+                 its top spec.top_k tokens after every entry (rows of `top`)
+        steps, kept = spec.accept_trees(ids, model_tokens, model_offsets, top)
+        per sequence i, e = model_offsets[i], path = kept[e:e + steps["emitted"][i]]:
+                 emit model_tokens[e + path]; keep its KV entries `path` at cache length + j (when
+                 path is 0, 1, ...: roll back to steps["rollback_to"][i] when steps["discarded"][i])
+
+    The chain calls (:meth:`propose`, :meth:`accept`) step a tree batch too, with the drafters'
+    spines.
+
     Threads: drive one speculator from one thread at a time; each native call releases the GIL.
     """
 
@@ -99,7 +118,8 @@ class BatchSpeculator(Closable):
     def __init__(self, *, max_sequences: int = 64, max_pass_tokens: int = 0, max_record_tokens: int = 8192,
                  cost: str | None = None, drafter: Mapping[str, Any] | None = None,
                  corpus: SharedCorpus | None = None, corpus_file: MappedCorpus | None = None,
-                 corpus_preference: CorpusPreferenceName = "longer_match") -> None:
+                 corpus_preference: CorpusPreferenceName = "longer_match",
+                 tree: bool | Mapping[str, Any] = False) -> None:
         """A speculator with a pool of `max_sequences` MatchDrafters, made now (memory is fixed).
 
         `max_pass_tokens`: the most tokens one verify pass carries (0: no limit).
@@ -116,6 +136,12 @@ class BatchSpeculator(Closable):
         `corpus_file`: a MappedCorpus the drafters also consult (read-only: finished outputs go to
         `corpus` alone); `corpus_preference` chooses when both match: ``"longer_match"`` (the longer
         match; the live corpus on a tie), ``"live"`` or ``"file"``.
+        `tree`: True, or a dict of tree settings, pools TreeDrafters whose spine is `drafter` (see
+        :meth:`propose_trees`): ``successor_slots`` (a power of two, default 4096),
+        ``max_children`` (1..16, default 8), ``vocab_size`` (the model's vocabulary, to recycle its
+        top-k; 0, the default: none), ``top_k`` (1..32, default 8), ``shared_top_k`` (default
+        True: one table that every drafter shares) and ``carry_over`` (default False). A tree batch
+        takes no `corpus_file`.
         Raises ValueError (the library's message) for an invalid setting or cost."""
         config = lib.ngramspec_batch_config_default()
         config.max_sequences = size_arg(max_sequences, "max_sequences")
@@ -132,9 +158,18 @@ class BatchSpeculator(Closable):
             config.default_drafter = 0
             config.drafter = match_config(**drafter)
         preference = preference_arg(corpus_preference)
-        handle = create_attached(corpus, corpus_file, lambda native_corpus, native_file, out:
-                                 lib.ngramspec_batch_create_file(ctypes.byref(config), native_corpus, native_file,
-                                                                 preference, ctypes.byref(out)))
+        tree_config = _tree_config(tree)
+        if tree_config is None:
+            handle = create_attached(corpus, corpus_file, lambda native_corpus, native_file, out:
+                                     lib.ngramspec_batch_create_file(ctypes.byref(config), native_corpus,
+                                                                     native_file, preference, ctypes.byref(out)))
+        else:
+            if corpus_file is not None:
+                raise ValueError("a tree batch (tree=...) takes no corpus_file; its drafters consult `corpus` alone")
+            handle = create_attached(corpus, None, lambda native_corpus, native_file, out:
+                                     lib.ngramspec_batch_create_tree(ctypes.byref(config), ctypes.byref(tree_config),
+                                                                     native_corpus, ctypes.byref(out)))
+        self._tree = tree_config is not None
         self._corpus = corpus
         self._corpus_file = corpus_file
         self._corpus_preference = corpus_preference
@@ -159,6 +194,9 @@ class BatchSpeculator(Closable):
         # The hot calls, bound once.
         self._propose_c = lib.ngramspec_batch_propose
         self._accept_c = lib.ngramspec_batch_accept
+        # Tree passes' buffers: nodes' parents, and the entries kept.
+        self._parents = np.empty(256, np.int32)
+        self._kept = np.empty(256, np.uintp)
 
     # ---- Sequences -------------------------------------------------------------------------
 
@@ -293,6 +331,87 @@ class BatchSpeculator(Closable):
             raise_status(status)
         return steps[:n]
 
+    # ---- Tree passes -----------------------------------------------------------------------
+
+    def propose_trees(self, ids: IdsLike, *, extra_tokens: int = 0) -> tuple[npt.NDArray[np.uint32],
+                                                                               npt.NDArray[np.int32],
+                                                                               npt.NDArray[np.uintp]]:
+        """Trees for the next verify pass of the sequences `ids` (a tree batch only).
+
+        Returns ``(tokens, parents, offsets)``: sequence ``ids[i]``'s nodes are
+        ``tokens[offsets[i]:offsets[i + 1]]``, best first, and their parents the same range of
+        `parents`, local to the sequence: -1 for a child of the root (the sequence's last token),
+        else the index of an earlier node of its range. At most its max_drafts nodes; none for a
+        sequence with no output yet (its prefill). The arrays are views of buffers this object
+        reuses. Raises ValueError (the library's message) for a chain batch or an id that is
+        unknown, finished or listed twice."""
+        ids_array, ids_pointer, n = ids_arg_remembered(ids, self._last_ids)
+        if extra_tokens:
+            extra_tokens = size_arg(extra_tokens, "extra_tokens")
+        capacity = n * self._max_drafts
+        if self._drafts.shape[0] < capacity:
+            self._drafts = np.empty(max(capacity, 2 * self._drafts.shape[0]), np.uint32)
+            self._drafts_address = self._drafts.ctypes.data
+        if self._parents.shape[0] < self._drafts.shape[0]:
+            self._parents = np.empty(self._drafts.shape[0], np.int32)
+        if self._offsets.shape[0] < n + 1:
+            self._offsets = np.empty(max(n + 1, 2 * self._offsets.shape[0]), np.uintp)
+            self._offsets_address = self._offsets.ctypes.data
+        tokens, parents, offsets = self._drafts, self._parents, self._offsets
+        status = lib.ngramspec_batch_propose_trees(self._handle, ids_pointer, n, self._drafts_address,
+                                                   parents.ctypes.data, tokens.shape[0], self._offsets_address,
+                                                   extra_tokens, self._count_address)
+        if status:
+            raise_status(status)
+        count = self._count.value
+        return tokens[:count], parents[:count], offsets[: n + 1]
+
+    def accept_trees(self, ids: IdsLike, model_tokens: TokensLike, offsets: OffsetsLike,
+                     top: TokensLike | None = None) -> tuple[np.ndarray, npt.NDArray[np.uintp]]:
+        """Decides the tree pass for the sequences `ids`: ``model_tokens[offsets[i]:offsets[i + 1]]``
+        are the model's tokens after each entry fed for ``ids[i]`` (its root, then its nodes as
+        :meth:`propose_trees` gave them: one more than the nodes verified; one for a prefill).
+        `top`: None, or the model's :attr:`top_k` best tokens after every entry, flat
+        (``len(model_tokens) * top_k`` tokens, row e for model_tokens[e]), which the drafters
+        recycle. Tells the drafters how the pass went and feeds them the emitted tokens.
+
+        Returns ``(steps, kept)``: steps as :meth:`accept`'s, and the pass entries each sequence
+        keeps, ``kept[offsets[i]:offsets[i] + steps["emitted"][i]]``: it emits
+        ``model_tokens[offsets[i] + kept[...]]``, and its KV entry ``kept[offsets[i] + j]`` goes to
+        position cache length + j. Both are views of buffers this object reuses. Raises ValueError
+        (the library's message), changing nothing, for bad offsets or sizes, a top-k token outside
+        the table's vocabulary, or an unknown, finished or repeated id."""
+        ids_array, ids_pointer, n = ids_arg_remembered(ids, self._last_ids)
+        tokens_array, tokens_pointer, n_tokens = tokens_arg_remembered(model_tokens, self._last_tokens, "model_tokens")
+        offsets_array, offsets_pointer = offsets_arg_remembered(offsets, n + 1, self._last_offsets)
+        if top is None:
+            top_array, top_pointer, n_top = None, None, 0
+        else:
+            top_array, top_pointer, n_top = tokens_arg(top, "top")
+        steps = self._steps
+        if steps.shape[0] < n:
+            steps = self._steps = np.empty(max(n, 2 * steps.shape[0]), STEP_DTYPE)
+            self._steps_address = steps.ctypes.data
+        kept = self._kept
+        if kept.shape[0] < n_tokens:
+            kept = self._kept = np.empty(max(n_tokens, 2 * kept.shape[0]), np.uintp)
+        status = lib.ngramspec_batch_accept_trees(self._handle, ids_pointer, n, tokens_pointer, n_tokens,
+                                                  offsets_pointer, top_pointer, n_top, self._steps_address,
+                                                  kept.ctypes.data, kept.shape[0])
+        if status:
+            raise_status(status)
+        return steps[:n], kept[:n_tokens]
+
+    @property
+    def tree(self) -> bool:
+        """Whether the drafters draft trees (``tree=`` at construction)."""
+        return self._tree
+
+    @property
+    def top_k(self) -> int:
+        """Top tokens per pass entry that :meth:`accept_trees` takes (0: none, or a chain batch)."""
+        return int(lib.ngramspec_batch_top_k(self._handle))
+
     # ---- State -----------------------------------------------------------------------------
 
     @property
@@ -347,6 +466,30 @@ class BatchSpeculator(Closable):
             return "<ngramspec.BatchSpeculator closed>"
         return (f"<ngramspec.BatchSpeculator {len(self)}/{self._max_sequences} sequences, cost={self._cost!r}, "
                 f"{self.memory_bytes} bytes>")
+
+
+_TREE_SETTINGS = ("successor_slots", "max_children", "vocab_size", "top_k", "shared_top_k", "carry_over")
+
+
+def _tree_config(tree: Any) -> _CTreeConfig | None:
+    """The C tree configuration of `tree` (True, or a dict of settings), or None for False."""
+    if tree is False or tree is None:
+        return None
+    config = lib.ngramspec_tree_config_default()
+    if tree is True:
+        return config
+    if not isinstance(tree, Mapping):
+        raise TypeError(f"tree must be a bool or a dict of tree settings, not {type(tree).__name__}")
+    for name, value in tree.items():
+        if name not in _TREE_SETTINGS:
+            raise TypeError(f"unknown tree setting {name!r}; the settings are {', '.join(_TREE_SETTINGS)}")
+        if name in ("shared_top_k", "carry_over"):
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"tree setting {name} must be a bool, not {type(value).__name__}")
+            setattr(config, name, 1 if value else 0)
+        else:
+            setattr(config, name, size_arg(value, name))
+    return config
 
 
 def _id(seq_id: Any) -> int:

@@ -96,6 +96,20 @@ class Step(Structure):
     ]
 
 
+class TreeConfig(Structure):
+    """ngramspec_tree_config (experimental in the C ABI)."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("successor_slots", c_size_t),
+        ("max_children", c_size_t),
+        ("vocab_size", c_size_t),
+        ("top_k", c_size_t),
+        ("shared_top_k", c_int),
+        ("carry_over", c_int),
+    ]
+
+
 class BatchStats(Structure):
     """ngramspec_batch_stats."""
 
@@ -169,6 +183,12 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_batch_size": (_S, [_P]),
     "ngramspec_batch_memory_bytes": (_S, [_P]),
     "ngramspec_batch_stats_get": (_STATUS, [_P, POINTER(BatchStats)]),
+    # Tree batches (experimental)
+    "ngramspec_tree_config_default": (TreeConfig, []),
+    "ngramspec_batch_create_tree": (_STATUS, [POINTER(BatchConfig), POINTER(TreeConfig), _P, _P]),
+    "ngramspec_batch_top_k": (_S, [_P]),
+    "ngramspec_batch_propose_trees": (_STATUS, [_P, _P, _S, _P, _P, _S, _P, _S, _P]),
+    "ngramspec_batch_accept_trees": (_STATUS, [_P, _P, _S, _P, _S, _P, _P, _S, _P, _P, _S]),
 }
 
 

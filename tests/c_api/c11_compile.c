@@ -1,5 +1,5 @@
 /* ngramspec.h as plain C11 (-std=c11 -Wall -Wextra -pedantic -Werror): a drafter created, fed,
- * asked and freed, a batch driven through a few passes of a toy greedy model, and a corpus saved
+ * asked and freed, a batch driven through a few passes of a toy greedy model (chains, then trees), and a corpus saved
  * to a file, mapped and loaded back. Exits 0 when every call did what the header says. */
 
 #include <ngramspec/ngramspec.h>
@@ -179,6 +179,61 @@ static int corpus_file(void) {
   return 0;
 }
 
+/* A tree batch of one sequence over the toy model, with a shared top-k table: tree passes keep
+ * the entries the model accepted, and every emitted token is the toy model's. */
+static int tree_batch(void) {
+  enum { kMaxNodes = 8, kK = 2 };
+  const ngramspec_sequence_id id = 5;
+  const ngramspec_token prompt[] = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0};
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  ngramspec_tree_config tree = ngramspec_tree_config_default();
+  ngramspec_sequence_options options = ngramspec_sequence_options_default();
+  ngramspec_batch* spec = NULL;
+  ngramspec_token tokens[kMaxNodes];
+  int32_t parents[kMaxNodes];
+  size_t offsets[2];
+  ngramspec_token model_tokens[kMaxNodes + 1];
+  ngramspec_token top[(kMaxNodes + 1) * kK];
+  size_t model_offsets[2] = {0, 1};
+  size_t kept[kMaxNodes + 1];
+  ngramspec_step step;
+  ngramspec_token last = 0;
+  size_t n = 0, e = 0, j = 0, emitted = 0, pass = 0;
+
+  config.max_sequences = 1;
+  tree.vocab_size = 5;
+  tree.top_k = kK;
+  options.max_new_tokens = 40;
+  options.max_drafts = kMaxNodes;
+  CHECK(ngramspec_batch_create_tree(&config, &tree, NULL, &spec));
+  EXPECT(ngramspec_batch_top_k(spec) == kK);
+  CHECK(ngramspec_batch_begin(spec, id, prompt, sizeof prompt / sizeof prompt[0], &options));
+  model_tokens[0] = next_token(prompt[sizeof prompt / sizeof prompt[0] - 1]); /* the prefill */
+  CHECK(ngramspec_batch_accept_trees(spec, &id, 1, model_tokens, 1, model_offsets, NULL, 0, &step, kept, 1));
+  last = model_tokens[0];
+  emitted = 1;
+  for (pass = 0; pass < 40 && !step.finished; ++pass) {
+    CHECK(ngramspec_batch_propose_trees(spec, &id, 1, tokens, parents, kMaxNodes, offsets, 0, &n));
+    for (e = 0; e <= n; ++e) { /* entry 0 is the root, entry j + 1 node j */
+      model_tokens[e] = next_token(e == 0 ? last : tokens[e - 1]);
+      for (j = 0; j < kK; ++j) top[e * kK + j] = (model_tokens[e] + j) % 5;
+      if (e > 0) EXPECT(parents[e - 1] == NGRAMSPEC_TREE_ROOT || (size_t)parents[e - 1] < e - 1);
+    }
+    model_offsets[1] = n + 1;
+    CHECK(ngramspec_batch_accept_trees(spec, &id, 1, model_tokens, n + 1, model_offsets, top, (n + 1) * kK, &step,
+                                       kept, n + 1));
+    for (j = 0; j < step.emitted; ++j) {
+      EXPECT(model_tokens[kept[j]] == next_token(last));
+      last = model_tokens[kept[j]];
+    }
+    emitted += step.emitted;
+  }
+  EXPECT(step.finished && emitted == 40 && pass < 40);
+  CHECK(ngramspec_batch_finish(spec, id));
+  ngramspec_batch_free(spec);
+  return 0;
+}
+
 int main(void) {
   EXPECT(ngramspec_version_number() == NGRAMSPEC_VERSION_NUMBER);
   EXPECT(strcmp(ngramspec_status_name(NGRAMSPEC_ERROR_OUT_OF_MEMORY), "NGRAMSPEC_ERROR_OUT_OF_MEMORY") == 0);
@@ -191,7 +246,7 @@ int main(void) {
   ngramspec_corpus_free(NULL);
   ngramspec_batch_free(NULL);
   ngramspec_corpus_file_close(NULL);
-  if (drafter() != 0 || batch() != 0 || corpus_file() != 0) return 1;
+  if (drafter() != 0 || batch() != 0 || tree_batch() != 0 || corpus_file() != 0) return 1;
   printf("ngramspec %s: the C API works from C11\n", ngramspec_version_string());
   return 0;
 }

@@ -1,0 +1,141 @@
+"""Tree batches (experimental in the C ABI): a batch of TreeDrafters driven from Python through tree
+passes emits exactly what plain greedy decoding emits, for every sequence, with sequences joining and
+leaving, with and without a cost, a top-k table (shared or one per drafter), and passes that verify
+only the first nodes; bad calls raise with the library's message."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from ngramspec import BatchSpeculator
+from test_greedy_property import greedy, make_model
+
+VOCAB = 64  # the models' tokens are below 54
+
+
+def path_of(entry: int, pass_parents: list[int], fed: list[int]) -> list[int]:
+    """The tokens from the root to pass entry `entry` (entry 0 is the root, already in the context)."""
+    path = []
+    while entry != 0:
+        path.append(fed[entry])
+        entry = pass_parents[entry]
+    return path[::-1]
+
+
+def serve(seed: int, *, tree: bool | dict, cost: str | None, pool: int, total: int) -> tuple[int, int]:
+    """Serves `total` random sequences through a tree batch; returns (sequences finished, nodes verified)."""
+    rng = random.Random(seed)
+    spec = BatchSpeculator(max_sequences=pool, cost=cost, tree=tree,
+                           drafter={"cap": 256, "count_window": 64, "min_confidence": 0.0})
+    k = spec.top_k
+    lanes: dict[int, dict] = {}
+    started = finished = nodes_verified = 0
+    while started < total or lanes:
+        while len(lanes) < pool and started < total:
+            model = make_model(rng.choice(["periodic", "looping", "mixed"]), rng.randrange(1000))
+            motif = [rng.randrange(3, 20) for _ in range(rng.randrange(1, 6))]
+            prompt = [motif[i % len(motif)] for i in range(rng.randrange(1, 30))]
+            limits = dict(max_new_tokens=rng.randrange(1, 60), stop_tokens=[rng.randrange(3, 54)] if rng.random() < 0.3
+                          else [], max_context=0)
+            seq_id = rng.getrandbits(64)
+            spec.begin(seq_id, prompt, max_drafts=rng.randrange(1, 24), **limits)
+            lanes[seq_id] = dict(model=model, context=list(prompt), output=[],
+                                 reference=greedy(model, prompt, limits["max_new_tokens"], limits["stop_tokens"], 0)[0])
+            started += 1
+        ids = [i for i in lanes if rng.random() < 0.85] or [next(iter(lanes))]
+        rng.shuffle(ids)
+        tokens, parents, offsets = spec.propose_trees(ids)
+        send_top = k > 0 and rng.random() < 0.7
+        model_tokens: list[int] = []
+        top: list[int] = []
+        model_offsets = [0]
+        for i, seq_id in enumerate(ids):
+            lane = lanes[seq_id]
+            start, n = int(offsets[i]), int(offsets[i + 1] - offsets[i])
+            if not lane["output"]:
+                assert n == 0  # the prefill
+                fed, pass_parents = [lane["context"][-1]], [0]
+                context = lane["context"][:-1]
+            else:
+                verified = rng.randrange(n + 1) if rng.random() < 0.1 else n
+                fed = [lane["context"][-1]] + [int(t) for t in tokens[start:start + verified]]
+                pass_parents = [0] + [int(p) + 1 for p in parents[start:start + verified]]
+                assert all(0 <= pass_parents[e] < e for e in range(1, len(fed)))
+                nodes_verified += verified
+                context = lane["context"][:-1]
+            for e in range(len(fed)):
+                answer = lane["model"](context + [fed[0]] + path_of(e, pass_parents, fed))
+                model_tokens.append(answer)
+                top.extend((answer + r) % VOCAB for r in range(k))
+            model_offsets.append(len(model_tokens))
+            lane["pass"] = pass_parents
+        steps, kept = spec.accept_trees(ids, np.array(model_tokens, np.uint32), model_offsets,
+                                        top if send_top else None)
+        for i, seq_id in enumerate(ids):
+            lane = lanes[seq_id]
+            at = model_offsets[i]
+            path = [int(e) for e in kept[at:at + int(steps["emitted"][i])]]
+            assert path[0] == 0 and all(lane["pass"][path[j]] == path[j - 1] for j in range(1, len(path)))
+            emitted = [model_tokens[at + e] for e in path]
+            lane["output"] += emitted
+            lane["context"] += emitted
+            assert lane["output"] == lane["reference"][:len(lane["output"])]
+            if steps["finished"][i]:
+                assert lane["output"] == lane["reference"]
+                spec.finish(seq_id)
+                del lanes[seq_id]
+                finished += 1
+    assert len(spec) == 0
+    assert spec.stats.drafted == nodes_verified
+    return finished, nodes_verified
+
+
+@pytest.mark.parametrize("tree", [True, {"vocab_size": VOCAB, "top_k": 3},
+                                  {"vocab_size": VOCAB, "top_k": 2, "shared_top_k": False, "max_children": 3,
+                                   "carry_over": True}])
+@pytest.mark.parametrize("cost", [None, "knee:8"])
+def test_every_output_is_plain_greedy_decoding(tree: bool | dict, cost: str | None) -> None:
+    finished = nodes = 0
+    for seed in range(4):
+        f, n = serve(seed, tree=tree, cost=cost, pool=1 + seed * 2, total=10)
+        finished += f
+        nodes += n
+    assert finished == 40
+    assert nodes > 200, "the runs must speculate for the property to say anything"
+
+
+def test_top_k_and_tree_properties() -> None:
+    assert BatchSpeculator(max_sequences=1).top_k == 0
+    assert not BatchSpeculator(max_sequences=1).tree
+    spec = BatchSpeculator(max_sequences=1, tree={"vocab_size": 32, "top_k": 4})
+    assert spec.tree and spec.top_k == 4
+    assert BatchSpeculator(max_sequences=1, tree=True).top_k == 0
+
+
+def test_bad_calls_are_errors_with_the_library_message() -> None:
+    with pytest.raises(ValueError, match="the batch drafts chains"):
+        BatchSpeculator(max_sequences=1).propose_trees([])
+    with pytest.raises(TypeError, match="unknown tree setting 'depth'"):
+        BatchSpeculator(max_sequences=1, tree={"depth": 3})
+    with pytest.raises(TypeError, match="shared_top_k must be a bool"):
+        BatchSpeculator(max_sequences=1, tree={"shared_top_k": 1})
+    with pytest.raises(ValueError, match="max_children = 0"):
+        BatchSpeculator(max_sequences=1, tree={"max_children": 0})
+    spec = BatchSpeculator(max_sequences=2, tree={"vocab_size": 32, "top_k": 2})
+    spec.begin(1, [5, 6, 5, 6, 5], max_drafts=8)
+    spec.begin(2, [7, 8, 7, 8], max_drafts=8)
+    tokens, parents, offsets = spec.propose_trees([1, 2])
+    assert len(tokens) == 0 and list(offsets) == [0, 0, 0]
+    with pytest.raises(ValueError, match="top has 3 tokens; it needs none or top_k\\(\\) = 2 per model token, 4"):
+        spec.accept_trees([1, 2], [6, 7], [0, 1, 2], [1, 2, 3])
+    with pytest.raises(ValueError, match="sequence 2: top\\[3\\] = 40 is outside the top-k table's vocabulary of 32"):
+        spec.accept_trees([1, 2], [6, 7], [0, 1, 2], [1, 2, 3, 40])
+    with pytest.raises(ValueError, match="sequence 1 has 2 model tokens; it needs 1 to 1"):
+        spec.accept_trees([1, 2], [6, 5, 7], [0, 2, 3])
+    steps, kept = spec.accept_trees([1, 2], [6, 7], [0, 1, 2], [1, 2, 3, 4])
+    assert list(steps["emitted"]) == [1, 1] and list(kept) == [0, 0]
+    tokens, parents, offsets = spec.propose_trees([1, 2])
+    assert len(tokens) > 0 and parents[0] == -1
