@@ -310,6 +310,7 @@ ngramspec_tree_config to_c(const ngramspec::TreeConfig& config) noexcept {
   c.top_k = config.top_k;
   c.shared_top_k = 1;
   c.carry_over = config.carry_over ? 1 : 0;
+  c.enrich_counts = config.enrich_counts ? 1 : 0;
   return c;
 }
 
@@ -875,6 +876,7 @@ ngramspec_status ngramspec_batch_create_tree(const ngramspec_batch_config* confi
     drafter.max_children = t.max_children;
     drafter.top_k = t.top_k;
     drafter.carry_over = t.carry_over != 0;
+    drafter.enrich_counts = t.enrich_counts != 0;
     std::unique_ptr<ngramspec::TopKTable> table;
     if (t.shared_top_k != 0 && t.vocab_size != 0) {
       if (t.top_k == 0 || t.top_k > ngramspec::TopKTable::kMaxK) {

@@ -1361,6 +1361,7 @@ TEST(CApiTrees, TheTreeConfigDefaultsAreTheCppDefaults) {
   EXPECT_EQ(c.top_k, cpp.top_k);
   EXPECT_NE(c.shared_top_k, 0);
   EXPECT_EQ(c.carry_over, cpp.carry_over ? 1 : 0);
+  EXPECT_EQ(c.enrich_counts, cpp.enrich_counts ? 1 : 0);
   EXPECT_EQ(NGRAMSPEC_TREE_ROOT, kTreeRoot);
 }
 
@@ -1391,6 +1392,7 @@ void serve_trees_through_c(std::uint64_t seed, std::size_t& finished_total, std:
   tree.vocab_size = rng() % 4 == 0 ? 0 : kVocab;
   tree.shared_top_k = rng() % 2 == 0 ? 1 : 0;
   tree.carry_over = rng() % 2 == 0 ? 1 : 0;
+  tree.enrich_counts = rng() % 2 == 0 ? 1 : 0;
   const BatchPtr batch = make_tree_batch(&config, &tree);
   ASSERT_TRUE(batch);
 
@@ -1403,6 +1405,7 @@ void serve_trees_through_c(std::uint64_t seed, std::size_t& finished_total, std:
   cpp_tree.max_children = tree.max_children;
   cpp_tree.top_k = tree.top_k;
   cpp_tree.carry_over = tree.carry_over != 0;
+  cpp_tree.enrich_counts = tree.enrich_counts != 0;
   std::optional<TopKTable> table;
   if (tree.shared_top_k != 0 && tree.vocab_size != 0) {
     table.emplace(tree.vocab_size, tree.top_k);

@@ -430,7 +430,7 @@ class BatchSpeculator {
     if (config_.max_pass_tokens != 0) budget = std::min(budget, config_.max_pass_tokens);
     const VerifyCost* cost = config_.cost ? &*config_.cost : nullptr;
     const double base_expected = static_cast<double>(ids.size());
-    const float least = cost != nullptr ? least_path_probability(*cost, base_tokens, base_expected,
+    const float least = cost != nullptr ? DraftPlanner::least_path_probability(*cost, base_tokens, base_expected,
                                                                  std::min(room, budget > base_tokens ? budget - base_tokens : 0))
                                         : 0.0f;
 
@@ -734,26 +734,6 @@ class BatchSpeculator {
                                   "] = " + std::to_string(offsets[i]) + " and there are " +
                                   std::to_string(model_tokens) + " model tokens");
     }
-  }
-
-  // The least path probability a tree node needs to belong in a pass that carries base_tokens
-  // and emits base_expected without its drafts, with up to `room` drafts more. The pass's best
-  // rate E / C is at least base_expected / cost(base_tokens); dropping the plan's last node, of
-  // path probability p and marginal cost d, raises it whenever p < d × that rate, and d is at
-  // least the least marginal cost within the room. So building stops there (as
-  // SpeculativeDecoder's tree passes do for one sequence; docs/ALGORITHM.md, "Trees").
-  [[nodiscard]] static float least_path_probability(const VerifyCost& cost, std::size_t base_tokens,
-                                                    double base_expected, std::size_t room) noexcept {
-    if (room == 0 || base_tokens == 0) return 0.0f;
-    double least = std::numeric_limits<double>::infinity();
-    double previous = cost(base_tokens);
-    const double rate = base_expected / previous;
-    for (std::size_t n = base_tokens; n < base_tokens + room; ++n) {
-      const double next = cost(n + 1);
-      least = std::min(least, next - previous);
-      previous = next;
-    }
-    return static_cast<float>(std::max(0.0, least * rate));
   }
 
   // The k of every drafter's top-k table (0: none); a pass's top rows share one k.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "ngramspec/verify_cost.hpp"
@@ -167,6 +168,27 @@ class DraftPlanner {
       }
     }
     return best_n;
+  }
+
+  /// The least path probability a draft (a tree node, or a chain's draft) needs to belong in
+  /// the best plan of a pass that carries base_tokens and emits base_expected without its
+  /// drafts, with up to `room` drafts more: drafting can stop at the first candidate below it.
+  /// The plan's rate E / C is at least base_expected / cost(base_tokens); dropping the plan's
+  /// last draft, of path probability p and marginal cost d, raises it whenever p < d × that
+  /// rate, and d is at least the least marginal cost within the room (docs/ALGORITHM.md,
+  /// "Trees"). 0 on a flat stretch of the curve, near 1 where every token costs a pass.
+  [[nodiscard]] static float least_path_probability(const VerifyCost& cost, std::size_t base_tokens,
+                                                    double base_expected, std::size_t room) noexcept {
+    if (room == 0 || base_tokens == 0) return 0.0f;
+    double least = std::numeric_limits<double>::infinity();
+    double previous = cost(base_tokens);
+    const double rate = base_expected / previous;
+    for (std::size_t n = base_tokens; n < base_tokens + room; ++n) {
+      const double next = cost(n + 1);
+      least = std::min(least, next - previous);
+      previous = next;
+    }
+    return static_cast<float>(std::max(0.0, least * rate));
   }
 
  private:

@@ -376,6 +376,7 @@ typedef struct ngramspec_tree_config {
   int shared_top_k;       /* nonzero: one top-k table (vocab_size x top_k tokens) that every drafter of the
                              batch shares and learns from (default 1); zero: one per drafter */
   int carry_over;         /* nonzero: a drafter keeps what it learnt for its next sequence (default 0) */
+  int enrich_counts;      /* nonzero: the model's top-1 after each token also counts as text (default 0) */
 } ngramspec_tree_config;
 
 /* TreeConfig's defaults, with struct_size set. */

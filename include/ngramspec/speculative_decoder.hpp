@@ -196,7 +196,7 @@ class SpeculativeDecoder {
     const TopKTable* table = drafter.top_k_table();
     top_k_ = table != nullptr && TopKTreeModel<M> ? table->k() : 0;
     top_.resize(top_k_ * (nodes + 1));
-    min_node_probability_ = cost_ ? static_cast<float>(least_marginal_cost(*cost_, nodes)) : 0.0f;
+    min_node_probability_ = cost_ ? DraftPlanner::least_path_probability(*cost_, 1, 1.0, nodes) : 0.0f;
     stats.drafted_at.assign(std::max(stats.drafted_at.size(), nodes), 0);
     stats.accepted_at.assign(stats.drafted_at.size(), 0);
   }
@@ -247,18 +247,6 @@ class SpeculativeDecoder {
     }
     for (std::size_t j = 0; j < outcome.emitted; ++j) emitted_[j] = next_[kept[j]];
     return nodes;
-  }
-
-  // The least a node of a pass of up to `nodes` drafts adds to the pass's cost, in one-token
-  // passes. A node whose path probability is below it never belongs in the best prefix: the
-  // best rate E / C is at least plain decoding's 1 / cost(1), and dropping the prefix's last
-  // node, of path probability p and marginal cost d >= that least, raises E / C whenever
-  // p < d / cost(1). So building stops there (docs/ALGORITHM.md, "Trees").
-  [[nodiscard]] static double least_marginal_cost(const VerifyCost& cost, std::size_t nodes) noexcept {
-    const double one = cost(1);
-    double least = std::numeric_limits<double>::infinity();
-    for (std::size_t n = 1; n <= nodes; ++n) least = std::min(least, (cost(n + 1) - cost(n)) / one);
-    return nodes == 0 ? 0.0 : std::max(0.0, least);
   }
 
   void record_tree(DecodeStats& stats, std::size_t drafted, const StepOutcome& outcome) const noexcept {

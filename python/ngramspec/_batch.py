@@ -140,7 +140,8 @@ class BatchSpeculator(Closable):
         :meth:`propose_trees`): ``successor_slots`` (a power of two, default 4096),
         ``max_children`` (1..16, default 8), ``vocab_size`` (the model's vocabulary, to recycle its
         top-k; 0, the default: none), ``top_k`` (1..32, default 8), ``shared_top_k`` (default
-        True: one table that every drafter shares) and ``carry_over`` (default False). A tree batch
+        True: one table that every drafter shares), ``carry_over`` and ``enrich_counts`` (default
+        False; TreeConfig's settings of those names). A tree batch
         takes no `corpus_file`.
         Raises ValueError (the library's message) for an invalid setting or cost."""
         config = lib.ngramspec_batch_config_default()
@@ -468,7 +469,8 @@ class BatchSpeculator(Closable):
                 f"{self.memory_bytes} bytes>")
 
 
-_TREE_SETTINGS = ("successor_slots", "max_children", "vocab_size", "top_k", "shared_top_k", "carry_over")
+_TREE_SETTINGS = ("successor_slots", "max_children", "vocab_size", "top_k", "shared_top_k", "carry_over",
+                  "enrich_counts")
 
 
 def _tree_config(tree: Any) -> _CTreeConfig | None:
@@ -483,7 +485,7 @@ def _tree_config(tree: Any) -> _CTreeConfig | None:
     for name, value in tree.items():
         if name not in _TREE_SETTINGS:
             raise TypeError(f"unknown tree setting {name!r}; the settings are {', '.join(_TREE_SETTINGS)}")
-        if name in ("shared_top_k", "carry_over"):
+        if name in ("shared_top_k", "carry_over", "enrich_counts"):
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"tree setting {name} must be a bool, not {type(value).__name__}")
             setattr(config, name, 1 if value else 0)

@@ -107,6 +107,7 @@ class TreeConfig(Structure):
         ("top_k", c_size_t),
         ("shared_top_k", c_int),
         ("carry_over", c_int),
+        ("enrich_counts", c_int),
     ]
 
 

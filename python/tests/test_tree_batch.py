@@ -95,7 +95,7 @@ def serve(seed: int, *, tree: bool | dict, cost: str | None, pool: int, total: i
 
 @pytest.mark.parametrize("tree", [True, {"vocab_size": VOCAB, "top_k": 3},
                                   {"vocab_size": VOCAB, "top_k": 2, "shared_top_k": False, "max_children": 3,
-                                   "carry_over": True}])
+                                   "carry_over": True, "enrich_counts": True}])
 @pytest.mark.parametrize("cost", [None, "knee:8"])
 def test_every_output_is_plain_greedy_decoding(tree: bool | dict, cost: str | None) -> None:
     finished = nodes = 0
