@@ -139,7 +139,7 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   }
   if (has_prompt && !options.prompts_file.empty()) throw std::invalid_argument("--prompt and --prompts exclude each other");
   if (options.tree_nodes != 0 && has_k) {
-    throw std::invalid_argument("--k sizes chains; with --tree-nodes the tree's node budget is the one setting");
+    throw std::invalid_argument("--k sizes chains: with --tree-nodes the tree's node budget is the one setting");
   }
   if (options.tree_nodes == 0 && (has_recycle || options.carry_over || options.enrich_counts)) {
     throw std::invalid_argument(std::string(has_recycle         ? "--recycle"
@@ -151,7 +151,7 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
     throw std::invalid_argument("--enrich-counts counts the model's top-k, which --recycle 0 does not ask for");
   }
   if (options.tree_nodes != 0 && !options.speculate) {
-    throw std::invalid_argument("--tree-nodes drafts trees; --no-speculate drafts nothing");
+    throw std::invalid_argument("--tree-nodes drafts trees, and --no-speculate drafts nothing");
   }
   if (!has_k && options.cost_source == GenerateOptions::Cost::none) options.k = GenerateOptions::kDefaultKWithoutCost;
   if (options.k == 0 || options.k > kMaxDraftsPerPass) k_out_of_range(std::to_string(options.k));
