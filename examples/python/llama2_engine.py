@@ -13,10 +13,19 @@ back is shortening the length. The speculative engine holds one ngramspec.BatchS
 whole batch: propose() gives each request's drafts, the forward verifies them, accept() says how
 many tokens each request emits and how far to roll its cache back.
 
+With --tree-nodes N the program also decodes through a tree batch (BatchSpeculator(tree=...)):
+propose_trees() gives each request a tree of up to N nodes, and one batched forward verifies every
+request's tree, its last emitted token (the root) then its nodes, each at position cache length +
+depth, attending to the cached positions and to its ancestors in the pass only, its keys and values
+written to slot cache length + entry index. accept_trees() takes the model's token after every entry
+and its top spec.top_k tokens (which the drafters recycle) and says which entries the path it
+follows keeps; Transformer.keep() moves them to the positions that follow the cache.
+
 The program decodes every request twice, plainly (one token per request per step) and
 speculatively, checks that each request's output is the same token for token (exit status 1 if
 not), checks the plain output of the BOS-only request against the golden 256 tokens that llama2.c
-generates (stories260K_greedy256.ids), and prints tokens per pass and the wall-clock speedup.
+generates (stories260K_greedy256.ids), and prints tokens per pass and the wall-clock speedup
+(with --tree-nodes, for chains and trees, each checked against plain decoding).
 
 Greedy identity needs a forward whose result for a position does not depend on how many tokens
 the pass carries (batch invariance): a verify pass of five tokens must produce, for each of them,
@@ -26,7 +35,10 @@ in a fixed order per output: products are summed along the innermost axis, (x * 
 each output row is reduced alone; the token at position p attends over p + 1 positions rounded
 up to a multiple of 64 (the rest masked out), a length that depends on p alone; and every exp
 runs on a tensor whose size is a multiple of 64, so that no element falls in the scalar tail of a
-vectorized loop. Run with --check-invariance to test it (README.md in this folder has more).
+vectorized loop. A tree pass keeps all of that: a node at position p reduces over the same span(p)
+positions in the same order as the token at p of its path fed as a chain, its ancestors' keys and
+values gathered into the places their positions hold, so its logits are bitwise the chain's. Run
+with --check-invariance to test both (README.md in this folder has more).
 
 Exit status: 0 when every output is identical (and the golden check passes), 1 when not, 2 for
 a bad command line, 77 when torch, numpy, ngramspec or the model files are missing.
