@@ -13,10 +13,19 @@ back is shortening the length. The speculative engine holds one ngramspec.BatchS
 whole batch: propose() gives each request's drafts, the forward verifies them, accept() says how
 many tokens each request emits and how far to roll its cache back.
 
+With --tree-nodes N the program also decodes through a tree batch (BatchSpeculator(tree=...)):
+propose_trees() gives each request a tree of up to N nodes, and one batched forward verifies every
+request's tree, its last emitted token (the root) then its nodes, each at position cache length +
+depth, attending to the cached positions and to its ancestors in the pass only, its keys and values
+written to slot cache length + entry index. accept_trees() takes the model's token after every entry
+and its top spec.top_k tokens (which the drafters recycle) and says which entries the path it
+follows keeps; Transformer.keep() moves them to the positions that follow the cache.
+
 The program decodes every request twice, plainly (one token per request per step) and
 speculatively, checks that each request's output is the same token for token (exit status 1 if
 not), checks the plain output of the BOS-only request against the golden 256 tokens that llama2.c
-generates (stories260K_greedy256.ids), and prints tokens per pass and the wall-clock speedup.
+generates (stories260K_greedy256.ids), and prints tokens per pass and the wall-clock speedup
+(with --tree-nodes, for chains and trees, each checked against plain decoding).
 
 Greedy identity needs a forward whose result for a position does not depend on how many tokens
 the pass carries (batch invariance): a verify pass of five tokens must produce, for each of them,
@@ -26,7 +35,10 @@ in a fixed order per output: products are summed along the innermost axis, (x * 
 each output row is reduced alone; the token at position p attends over p + 1 positions rounded
 up to a multiple of 64 (the rest masked out), a length that depends on p alone; and every exp
 runs on a tensor whose size is a multiple of 64, so that no element falls in the scalar tail of a
-vectorized loop. Run with --check-invariance to test it (README.md in this folder has more).
+vectorized loop. A tree pass keeps all of that: a node at position p reduces over the same span(p)
+positions in the same order as the token at p of its path fed as a chain, its ancestors' keys and
+values gathered into the places their positions hold, so its logits are bitwise the chain's. Run
+with --check-invariance to test both (README.md in this folder has more).
 
 Exit status: 0 when every output is identical (and the golden check passes), 1 when not, 2 for
 a bad command line, 77 when torch, numpy, ngramspec or the model files are missing.
@@ -37,6 +49,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import random
 import statistics
 import struct
 import sys
@@ -215,6 +228,16 @@ class KVCache:
     length: int = 0
 
 
+@dataclass
+class TreeLayout:
+    """A tree pass of one request: each entry's position (the cache length + its depth), and its
+    entries grouped by attention span: (rows, span, slots, future), `slots` (rows, span) the cache
+    slot that each of its span's positions reads, `future` the positions masked out."""
+
+    positions: torch.Tensor
+    groups: list[tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]]
+
+
 class Transformer:
     def __init__(self, path: Path) -> None:
         self.config, w = read_checkpoint(path)
@@ -241,9 +264,11 @@ class Transformer:
         self.inv_sqrt = float(np.float32(1.0) / np.sqrt(np.float32(hs)))
         self.positions = torch.arange(round_up(c.seq_len, SPAN))
 
-    def new_cache(self) -> KVCache:
+    def new_cache(self, spare: int = 0) -> KVCache:
+        """An empty cache for seq_len positions and `spare` slots more, which a tree pass near the end of
+        the context writes its entries to (slot length + entry index, past its last position)."""
         c = self.config
-        positions = round_up(c.seq_len, SPAN)
+        positions = round_up(c.seq_len + spare, SPAN)
         return KVCache(torch.zeros(c.n_layers, c.n_kv_heads, positions, c.head_size),
                        torch.zeros(c.n_layers, c.n_kv_heads, c.head_size, positions))
 
@@ -255,15 +280,19 @@ class Transformer:
         a, b = pairs[..., 0], pairs[..., 1]
         return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).view(x.shape)
 
-    def _attention(self, cache: KVCache, layer: int, pos: int, q: torch.Tensor, k: torch.Tensor,
-                   v: torch.Tensor) -> torch.Tensor:
+    def _write(self, cache: KVCache, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Writes the keys and values of the T tokens of a pass into cache slots pos .. pos + T - 1."""
+        c = self.config
+        t = k.shape[0]
+        cache.keys[layer, :, pos:pos + t] = k.view(t, c.n_kv_heads, c.head_size).transpose(0, 1)
+        cache.values[layer, :, :, pos:pos + t] = v.view(t, c.n_kv_heads, c.head_size).permute(1, 2, 0)
+
+    def _attention(self, cache: KVCache, layer: int, pos: int, q: torch.Tensor) -> torch.Tensor:
         """Causal attention of the T tokens at pos .. pos + T - 1 of one request. The token at position p
         attends over the first span(p) = p + 1 rounded up to a multiple of SPAN cached positions, those
         past p masked out: the length of every reduction depends on p alone, never on the pass."""
         c = self.config
         t, group, hs = q.shape[0], c.n_heads // c.n_kv_heads, c.head_size
-        cache.keys[layer, :, pos:pos + t] = k.view(t, c.n_kv_heads, hs).transpose(0, 1)
-        cache.values[layer, :, :, pos:pos + t] = v.view(t, c.n_kv_heads, hs).permute(1, 2, 0)
         q = q.view(t, c.n_kv_heads, group, 1, hs)  # query head h = kv head h // group, member h % group
         outs, first = [], 0
         while first < t:  # the tokens whose span is the same, together
@@ -280,15 +309,75 @@ class Transformer:
             first = last
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
-    def forward(self, batch: list[tuple[KVCache, list[int]]], logits: bool = False) -> list:
-        """One batched pass: for each (cache, tokens), feeds the tokens at the cache's length (and
-        advances it); returns, for each, the list of argmax tokens after every token fed (with
-        `logits`, their logits, a tensor)."""
+    def _tree_layout(self, pos: int, parents: list[int]) -> TreeLayout:
+        """Where the entries of a tree pass at `pos` sit and what each attends to (see TreeLayout)."""
+        depths: list[int] = []
+        paths: list[list[int]] = []  # entry e's ancestors from its depth-0 one down to itself
+        for e, parent in enumerate(parents):
+            if not -1 <= parent < e:
+                raise ValueError(f"tree pass entry {e} has parent {parent}; a parent is -1 (the cached sequence) "
+                                 f"or an earlier entry, 0 to {e - 1}")
+            paths.append([e] if parent < 0 else paths[parent] + [e])
+            depths.append(len(paths[-1]) - 1)
+        by_span: dict[int, list[int]] = {}
+        for e, depth in enumerate(depths):
+            by_span.setdefault(round_up(pos + depth + 1, SPAN), []).append(e)
+        groups = []
+        for span, rows in by_span.items():
+            slots = np.tile(np.arange(span), (len(rows), 1))  # the cached positions, then per row its path
+            for r, e in enumerate(rows):
+                slots[r, pos:pos + len(paths[e])] = pos + np.array(paths[e])
+            future = self.positions[None, :span] > torch.tensor([pos + depths[e] for e in rows])[:, None]
+            groups.append((torch.tensor(rows), span, torch.from_numpy(slots), future[:, None, None, :]))
+        return TreeLayout(torch.tensor(depths) + pos, groups)
+
+    def _tree_attention(self, cache: KVCache, layer: int, q: torch.Tensor, layout: TreeLayout) -> torch.Tensor:
+        """Attention of the entries of a tree pass (their keys and values already in the cache): entry e,
+        at position p = pos + depth, reduces over exactly what the token at p of its path fed as a chain
+        would (span(p) positions, in the same order, those past p masked out), gathered: position s < pos
+        reads cache slot s, position pos + j the slot of its ancestor at depth j (pos + its entry index)."""
         c = self.config
-        tokens = torch.tensor([token for _, fed in batch for token in fed], dtype=torch.long)
-        positions = torch.cat([torch.arange(cache.length, cache.length + len(fed)) for cache, fed in batch])
+        t, group, hs = q.shape[0], c.n_heads // c.n_kv_heads, c.head_size
+        q = q.view(t, c.n_kv_heads, group, 1, hs)
+        out = torch.empty(t, c.dim)
+        for rows, span, slots, future in layout.groups:
+            # (n, kv heads, span, head_size) and (n, kv heads, head_size, span), laid out as _attention's.
+            n, flat = len(rows), slots.view(-1)
+            keys = cache.keys[layer].index_select(1, flat).view(c.n_kv_heads, n, span, hs).transpose(0, 1)
+            values = cache.values[layer].index_select(2, flat).view(c.n_kv_heads, hs, n, span).permute(2, 0, 1, 3)
+            keys, values = keys.contiguous(), values.contiguous()
+            scores = (q[rows] * keys[:, :, None]).sum(-1) * self.inv_sqrt  # (n, kv heads, group, span)
+            scores = scores.masked_fill(future, float("-inf"))
+            weights = torch.exp(scores - scores.amax(-1, keepdim=True))
+            weights = weights / weights.sum(-1, keepdim=True)
+            out[rows] = (weights[:, :, :, None, :] * values[:, :, None]).sum(-1).reshape(len(rows), c.dim)
+        return out
+
+    def forward(self, batch: list[tuple], logits: bool = False) -> list:
+        """One batched pass: for each (cache, tokens) feeds the tokens as a chain at the cache's length;
+        for each (cache, tokens, parents), a tree: token e at the cache's length + its depth, attending
+        to the cached positions and to its ancestors in the pass (parents[e]: -1, it follows the cached
+        sequence, or an earlier entry), its keys and values in slot length + e. Advances every cache's
+        length by the tokens fed (a tree pass is then settled by keep()); returns, for each, the list
+        of argmax tokens after every token fed (with `logits`, their logits, a tensor)."""
+        c = self.config
+        tokens = torch.tensor([token for entry in batch for token in entry[1]], dtype=torch.long)
+        layouts = []
+        for entry in batch:
+            parents = list(entry[2]) if len(entry) > 2 and entry[2] is not None else None
+            if parents is not None and len(parents) != len(entry[1]):
+                raise ValueError(f"a tree pass has {len(entry[1])} tokens but {len(parents)} parents")
+            # A chain-shaped tree (-1, 0, 1, ...) goes the chain's way: the same logits, less work.
+            chain = parents is None or parents == list(range(-1, len(parents) - 1))
+            layouts.append(None if chain else self._tree_layout(entry[0].length, parents))
+        positions = torch.cat([torch.arange(cache.length, cache.length + len(fed)) if layout is None
+                               else layout.positions for (cache, fed, *_), layout in zip(batch, layouts)])
         if int(positions.max()) >= c.seq_len:
             raise ValueError(f"a pass reaches position {int(positions.max())}; the model holds {c.seq_len}")
+        for cache, fed, *_ in batch:
+            if cache.length + len(fed) > cache.keys.shape[2]:
+                raise ValueError(f"a pass of {len(fed)} tokens at {cache.length} writes past the cache's "
+                                 f"{cache.keys.shape[2]} slots (new_cache's `spare`)")
         x = self.embedding[tokens]
         for layer in range(c.n_layers):
             xb = rmsnorm(x, self.rms_att[layer])
@@ -296,10 +385,11 @@ class Transformer:
             k = self._rope(linear(xb, self.wk[layer]), positions)
             v = linear(xb, self.wv[layer])
             outs, row = [], 0
-            for cache, fed in batch:
+            for (cache, fed, *_), layout in zip(batch, layouts):
                 n = len(fed)
-                outs.append(self._attention(cache, layer, cache.length, q[row:row + n], k[row:row + n],
-                                            v[row:row + n]))
+                self._write(cache, layer, cache.length, k[row:row + n], v[row:row + n])
+                outs.append(self._attention(cache, layer, cache.length, q[row:row + n]) if layout is None
+                            else self._tree_attention(cache, layer, q[row:row + n], layout))
                 row += n
             x = x + linear(torch.cat(outs), self.wo[layer])
             xb = rmsnorm(x, self.rms_ffn[layer])
@@ -309,11 +399,29 @@ class Transformer:
         scores = linear(rmsnorm(x, self.rms_final), self.classifier)
         best = scores if logits else scores.argmax(-1).tolist()
         out, row = [], 0
-        for cache, fed in batch:
+        for cache, fed, *_ in batch:
             cache.length += len(fed)
             out.append(best[row:row + len(fed)])
             row += len(fed)
         return out
+
+    @staticmethod
+    def keep(cache: KVCache, pos: int, kept: list[int]) -> None:
+        """Settles a tree pass at `pos`: moves the keys and values of entry kept[j] to position pos + j
+        (every layer) and keeps pos + len(kept) positions, as if that root path had been fed as a chain.
+        `kept` ascends (a path), so no entry is overwritten before it moves."""
+        m = len(kept)
+        if list(kept) != list(range(m)):
+            slots = torch.tensor(kept) + pos
+            cache.keys[:, :, pos:pos + m] = cache.keys[:, :, slots]
+            cache.values[:, :, :, pos:pos + m] = cache.values[:, :, :, slots]
+        cache.length = pos + m
+
+
+def top_tokens(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """The k best tokens of every row of logits, best first, ties to the lower id (a stable sort of the
+    negated logits keeps equal ones in id order; torch.topk promises no order among ties)."""
+    return torch.sort(-scores, dim=-1, stable=True).indices[:, :k]
 
 
 # ---- Serving a batch of requests ------------------------------------------------------------------
@@ -412,13 +520,74 @@ def serve_speculative(model: Transformer, prompts: list[list[int]], max_new_toke
     return Run(requests, steps, seconds, stats.drafted, stats.accepted)
 
 
+def serve_tree(model: Transformer, prompts: list[list[int]], max_new_tokens: int, batch: int, max_nodes: int,
+               cost: str | None) -> Run:
+    """The same requests through a tree batch: each step feeds every running request a tree pass (its
+    last emitted token, then the nodes propose_trees() gives), and accept_trees() says which path of
+    it the model follows; the cache keeps that path's entries, moved into place (Transformer.keep).
+    The model's top spec.top_k tokens after every entry go back to the drafters, which recycle them."""
+    import ngramspec
+
+    c = model.config
+    spec = ngramspec.BatchSpeculator(max_sequences=batch, cost=cost, tree={"vocab_size": c.vocab_size})
+    k = spec.top_k
+    requests = [Request(p, max_new_tokens) for p in prompts]
+    waiting, running, caches, steps = list(range(len(requests))), [], {}, 0
+    start = time.perf_counter()
+    while waiting or running:
+        while waiting and len(running) < batch:
+            i = waiting.pop(0)
+            spec.begin(i, requests[i].prompt, max_new_tokens=max_new_tokens, stop_tokens=(BOS,),
+                       max_context=c.seq_len, max_drafts=max_nodes)
+            running.append(i)
+            caches[i] = model.new_cache(spare=max_nodes + 1)
+        nodes, parents, offsets = spec.propose_trees(running)
+        fed, roots = [], []  # a prefill feeds the prompt as a chain; a decode step a tree under the last token
+        for j, i in enumerate(running):
+            request, cache = requests[i], caches[i]
+            roots.append(cache.length)
+            if not request.output:
+                fed.append((cache, request.prompt))
+            else:
+                own = slice(int(offsets[j]), int(offsets[j + 1]))
+                fed.append((cache, request.output[-1:] + nodes[own].tolist(), [-1] + (parents[own] + 1).tolist()))
+        scores = model.forward(fed, logits=True)
+        steps += 1
+        answered = torch.cat([rows[-1:] if len(entry) == 2 else rows for entry, rows in zip(fed, scores)])
+        model_tokens = answered.argmax(-1).numpy().astype(np.uint32)
+        top = top_tokens(answered, k).numpy().astype(np.uint32).ravel() if k else None
+        model_offsets = np.cumsum([0] + [1 if len(entry) == 2 else len(entry[1]) for entry in fed])
+        taken, kept = spec.accept_trees(running, model_tokens, model_offsets, top)
+        emitted, done = taken["emitted"].tolist(), taken["finished"].tolist()
+        still = []
+        for j, i in enumerate(running):
+            request = requests[i]
+            path = kept[model_offsets[j]:model_offsets[j] + emitted[j]].tolist()
+            request.output.extend(model_tokens[model_offsets[j] + np.array(path, np.intp)].tolist())
+            request.passes += 1
+            if done[j]:
+                spec.finish(i)
+                del caches[i]
+            else:
+                if len(fed[j]) == 3:
+                    model.keep(caches[i], roots[j], path)
+                still.append(i)
+        running = still
+    seconds = time.perf_counter() - start
+    stats = spec.stats
+    spec.close()
+    return Run(requests, steps, seconds, stats.drafted, stats.accepted)
+
+
 # ---- What a pass costs ---------------------------------------------------------------------------
 
 
-def measure_cost(model: Transformer, batch: int, max_drafts: int, repeats: int = 7) -> str:
+def measure_cost(model: Transformer, batch: int, max_drafts: int, repeats: int = 7, tree: bool = False) -> str:
     """The cost of a pass against the tokens it carries, as ngramspec's table spec: passes of `batch`
     requests at mid-context carrying 1, 2, 3, 5, 9, ... tokens each (up to max_drafts + 1), timed
-    interleaved, medians normalized to the one-token-each pass and keyed by the pass's total tokens."""
+    interleaved, medians normalized to the one-token-each pass and keyed by the pass's total tokens.
+    With `tree`, the passes are trees (entry e under entry (e - 1) // 2), which go through the tree
+    attention."""
     c = model.config
     context = c.seq_len // 4
     widths = [1]
@@ -432,7 +601,8 @@ def measure_cost(model: Transformer, batch: int, max_drafts: int, repeats: int =
     for _ in range(repeats):
         for w in widths:
             begin = time.perf_counter()
-            model.forward([(cache, prompt[context:context + w]) for cache in caches])
+            shape = [[(e - 1) // 2 for e in range(w)]] if tree else []
+            model.forward([(cache, prompt[context:context + w], *shape) for cache in caches])
             times[w].append(time.perf_counter() - begin)
             for cache in caches:
                 cache.length = context
@@ -462,6 +632,39 @@ def check_invariance(model: Transformer, tokens: list[int]) -> bool:
     return same
 
 
+def check_tree_invariance(model: Transformer, tokens: list[int], seed: int = 1) -> bool:
+    """Whether a tree pass gives, for every entry, bitwise the logits of its root path fed as a chain
+    (beside another request, spans of two lengths), and whether keep() then leaves the cache as that
+    chain would: the next token's logits after each kept path equal the chain's."""
+    rng = random.Random(seed)
+    c = model.config
+    context, same = tokens[:58], True  # the entries sit at positions 58 to about 70: spans of 64 and 128
+    for n in (1, 9, 40):
+        fed = [tokens[58]] + [rng.randrange(c.vocab_size) for _ in range(n - 1)]
+        parents = [-1] + [rng.randrange(e) if rng.random() < 0.6 else e - 1 for e in range(1, n)]
+        paths: list[list[int]] = []
+        for e, parent in enumerate(parents):
+            paths.append([e] if parent < 0 else paths[parent] + [e])
+        cache, other = model.new_cache(), model.new_cache()
+        model.forward([(cache, context), (other, tokens[:5])])
+        got = model.forward([(other, [7]), (cache, fed, parents)], logits=True)[1]
+        chain = model.new_cache()
+        model.forward([(chain, context)])
+        for e, path in enumerate(paths):
+            expected = model.forward([(chain, [fed[a] for a in path])], logits=True)[0][-1]
+            same = same and torch.equal(got[e], expected)
+            chain.length = len(context)
+        for e in (n - 1, n // 2):  # the pass again, keep a path of it, then feed one more token after it
+            cache.length = len(context)
+            model.forward([(cache, fed, parents)])
+            model.keep(cache, len(context), paths[e])
+            after = model.forward([(cache, [3])], logits=True)[0]
+            expected = model.forward([(chain, [fed[a] for a in paths[e]] + [3])], logits=True)[0][-1:]
+            same = same and torch.equal(after, expected)
+            chain.length = len(context)
+    return same
+
+
 # ---- The program ---------------------------------------------------------------------------------
 
 
@@ -477,6 +680,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=256, help="most tokens generated per request (default 256)")
     parser.add_argument("--batch", type=int, default=4, help="requests running at once (default 4)")
     parser.add_argument("--k", type=int, default=8, help="most drafts per request and pass (default 8)")
+    parser.add_argument("--tree-nodes", type=int, default=0,
+                        help="also decode through a tree batch verifying up to N nodes per request and pass, "
+                             "and print its figures beside the chains' (default 0: chains only)")
     parser.add_argument("--cost", default="measure",
                         help="what a pass costs: measure (default: time this forward at start), none (no cost "
                              "model: MatchDrafter's gate decides), or an ngramspec spec, knee:N or table:T=C,...")
@@ -490,6 +696,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{name} must be at least 1")
     if args.k > 1024:
         parser.error("--k must be at most 1024 (BatchSpeculator's most drafts per sequence and pass)")
+    if not 0 <= args.tree_nodes <= 1024:
+        parser.error(f"--tree-nodes must be 0 (chains only) to 1024 (BatchSpeculator's most nodes per sequence "
+                     f"and pass), not {args.tree_nodes}")
     return args
 
 
@@ -514,52 +723,85 @@ def main(argv: list[str] | None = None) -> int:
           f"{c.vocab_size}, seq_len {c.seq_len}) in PyTorch {torch.__version__} on the CPU, one thread; "
           f"ngramspec {ngramspec.__version__}")
     print(f"{len(prompts)} requests, up to {args.steps} tokens each, {args.batch} at a time; up to {args.k} drafts "
-          f"per request and pass")
+          f"per request and pass" + (f" (chains), up to {args.tree_nodes} nodes (trees)" if args.tree_nodes else ""))
 
     if args.check_invariance:
         ok = check_invariance(model, [BOS] + golden[:99])  # past position 64: attention spans of two lengths
         print(f"batch invariance (logits of passes of 2 to 9 tokens and of all at once, beside another request, = one-token passes, bitwise): {'yes' if ok else 'NO'}")
-        if not ok:
+        tree_ok = check_tree_invariance(model, [BOS] + golden[:99])
+        print(f"tree passes (logits of every node of trees of 1, 9 and 40 entries = its path fed as a chain, and the "
+              f"cache after keeping a path = the chain's, bitwise): {'yes' if tree_ok else 'NO'}")
+        if not ok or not tree_ok:
             return 1
 
     serve_plain(model, [prompts[0][:1]], 2, 1)  # warm-up: torch's first calls are slow
-    if args.cost == "measure":
-        began = time.perf_counter()
-        cost = measure_cost(model, args.batch, args.k)
-        print(f"verify cost: {cost} (measured in {1000 * (time.perf_counter() - began):.0f} ms)")
-    else:
-        cost = None if args.cost == "none" else args.cost
-        print(f"verify cost{' (given)' if cost else ''}: {args.cost}")
+    # The speculative decodings: label, its pass budget, whether it drafts trees.
+    decodings = [("chain" if args.tree_nodes else "spec", args.k, False)]
+    if args.tree_nodes:
+        decodings.append(("tree", args.tree_nodes, True))
+    costs: dict[str, str | None] = {}
+    for label, budget, tree in decodings:
+        if args.cost == "measure":
+            began = time.perf_counter()
+            costs[label] = measure_cost(model, args.batch, budget, tree=tree)
+            print(f"verify cost{f' ({label}s)' if args.tree_nodes else ''}: {costs[label]} (measured in "
+                  f"{1000 * (time.perf_counter() - began):.0f} ms)")
+        else:
+            costs[label] = None if args.cost == "none" else args.cost
+    if args.cost != "measure":
+        print(f"verify cost{' (given)' if args.cost != 'none' else ''}: {args.cost}")
 
-    plain_runs, spec_runs = [], []
-    for r in range(args.repeats):  # alternating, so that neither decoding always runs first
-        order = ("plain", "spec") if r % 2 == 0 else ("spec", "plain")
+    runs: dict[str, list[Run]] = {"plain": [], **{label: [] for label, _, _ in decodings}}
+    for r in range(args.repeats):  # alternating, so that no decoding always runs first
+        order = list(runs) if r % 2 == 0 else list(runs)[::-1]
         for which in order:
             if which == "plain":
-                plain_runs.append(serve_plain(model, prompts, args.steps, args.batch))
+                runs[which].append(serve_plain(model, prompts, args.steps, args.batch))
+            elif which == "tree":
+                runs[which].append(serve_tree(model, prompts, args.steps, args.batch, args.tree_nodes, costs[which]))
             else:
-                spec_runs.append(serve_speculative(model, prompts, args.steps, args.batch, args.k, cost))
-    plain, spec = plain_runs[0], spec_runs[0]
+                runs[which].append(serve_speculative(model, prompts, args.steps, args.batch, args.k, costs[which]))
+    plain = runs["plain"][0]
+    firsts = {label: runs[label][0] for label, _, _ in decodings}
 
     identical = all(run.requests[i].output == plain.requests[i].output
-                    for run in plain_runs + spec_runs for i in range(len(prompts)))
+                    for label in runs for run in runs[label] for i in range(len(prompts)))
     print()
-    print(f"{'request':<28} {'tokens':>6} {'passes plain':>12} {'passes spec':>11} {'tokens/pass spec':>16}  "
-          f"identical")
-    for text, p, s in zip(texts, plain.requests, spec.requests):
+    header = f"{'request':<28} {'tokens':>6} {'passes plain':>12}"
+    for label in firsts:
+        header += f" {f'passes {label}':>{len(label) + 7}} {f'tokens/pass {label}':>{len(label) + 12}}"
+    print(header + "  identical")
+    for n, text in enumerate(texts):
         label = repr(text) if len(repr(text)) <= 28 else repr(text)[:25] + "...'"
-        print(f"{label:<28} {len(p.output):>6} {p.passes:>12} {s.passes:>11} {len(s.output) / s.passes:>16.2f}  "
-              f"{'yes' if p.output == s.output else 'NO'}")
-    generated = sum(len(r.output) for r in spec.requests)
-    print(f"{'all':<28} {generated:>6} {sum(r.passes for r in plain.requests):>12} "
-          f"{sum(r.passes for r in spec.requests):>11} {generated / sum(r.passes for r in spec.requests):>16.2f}")
+        p = plain.requests[n]
+        line = f"{label:<28} {len(p.output):>6} {p.passes:>12}"
+        for name, run in firsts.items():
+            s = run.requests[n]
+            line += f" {s.passes:>{len(name) + 7}} {len(s.output) / s.passes:>{len(name) + 12}.2f}"
+        same = all(run.requests[n].output == p.output for run in firsts.values())
+        print(line + f"  {'yes' if same else 'NO'}")
+    generated = sum(len(r.output) for r in plain.requests)
+    line = f"{'all':<28} {generated:>6} {sum(r.passes for r in plain.requests):>12}"
+    for name, run in firsts.items():
+        passes = sum(r.passes for r in run.requests)
+        line += f" {passes:>{len(name) + 7}} {sum(len(r.output) for r in run.requests) / passes:>{len(name) + 12}.2f}"
+    print(line)
     print()
-    print(f"engine steps (batched forwards): plain {plain.steps}, speculative {spec.steps}; drafts verified "
-          f"{spec.drafted}, accepted {spec.accepted}")
-    plain_seconds = statistics.median(run.seconds for run in plain_runs)
-    spec_seconds = statistics.median(run.seconds for run in spec_runs)
-    print(f"wall clock (median of {args.repeats}): plain {plain_seconds:.2f} s, speculative {spec_seconds:.2f} s")
-    print(f"outputs identical: {'yes' if identical else 'NO'}, speedup {plain_seconds / spec_seconds:.2f}x")
+    print(f"engine steps (batched forwards): plain {plain.steps}, "
+          + ", ".join(f"{'speculative' if name == 'spec' else name} {run.steps}" for name, run in firsts.items()))
+    for name, run in firsts.items():
+        passes = sum(r.passes for r in run.requests)
+        what = "nodes" if name == "tree" else "drafts"
+        print(f"{'' if name == 'spec' else name + 's: '}{what} verified {run.drafted}, accepted {run.accepted}"
+              + (f"; {what} per request pass {run.drafted / passes:.2f}, tokens per request pass "
+                 f"{sum(len(r.output) for r in run.requests) / passes:.2f}" if args.tree_nodes else ""))
+    seconds = {name: statistics.median(run.seconds for run in runs[name]) for name in runs}
+    print(f"wall clock (median of {args.repeats}): "
+          + ", ".join(f"{'speculative' if name == 'spec' else name} {t:.2f} s" for name, t in seconds.items()))
+    print(f"outputs identical: {'yes' if identical else 'NO'}, speedup "
+          + ", ".join(f"{seconds['plain'] / seconds[name]:.2f}x" + ("" if name == "spec" else f" ({name}s)")
+                      for name in firsts))
+    spec = next(iter(firsts.values()))
 
     status = 0 if identical else 1
     if texts[0] == "" and args.steps >= len(golden):
