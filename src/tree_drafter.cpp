@@ -113,6 +113,13 @@ void TreeDrafter::reset_learning() noexcept {
   }
 }
 
+float TreeDrafter::top_k_ceiling() const noexcept {
+  if (table_ == nullptr) return 0.0f;
+  float best = 0.0f;
+  for (std::size_t r = 0; r < table_->k(); ++r) best = std::max(best, std::min(1.0f, estimates_[top_k_class(r)]));
+  return best;
+}
+
 float TreeDrafter::class_estimate(std::size_t c) const noexcept { return c < kClasses ? estimates_[c] : 0.0f; }
 
 std::size_t TreeDrafter::memory_bytes() const noexcept {

@@ -227,15 +227,28 @@ class SpeculativeDecoder {
     const std::size_t pos = state.cache_length();
     const std::span<const Token> fed = std::span<const Token>(fed_).first(nodes + 1);
     const std::span<Token> next = std::span<Token>(next_).first(nodes + 1);
-    const std::span<Token> top = std::span<Token>(top_).first(top_k_ * (nodes + 1));
+    // The model's top-k only where a recycled candidate could clear the cost's bar: on a pass
+    // that charges nearly a pass per token (a small model on a CPU) no top-k node ever would, and
+    // ranking every row would be pure overhead.
+    const bool want_top = top_k_ != 0 && min_node_probability_ < top_k_ceiling(drafter);
+    const std::span<Token> top = std::span<Token>(top_).first(want_top ? top_k_ * (nodes + 1) : 0);
+    const std::span<const std::int32_t> pass_parents = std::span<const std::int32_t>(parents_).first(nodes + 1);
+    bool chain_shaped = true;
+    for (std::size_t i = 0; i < nodes && chain_shaped; ++i) chain_shaped = parents[i] + 1 == static_cast<std::int32_t>(i);
     if constexpr (TopKTreeModel<M>) {
-      if (top_k_ != 0) {
-        model_->forward_tree(pos, fed, std::span<const std::int32_t>(parents_).first(nodes + 1), next, top);
+      if (want_top) {
+        model_->forward_tree(pos, fed, pass_parents, next, top);
+      } else if (chain_shaped) {
+        model_->forward(pos, fed, next);  // a chain: the model's plain pass
       } else {
-        model_->forward_tree(pos, fed, std::span<const std::int32_t>(parents_).first(nodes + 1), next);
+        model_->forward_tree(pos, fed, pass_parents, next);
       }
     } else {
-      model_->forward_tree(pos, fed, std::span<const std::int32_t>(parents_).first(nodes + 1), next);
+      if (chain_shaped) {
+        model_->forward(pos, fed, next);
+      } else {
+        model_->forward_tree(pos, fed, pass_parents, next);
+      }
     }
     outcome = accept_tree(state, tokens, parents, next, options, kept_);
     const std::span<const std::size_t> kept = std::span<const std::size_t>(kept_).first(outcome.emitted);
@@ -247,6 +260,15 @@ class SpeculativeDecoder {
     }
     for (std::size_t j = 0; j < outcome.emitted; ++j) emitted_[j] = next_[kept[j]];
     return nodes;
+  }
+
+  // The best estimate a recycled top-k candidate can get from this drafter (1 when it does not say).
+  [[nodiscard]] static float top_k_ceiling(const D& drafter) noexcept {
+    if constexpr (requires { { drafter.top_k_ceiling() } -> std::convertible_to<float>; }) {
+      return drafter.top_k_ceiling();
+    } else {
+      return 1.0f;
+    }
   }
 
   void record_tree(DecodeStats& stats, std::size_t drafted, const StepOutcome& outcome) const noexcept {

@@ -126,6 +126,9 @@ class TreeDrafter {
   [[nodiscard]] const MatchDrafter& chain() const noexcept { return chain_; }
   /// The top-k table recycled (the drafter's own or the shared one), or nullptr.
   [[nodiscard]] const TopKTable* top_k_table() const noexcept { return table_; }
+  /// The best estimate a recycled top-k candidate can get now: the decoders ask the model for its
+  /// top-k only when a pass's cost lets nodes this likely in.
+  [[nodiscard]] float top_k_ceiling() const noexcept;
   /// The current estimate of class `c` (< kClasses).
   [[nodiscard]] float class_estimate(std::size_t c) const noexcept;
   /// Bytes held; fixed at construction (a shared top-k table is not counted).
