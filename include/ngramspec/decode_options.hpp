@@ -36,7 +36,8 @@ struct DecodeOptions {
   /// ships draft as many as this allows). With a verify cost the decoders choose up to it;
   /// without, the drafter's own gate does (MatchDrafter's). 4 is a safe default when nothing
   /// says what a longer pass costs; with a cost, 16 lets long copies run. At most
-  /// kMaxDraftsPerPass (1024): more is refused with std::invalid_argument.
+  /// kMaxDraftsPerPass (1024): more is refused with std::invalid_argument. For tree passes it is
+  /// the node budget of a pass (a tree's depth is bounded by the tokens left).
   std::size_t max_drafts = 4;
 };
 

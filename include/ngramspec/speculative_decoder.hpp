@@ -59,6 +59,16 @@ namespace ngramspec {
 /// n-gram counts, the best acceptance of the drafters here on recorded LLM output
 /// (docs/BENCHMARKS.md); any Drafter can take its place.
 ///
+/// Trees: when the drafter drafts them (TreeDraftingDrafter: TreeDrafter) and the model
+/// verifies them (TreeTargetModel), each pass verifies a tree of up to max_drafts nodes instead
+/// of a chain (docs/MODEL_CONTRACT.md, "Tree passes"): the decoder feeds the last emitted token
+/// and the tree with its parents, accepts the longest root path the model agrees with
+/// (accept_tree), keeps that path's entries (keep(), or rollback() when they are the first
+/// ones), and hands the pass back to the drafter (observe_pass, with the model's top-k when it
+/// is a TopKTreeModel and the drafter recycles them). With a verify cost the tree is cut to its
+/// best prefix, and building stops at the first node that could not pay. A tree that comes out
+/// a chain goes through the model's plain forward().
+///
 /// Thread safety: one decoder drives one model from one thread at a time.
 template <TargetModel M, Drafter D = MatchDrafter>
 class SpeculativeDecoder {
