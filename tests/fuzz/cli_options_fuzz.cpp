@@ -28,7 +28,9 @@
 #include "fuzz_input.hpp"
 #include "generate_options.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/draft_tree.hpp"
 #include "ngramspec/sampling_options.hpp"
+#include "ngramspec/top_k_table.hpp"
 #include "ngramspec/verify_cost.hpp"
 #include "replay_options.hpp"
 #include "token_streams.hpp"
@@ -119,7 +121,7 @@ void fuzz_replay(std::span<const std::string_view> args) {
   static const std::set<std::string_view> kValued = {
       "--streams", "--synthetic", "--drafter", "--k", "--window", "--min-order", "--max-order", "--length",
       "--samples", "--seed", "--limit", "--timing-repeats", "--expect-al", "--tolerance", "--batch", "--policy",
-      "--cost", "--records", "--corpus-file"};
+      "--cost", "--records", "--corpus-file", "--tree-nodes"};
   static const std::vector<std::string_view> kPolicies = {"plain", "fixed", "gate", "cost"};
   bool help = false;
   bool wrong = false;      // an argument the parser must reject
@@ -127,7 +129,7 @@ void fuzz_replay(std::span<const std::string_view> args) {
   bool json = false;
   bool categories = false;
   std::vector<std::string_view> streams, synthetic, drafters;
-  std::vector<std::uint64_t> ks, batches;
+  std::vector<std::uint64_t> ks, batches, tree_nodes;
   std::vector<std::size_t> policies;  // indexes into kPolicies
   std::vector<std::string> costs;     // the curves' names: "flat" or VerifyCost::spec()
   std::string_view records;           // the last --records
@@ -160,6 +162,16 @@ void fuzz_replay(std::span<const std::string_view> args) {
           const auto k = reference_count(value.substr(start, comma == std::string_view::npos ? comma : comma - start));
           if (!k || *k == 0 || *k > kMaxDraftsPerPass) wrong = true;
           else ks.push_back(*k);
+          if (comma == std::string_view::npos || wrong) break;
+          start = comma + 1;
+        }
+      } else if (arg == "--tree-nodes") {
+        std::size_t start = 0;
+        for (;;) {
+          const std::size_t comma = value.find(',', start);
+          const auto n = reference_count(value.substr(start, comma == std::string_view::npos ? comma : comma - start));
+          if (!n || *n == 0 || *n > DraftTree::kMaxNodes) wrong = true;
+          else tree_nodes.push_back(*n);
           if (comma == std::string_view::npos || wrong) break;
           start = comma + 1;
         }
@@ -241,6 +253,13 @@ void fuzz_replay(std::span<const std::string_view> args) {
     }
   }
   if (!help && streams.empty() && synthetic.empty()) wrong = true;
+  if (!help && !tree_nodes.empty()) {
+    // Tree rows come beside the chain rows: not with --expect-al, and not with --policy plain alone.
+    for (const auto& [name, text] : last) {
+      if (name == "--expect-al") wrong = true;
+    }
+    if (policies.size() == 1 && kPolicies[policies[0]] == "plain") wrong = true;
+  }
   if (!help && !wrong && !synthetic.empty()) {
     // Synthetic tokens in all: the specs x the last --samples x the last --length, bounded.
     std::uint64_t length = 2048;
@@ -278,6 +297,8 @@ void fuzz_replay(std::span<const std::string_view> args) {
   }
   if (ks.empty()) ks.push_back(4);
   check(std::equal(options.ks.begin(), options.ks.end(), ks.begin(), ks.end()), "replay: --k values differ");
+  check(std::equal(options.tree_nodes.begin(), options.tree_nodes.end(), tree_nodes.begin(), tree_nodes.end()),
+        "replay: --tree-nodes values differ");
   for (const std::size_t k : options.ks) check(k >= 1 && k <= kMaxDraftsPerPass, "replay: k out of range");
   check(options.json == json, "replay: --json differs");
   check(options.categories == categories, "replay: --categories differs");
@@ -359,7 +380,8 @@ void fuzz_replay(std::span<const std::string_view> args) {
 }
 
 void fuzz_generate(std::span<const std::string_view> args) {
-  static const std::set<std::string_view> kCounts = {"--steps", "--k", "--top-k", "--seed"};
+  static const std::set<std::string_view> kCounts = {"--steps", "--k", "--top-k", "--seed", "--tree-nodes",
+                                                     "--recycle"};
   static const std::set<std::string_view> kReals = {"--temperature", "--top-p", "--min-p"};
   bool help = false;
   bool wrong = false;
@@ -368,6 +390,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
   bool speculate = true;
   bool check_flag = false;
   bool has_k = false;
+  bool has_recycle = false;
   llama2::GenerateOptions expected;
   for (std::size_t i = 0; i < args.size() && !wrong && !help; ++i) {
     const std::string_view arg = args[i];
@@ -377,7 +400,11 @@ void fuzz_generate(std::span<const std::string_view> args) {
       speculate = false;
     } else if (arg == "--check") {
       check_flag = true;
-    } else if (arg != "--model" && arg != "--tokenizer" && arg != "--prompt" && arg != "--cost" &&
+    } else if (arg == "--carry-over") {
+      expected.carry_over = true;
+    } else if (arg == "--enrich-counts") {
+      expected.enrich_counts = true;
+    } else if (arg != "--model" && arg != "--tokenizer" && arg != "--prompt" && arg != "--prompts" && arg != "--cost" &&
                kCounts.count(arg) == 0 && kReals.count(arg) == 0) {
       wrong = true;
     } else if (i + 1 == args.size()) {
@@ -391,6 +418,9 @@ void fuzz_generate(std::span<const std::string_view> args) {
       } else if (arg == "--prompt") {
         expected.prompt = value;
         has_prompt = true;
+      } else if (arg == "--prompts") {
+        expected.prompts_file = value;
+        wrong = value.empty();
       } else if (arg == "--cost") {
         if (value == "measure") {
           expected.cost_source = llama2::GenerateOptions::Cost::measure;
@@ -417,6 +447,13 @@ void fuzz_generate(std::span<const std::string_view> args) {
           has_k = true;
         } else if (arg == "--top-k") {
           expected.sampling.top_k = *count;
+        } else if (arg == "--tree-nodes") {
+          expected.tree_nodes = *count;
+          wrong = *count == 0 || *count > kMaxDraftsPerPass;
+        } else if (arg == "--recycle") {
+          expected.recycle = *count;
+          has_recycle = true;
+          wrong = *count > TopKTable::kMaxK;
         } else {
           expected.sampling.seed = *count;
         }
@@ -439,7 +476,14 @@ void fuzz_generate(std::span<const std::string_view> args) {
     if (!has_k && expected.cost_source == llama2::GenerateOptions::Cost::none) {
       expected.k = llama2::GenerateOptions::kDefaultKWithoutCost;
     }
-    if (expected.model.empty() || expected.tokenizer.empty() || !has_prompt) wrong = true;
+    if (expected.model.empty() || expected.tokenizer.empty() || (!has_prompt && expected.prompts_file.empty())) {
+      wrong = true;
+    }
+    if (has_prompt && !expected.prompts_file.empty()) wrong = true;
+    const bool trees = expected.tree_nodes != 0;
+    if (trees && (has_k || !speculate)) wrong = true;
+    if (!trees && (has_recycle || expected.carry_over || expected.enrich_counts)) wrong = true;
+    if (expected.enrich_counts && expected.recycle == 0) wrong = true;
     if (expected.k == 0 || expected.k > kMaxDraftsPerPass) wrong = true;
     try {
       validate(expected.sampling);
@@ -469,7 +513,12 @@ void fuzz_generate(std::span<const std::string_view> args) {
   check(options.sampling.temperature == expected.sampling.temperature &&
             options.sampling.top_p == expected.sampling.top_p && options.sampling.min_p == expected.sampling.min_p,
         "generate: a real option differs");
-  check(options.speculate == speculate && options.check == check_flag, "generate: a flag differs");
+  check(options.speculate == speculate && options.check == check_flag && options.carry_over == expected.carry_over &&
+            options.enrich_counts == expected.enrich_counts,
+        "generate: a flag differs");
+  check(options.prompts_file == expected.prompts_file && options.tree_nodes == expected.tree_nodes &&
+            options.recycle == expected.recycle,
+        "generate: a tree or prompts option differs");
   check(options.cost_source == expected.cost_source && options.cost.has_value() == expected.cost.has_value() &&
             (!options.cost || options.cost->spec() == expected.cost->spec()),
         "generate: --cost differs");

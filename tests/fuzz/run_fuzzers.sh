@@ -18,7 +18,7 @@ if ! [[ "$budget" =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 build_dir="${NGRAMSPEC_FUZZ_BUILD_DIR:-build/fuzz}"
-read -r -a targets <<<"${NGRAMSPEC_FUZZ_TARGETS:-ngram_predictor_fuzz match_drafter_fuzz shared_corpus_fuzz corpus_file_fuzz decode_fuzz streams_fuzz llama2_loader_fuzz cli_options_fuzz c_api_fuzz}"
+read -r -a targets <<<"${NGRAMSPEC_FUZZ_TARGETS:-ngram_predictor_fuzz match_drafter_fuzz shared_corpus_fuzz corpus_file_fuzz decode_fuzz tree_decode_fuzz streams_fuzz llama2_loader_fuzz cli_options_fuzz c_api_fuzz}"
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:print_stacktrace=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
