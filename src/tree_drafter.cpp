@@ -275,10 +275,16 @@ std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, 
     sum += next.probability;
   }
   // One token follows, so the children's events exclude each other: their estimates may not
-  // sum to more than 1.
+  // sum to more than 1. The spine's estimate is calibrated on this very sequence (MatchDrafter's
+  // gate), so when it is the best it keeps it (a copy at 0.95 stays 0.95 instead of paying, at
+  // every depth, for the priors of the alternatives beside it) and the others share what is
+  // left in proportion; otherwise all are scaled alike.
   if (sum > 1.0f) {
-    const float scale = 1.0f / sum;
-    for (std::size_t i = 0; i < n; ++i) out[i].probability *= scale;
+    const bool spine_first = out[0].source_class == kSpineClass;
+    const float fixed = spine_first ? out[0].probability : 0.0f;
+    const float rest = sum - fixed;
+    const float scale = rest > 0.0f ? std::max(0.0f, 1.0f - fixed) / rest : 0.0f;
+    for (std::size_t i = spine_first ? 1 : 0; i < n; ++i) out[i].probability *= scale;
   }
   return n;
 }

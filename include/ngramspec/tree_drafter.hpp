@@ -57,7 +57,8 @@ struct TreeConfig {
 /// scale, and a model candidate's the acceptance rate of its rank; scales and rates are
 /// measured online on every node whose parent the pass accepted (the only nodes whose fate
 /// says what acceptance given the parent is), starting from priors. Siblings are mutually
-/// exclusive (one token follows), so their estimates are scaled to sum to at most 1.
+/// exclusive (one token follows), so their estimates are made to sum to at most 1 (a spine
+/// that is the best child keeps its own, calibrated on the sequence).
 /// docs/ALGORITHM.md ("Trees") derives this.
 ///
 /// predict_tree() pops candidates best-first by path probability, so the tree holds the
