@@ -37,9 +37,9 @@ struct TreeConfig {
   bool carry_over = false;
   /// Whether the model's top-1 after every token a pass carried also counts as a continuation of
   /// that token in the text's counts (NASD's enrichment of its n-gram storage with the target's
-  /// top-k). Off by default: on stories260K it adds 0.06-0.08 tokens a pass to what the
-  /// recycled top-k gives (docs/BENCHMARKS.md, "Trees on a real model") for a count update per
-  /// pass entry, and it needs the top-k the recycling asks for.
+  /// top-k). Off by default: on stories260K it adds 0.07 tokens a pass at 64 nodes and nothing
+  /// at 16 to what the recycled top-k gives (docs/BENCHMARKS.md, "Trees on a real model"), for
+  /// a count update per pass entry, and it needs the top-k the recycling asks for.
   bool enrich_counts = false;
 };
 
