@@ -377,13 +377,48 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
   return tree.size();
 }
 
-void TreeDrafter::observe_pass(const DraftTree& tree, std::span<const Token> fed, std::span<const Token> model_tokens,
-                               std::span<const std::size_t> kept, std::span<const Token> top) noexcept {
+void TreeDrafter::check_pass(const DraftTree& tree, std::span<const Token> fed, std::span<const Token> model_tokens,
+                             std::span<const std::size_t> kept, std::span<const Token> top) const {
   const std::size_t n = tree.size();
-  if (fed.size() != n + 1 || model_tokens.size() != n + 1 || kept.empty() || kept.size() > n + 1) return;
-  for (const std::size_t e : kept) {
-    if (e > n) return;
+  const auto refuse = [](const std::string& what) {
+    throw std::invalid_argument("ngramspec: TreeDrafter::observe_pass: " + what);
+  };
+  if (fed.size() != n + 1 || model_tokens.size() != n + 1) {
+    refuse(std::to_string(fed.size()) + " fed and " + std::to_string(model_tokens.size()) +
+           " model tokens for a tree of " + std::to_string(n) + " nodes; it needs " + std::to_string(n + 1) + " each");
   }
+  if (kept.empty() || kept.size() > n + 1 || kept[0] != 0) {
+    refuse("kept must start at the root (entry 0) and hold at most " + std::to_string(n + 1) + " entries; got " +
+           std::to_string(kept.size()) + (kept.empty() ? "" : " starting at " + std::to_string(kept[0])));
+  }
+  for (std::size_t j = 1; j < kept.size(); ++j) {
+    if (kept[j] == 0 || kept[j] > n || static_cast<std::size_t>(tree.parents()[kept[j] - 1] + 1) != kept[j - 1]) {
+      refuse("kept[" + std::to_string(j) + "] = " + std::to_string(kept[j]) + " does not follow entry " +
+             std::to_string(kept[j - 1]) + " in the tree");
+    }
+  }
+  if (top.empty()) return;
+  if (table_ != nullptr ? top.size() != fed.size() * table_->k() : top.size() % fed.size() != 0) {
+    refuse(std::to_string(top.size()) + " top-k tokens for " + std::to_string(fed.size()) + " fed tokens; it needs " +
+           (table_ != nullptr ? std::to_string(table_->k()) : std::string("the same number of")) + " for each");
+  }
+  if (table_ == nullptr) return;
+  const auto check_vocabulary = [&](std::span<const Token> tokens, const char* what) {
+    for (const Token token : tokens) {
+      if (token >= table_->vocab_size()) {
+        refuse(std::string(what) + " " + std::to_string(token) + " is outside the top-k table's vocabulary of " +
+               std::to_string(table_->vocab_size()));
+      }
+    }
+  };
+  check_vocabulary(fed, "a fed token");
+  check_vocabulary(top, "a top-k token");
+}
+
+void TreeDrafter::observe_pass(const DraftTree& tree, std::span<const Token> fed, std::span<const Token> model_tokens,
+                               std::span<const std::size_t> kept, std::span<const Token> top) {
+  check_pass(tree, fed, model_tokens, kept, top);
+  const std::size_t n = tree.size();
   std::fill_n(on_path_.begin(), n + 1, std::uint8_t{0});
   for (const std::size_t e : kept) on_path_[e] = 1;
   const std::span<const std::int32_t> parents = tree.parents();
@@ -407,18 +442,10 @@ void TreeDrafter::observe_pass(const DraftTree& tree, std::span<const Token> fed
     }
     estimates_[c] = expected_[c] > 0.0f ? hits_[c] / expected_[c] : 0.0f;
   }
-  if (table_ != nullptr && !top.empty() && top.size() == fed.size() * table_->k()) {
-    for (const Token token : fed) {
-      if (token >= table_->vocab_size()) return;
-    }
-    for (const Token token : top) {
-      if (token >= table_->vocab_size()) return;
-    }
-    table_->record_unchecked(fed, top);
-  }
+  if (table_ != nullptr && !top.empty()) table_->record_unchecked(fed, top);
   // NASD's enrichment: the model's top-1 after each fed token also counts as a continuation of
   // that token (a 1-token context), as if the text had shown it.
-  if (config_.enrich_counts && !top.empty() && top.size() % fed.size() == 0) {
+  if (config_.enrich_counts && !top.empty()) {
     const std::size_t k = top.size() / fed.size();
     for (std::size_t e = 0; e < fed.size(); ++e) count({0, 0, fed[e]}, 1, top[e * k]);
   }

@@ -43,6 +43,7 @@ TEST(TreeDecoding, GreedyOutputEqualsPlainDecodingOnRandomModels) {
     const NamedRule named = random_rule(rng);
     const std::size_t max_batch = std::uniform_int_distribution<std::size_t>(1, 80)(rng);
     GreedyModel model(named.rule, max_batch);
+    model.set_top_vocabulary(named.vocab);
     TreeConfig config;
     config.vocab_size = rng() % 3 == 0 ? 0 : named.vocab;  // sometimes no recycling
     config.top_k = std::uniform_int_distribution<std::size_t>(1, 8)(rng);

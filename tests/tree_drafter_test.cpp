@@ -224,6 +224,42 @@ TEST(TreeDrafter, RefusesBadConfigurationNamingTheValue) {
   EXPECT_NE(invalid_argument_message([&] { TreeDrafter d(config); }).find("min_confidence"), std::string::npos);
 }
 
+TEST(TreeDrafter, ObservePassRefusesAPassThatIsNotTheTreesNamingTheValue) {
+  TreeConfig config;
+  config.vocab_size = 10;
+  config.top_k = 2;
+  TreeDrafter drafter(config);
+  DraftTree tree(2);
+  tree.add(kTreeRoot, 3, 0.5f, 13);
+  tree.add(0, 4, 0.5f, 13);
+  const std::vector<Token> fed = {1, 3, 4};
+  const std::vector<Token> next = {3, 4, 5};
+  const std::vector<std::size_t> path = {0, 1, 2};
+  const std::vector<Token> top(6, 2);
+  const float before = drafter.class_estimate(13);
+  EXPECT_EQ(invalid_argument_message([&] { drafter.observe_pass(tree, std::vector<Token>{1, 3}, next, path, {}); }),
+            "ngramspec: TreeDrafter::observe_pass: 2 fed and 3 model tokens for a tree of 2 nodes; it needs 3 each");
+  EXPECT_EQ(invalid_argument_message([&] { drafter.observe_pass(tree, fed, next, std::vector<std::size_t>{1}, {}); }),
+            "ngramspec: TreeDrafter::observe_pass: kept must start at the root (entry 0) and hold at most 3 entries; "
+            "got 1 starting at 1");
+  EXPECT_EQ(invalid_argument_message([&] { drafter.observe_pass(tree, fed, next, std::vector<std::size_t>{0, 2}, {}); }),
+            "ngramspec: TreeDrafter::observe_pass: kept[1] = 2 does not follow entry 0 in the tree");
+  EXPECT_EQ(invalid_argument_message([&] { drafter.observe_pass(tree, fed, next, path, std::vector<Token>(3, 2)); }),
+            "ngramspec: TreeDrafter::observe_pass: 3 top-k tokens for 3 fed tokens; it needs 2 for each");
+  EXPECT_EQ(invalid_argument_message([&] {
+              drafter.observe_pass(tree, fed, next, path, std::vector<Token>{2, 2, 2, 10, 2, 2});
+            }),
+            "ngramspec: TreeDrafter::observe_pass: a top-k token 10 is outside the top-k table's vocabulary of 10");
+  EXPECT_EQ(invalid_argument_message([&] { drafter.observe_pass(tree, std::vector<Token>{1, 3, 12}, next, path, top); }),
+            "ngramspec: TreeDrafter::observe_pass: a fed token 12 is outside the top-k table's vocabulary of 10");
+  // Nothing was learnt from the refused passes; the drafter still takes a good one.
+  EXPECT_FLOAT_EQ(drafter.class_estimate(13), before);
+  EXPECT_TRUE(drafter.top_k_table()->row(3).empty());
+  drafter.observe_pass(tree, fed, next, path, top);
+  EXPECT_GT(drafter.class_estimate(13), before);
+  EXPECT_FALSE(drafter.top_k_table()->row(3).empty());
+}
+
 TEST(TopKTable, RecordsRowsAndRefusesBadShapesChangingNothing) {
   TopKTable table(10, 3);
   const std::vector<Token> tokens = {1, 2};

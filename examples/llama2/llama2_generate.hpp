@@ -25,75 +25,30 @@ struct Generation {
   double seconds = 0.0;  ///< wall-clock time of the whole generation, prefill included
 };
 
-/// Generation of up to `steps` tokens after `prompt` through SpeculativeDecoder with the library's default
-/// drafter, MatchDrafter (plain one-token passes when `speculate` is false): greedy at temperature 0, otherwise
-/// sampled through a SamplingModel with `sampling` (same seed, same tokens, speculating or not).
-///
-/// Draft length: at most `k` drafts a pass (DecodeOptions::max_drafts). With `cost`, the curve of what a pass
-/// costs against its tokens (measure_pass_cost() times it), each pass sends the number of drafts up to k that
-/// makes its expected tokens per unit of cost highest, from MatchDrafter's acceptance estimates
-/// (SpeculativeDecoder::set_verify_cost); without, what MatchDrafter's gate proposes up to k.
-///
-/// Stops on BOS, as llama2.c's run.c does, and at the model's seq_len. Throws std::invalid_argument when the
-/// prompt does not fit in seq_len, k + 1 exceeds the model's max_batch(), or the sampling options are invalid.
-inline Generation generate(Transformer& model, std::span<const Token> prompt, std::size_t steps, std::size_t k,
-                           bool speculate, const SamplingOptions& sampling = {},
-                           const std::optional<VerifyCost>& cost = std::nullopt) {
+namespace detail {
+
+// One timed generation through SpeculativeDecoder with `drafter` (borrowed), greedy or through a SamplingModel:
+// the checks and options generate() and generate_tree() share. `width` is the most drafts (or tree nodes) a pass
+// carries, named `width_name` in the error.
+template <class D>
+Generation timed_generation(Transformer& model, std::span<const Token> prompt, std::size_t steps, std::size_t width,
+                            const char* width_name, bool speculate, D& drafter, const SamplingOptions& sampling,
+                            const std::optional<VerifyCost>& cost) {
   if (prompt.size() > model.config().seq_len) {
     throw std::invalid_argument("llama2: the prompt is " + std::to_string(prompt.size()) +
                                 " tokens, longer than the model's seq_len of " +
                                 std::to_string(model.config().seq_len));
   }
-  if (k == 0 || k + 1 > model.max_batch()) {
-    throw std::invalid_argument("llama2: k must be between 1 and " + std::to_string(model.max_batch() - 1));
+  if (width == 0 || width + 1 > model.max_batch()) {
+    throw std::invalid_argument(std::string("llama2: ") + width_name + " must be between 1 and " +
+                                std::to_string(model.max_batch() - 1));
   }
   DecodeOptions options;
   options.max_new_tokens = steps;
   options.stop_tokens = {kBos};
   options.max_context = model.config().seq_len;
   options.speculate = speculate;
-  options.max_drafts = k;
-  // MatchDrafter's tables are sized by its cap: no larger than the context the model holds.
-  MatchConfig drafter;
-  drafter.cap = std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
-  const auto run = [&](auto& target) {
-    SpeculativeDecoder decoder(target, MatchDrafter(drafter));
-    decoder.set_verify_cost(cost);
-    Generation out;
-    const auto start = std::chrono::steady_clock::now();
-    out.result = decoder.generate(prompt, options);
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return out;
-  };
-  if (sampling.temperature == 0.0f) {
-    validate(sampling);
-    return run(model);
-  }
-  SamplingModel<Transformer> sampler(model, sampling);
-  return run(sampler);
-}
-
-/// Tree-verified generation: as generate(), but each pass verifies a tree of up to `nodes` drafts from `drafter`
-/// (borrowed, so that what it keeps across requests with TreeConfig::carry_over survives the call), with the
-/// model's top-k after every node fed back to it; with `cost`, each pass keeps the best prefix of the tree for
-/// what the pass costs. The output is plain decoding's, greedy or sampled. Throws std::invalid_argument as
-/// generate() does, with nodes in place of k.
-inline Generation generate_tree(Transformer& model, std::span<const Token> prompt, std::size_t steps,
-                                std::size_t nodes, TreeDrafter& drafter, const SamplingOptions& sampling = {},
-                                const std::optional<VerifyCost>& cost = std::nullopt) {
-  if (prompt.size() > model.config().seq_len) {
-    throw std::invalid_argument("llama2: the prompt is " + std::to_string(prompt.size()) +
-                                " tokens, longer than the model's seq_len of " +
-                                std::to_string(model.config().seq_len));
-  }
-  if (nodes == 0 || nodes + 1 > model.max_batch()) {
-    throw std::invalid_argument("llama2: tree nodes must be between 1 and " + std::to_string(model.max_batch() - 1));
-  }
-  DecodeOptions options;
-  options.max_new_tokens = steps;
-  options.stop_tokens = {kBos};
-  options.max_context = model.config().seq_len;
-  options.max_drafts = nodes;
+  options.max_drafts = width;
   const auto run = [&](auto& target) {
     SpeculativeDecoder decoder(target, drafter);
     decoder.set_verify_cost(cost);
@@ -109,6 +64,40 @@ inline Generation generate_tree(Transformer& model, std::span<const Token> promp
   }
   SamplingModel<Transformer> sampler(model, sampling);
   return run(sampler);
+}
+
+}  // namespace detail
+
+/// Generation of up to `steps` tokens after `prompt` through SpeculativeDecoder with the library's default
+/// drafter, MatchDrafter (plain one-token passes when `speculate` is false): greedy at temperature 0, otherwise
+/// sampled through a SamplingModel with `sampling` (same seed, same tokens, speculating or not).
+///
+/// Draft length: at most `k` drafts a pass (DecodeOptions::max_drafts). With `cost`, the curve of what a pass
+/// costs against its tokens (measure_pass_cost() times it), each pass sends the number of drafts up to k that
+/// makes its expected tokens per unit of cost highest, from MatchDrafter's acceptance estimates
+/// (SpeculativeDecoder::set_verify_cost); without, what MatchDrafter's gate proposes up to k.
+///
+/// Stops on BOS, as llama2.c's run.c does, and at the model's seq_len. Throws std::invalid_argument when the
+/// prompt does not fit in seq_len, k + 1 exceeds the model's max_batch(), or the sampling options are invalid.
+inline Generation generate(Transformer& model, std::span<const Token> prompt, std::size_t steps, std::size_t k,
+                           bool speculate, const SamplingOptions& sampling = {},
+                           const std::optional<VerifyCost>& cost = std::nullopt) {
+  // MatchDrafter's tables are sized by its cap: no larger than the context the model holds.
+  MatchConfig config;
+  config.cap = std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
+  MatchDrafter drafter(config);
+  return detail::timed_generation(model, prompt, steps, k, "k", speculate, drafter, sampling, cost);
+}
+
+/// Tree-verified generation: as generate(), but each pass verifies a tree of up to `nodes` drafts from `drafter`
+/// (borrowed, so that what it keeps across requests with TreeConfig::carry_over survives the call), with the
+/// model's top-k after every node fed back to it; with `cost`, each pass keeps the best prefix of the tree for
+/// what the pass costs. The output is plain decoding's, greedy or sampled. Throws std::invalid_argument as
+/// generate() does, with nodes in place of k.
+inline Generation generate_tree(Transformer& model, std::span<const Token> prompt, std::size_t steps,
+                                std::size_t nodes, TreeDrafter& drafter, const SamplingOptions& sampling = {},
+                                const std::optional<VerifyCost>& cost = std::nullopt) {
+  return detail::timed_generation(model, prompt, steps, nodes, "tree nodes", true, drafter, sampling, cost);
 }
 
 /// The TreeDrafter ngramspec-generate drafts trees with for `model`: MatchDrafter's spine sized by the model's

@@ -355,13 +355,8 @@ class BatchSpeculator {
       const std::size_t verified = answers.size() - 1;
       const StepOutcome outcome =
           accept_drafts(slot.state, std::span<const Token>(slot.pending).first(verified), answers, slot.options);
-      advance(slot.state, outcome);
-      slot.pending_count = 0;
-      slot.rate.record(verified, outcome.accepted);
       steps[i] = outcome;
-      stats_.drafted += verified;
-      stats_.accepted += outcome.accepted;
-      stats_.emitted += outcome.emitted;
+      settle(slot, verified, outcome);
       const std::span<const Token> emitted = answers.first(outcome.emitted);
       if constexpr (kTrees) {
         slot.trees.tree.clear();
@@ -557,13 +552,8 @@ class BatchSpeculator {
       tree.truncate(verified);  // a prefix of a best-first tree is a tree
       const std::span<std::size_t> entries = kept.subspan(offsets[i], n);
       const StepOutcome outcome = accept_tree(slot.state, tree.tokens(), tree.parents(), answers, slot.options, entries);
-      advance(slot.state, outcome);
-      slot.pending_count = 0;
-      slot.rate.record(verified, outcome.accepted);
       steps[i] = outcome;
-      stats_.drafted += verified;
-      stats_.accepted += outcome.accepted;
-      stats_.emitted += outcome.emitted;
+      settle(slot, verified, outcome);
       const std::span<Token> emitted = std::span<Token>(tree_emitted_).first(outcome.emitted);
       for (std::size_t j = 0; j < outcome.emitted; ++j) emitted[j] = answers[entries[j]];
       if (corpus_ != nullptr) {
@@ -697,6 +687,16 @@ class BatchSpeculator {
   static constexpr std::size_t kMaxSequences = std::size_t{1} << 20;
 
   static std::string name(SequenceId id) { return "sequence " + std::to_string(id); }
+
+  // A sequence's pass is decided (`verified` drafts or nodes checked): step it, and count it.
+  void settle(Slot& slot, std::size_t verified, const StepOutcome& outcome) noexcept {
+    advance(slot.state, outcome);
+    slot.pending_count = 0;
+    slot.rate.record(verified, outcome.accepted);
+    stats_.drafted += verified;
+    stats_.accepted += outcome.accepted;
+    stats_.emitted += outcome.emitted;
+  }
 
   // Token counts add up saturating: extra_tokens is the caller's, and a sum that wrapped would
   // lift the budget that keeps the drafts inside the caller's buffer.

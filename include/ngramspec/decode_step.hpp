@@ -120,6 +120,41 @@ template <Drafter D>
   return std::min<std::size_t>(drafter.predict(out.first(limit)), limit);
 }
 
+namespace detail {
+
+/// The outcome of a pass that fed `drafted` drafts (a chain's or a tree's nodes) behind the
+/// last emitted token and matched `matched` of them: the matched drafts and the model's token
+/// after them, `emitted(j)` the j-th of those, cut after a stop token and at the limits. The
+/// model keeps every emitted token but the last; the next pass feeds that one.
+template <class Emitted>
+[[nodiscard]] StepOutcome cut_pass(const SequenceState& state, const DecodeOptions& options, std::size_t matched,
+                                   std::size_t drafted, const Emitted& emitted) {
+  StepOutcome outcome;
+  const std::size_t left = remaining_tokens(state, options);
+  std::size_t emit = std::min(matched + 1, left);
+  for (std::size_t j = 0; j < emit; ++j) {
+    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), emitted(j)) != options.stop_tokens.end()) {
+      emit = j + 1;
+      outcome.finished = true;
+      outcome.stop_reason = StopReason::stop_token;
+      break;
+    }
+  }
+  if (!outcome.finished && emit == left) {
+    outcome.finished = true;
+    const bool by_count = options.max_new_tokens - state.generated == left;
+    outcome.stop_reason = by_count ? StopReason::max_new_tokens : StopReason::max_context;
+  }
+  outcome.emitted = emit;
+  outcome.accepted = std::min(matched, emit);
+  const std::size_t pass_end = state.generated == 0 ? state.prompt_length : state.cache_length() + drafted + 1;
+  outcome.rollback_to = state.prompt_length + state.generated + emit - 1;
+  outcome.discarded = pass_end - outcome.rollback_to;
+  return outcome;
+}
+
+}  // namespace detail
+
 /// Decides a verify pass. The pass fed [last emitted token, drafts...] at cache_length();
 /// `model_tokens[i]` is the model's token after the i-th fed token, so model_tokens.size()
 /// must be drafts.size() + 1. For the prefill, pass no drafts and the model's token after
@@ -141,30 +176,8 @@ template <Drafter D>
   std::size_t matched = 0;
   while (matched < drafts.size() && drafts[matched] == model_tokens[matched]) ++matched;
 
-  StepOutcome outcome;
-  const std::size_t left = remaining_tokens(state, options);
-  std::size_t emit = std::min(matched + 1, left);
-  for (std::size_t i = 0; i < emit; ++i) {
-    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), model_tokens[i]) !=
-        options.stop_tokens.end()) {
-      emit = i + 1;
-      outcome.finished = true;
-      outcome.stop_reason = StopReason::stop_token;
-      break;
-    }
-  }
-  if (!outcome.finished && emit == left) {
-    outcome.finished = true;
-    const bool by_count = options.max_new_tokens - state.generated == left;
-    outcome.stop_reason = by_count ? StopReason::max_new_tokens : StopReason::max_context;
-  }
-  outcome.emitted = emit;
-  outcome.accepted = std::min(matched, emit);
-  // The model keeps every emitted token but the last; the next pass feeds that one.
-  const std::size_t pass_end = state.generated == 0 ? state.prompt_length : state.cache_length() + drafts.size() + 1;
-  outcome.rollback_to = state.prompt_length + state.generated + emit - 1;
-  outcome.discarded = pass_end - outcome.rollback_to;
-  return outcome;
+  return detail::cut_pass(state, options, matched, drafts.size(),
+                          [&](std::size_t i) noexcept { return model_tokens[i]; });
 }
 
 /// Decides a tree verify pass. The pass fed the last emitted token (pass entry 0, the root)
@@ -218,29 +231,8 @@ template <Drafter D>
     kept[++matched] = at;
   }
 
-  StepOutcome outcome;
-  const std::size_t left = remaining_tokens(state, options);
-  std::size_t emit = std::min(matched + 1, left);
-  for (std::size_t j = 0; j < emit; ++j) {
-    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), model_tokens[kept[j]]) !=
-        options.stop_tokens.end()) {
-      emit = j + 1;
-      outcome.finished = true;
-      outcome.stop_reason = StopReason::stop_token;
-      break;
-    }
-  }
-  if (!outcome.finished && emit == left) {
-    outcome.finished = true;
-    const bool by_count = options.max_new_tokens - state.generated == left;
-    outcome.stop_reason = by_count ? StopReason::max_new_tokens : StopReason::max_context;
-  }
-  outcome.emitted = emit;
-  outcome.accepted = std::min(matched, emit);
-  const std::size_t pass_end = state.generated == 0 ? state.prompt_length : state.cache_length() + tokens.size() + 1;
-  outcome.rollback_to = state.prompt_length + state.generated + emit - 1;
-  outcome.discarded = pass_end - outcome.rollback_to;
-  return outcome;
+  return detail::cut_pass(state, options, matched, tokens.size(),
+                          [&](std::size_t j) noexcept { return model_tokens[kept[j]]; });
 }
 
 /// Whether the entries a tree pass keeps are its first ones (kept[j] == j), so that a

@@ -66,8 +66,9 @@ struct TreeConfig {
 /// order; any prefix is the best tree of its size, and the planner sizes a pass by cutting it.
 ///
 /// Memory is fixed at construction (memory_bytes()); update(), predict_tree() and
-/// observe_pass() never allocate. Thread safety: none; one drafter per sequence. A shared
-/// TopKTable must outlive the drafter and be used from one thread at a time.
+/// observe_pass() never allocate (unless observe_pass() throws). Thread safety: none; one
+/// drafter per sequence. A shared TopKTable must outlive the drafter and be used from one
+/// thread at a time.
 class TreeDrafter {
  public:
   /// Most children a node may offer.
@@ -113,11 +114,13 @@ class TreeDrafter {
   /// Learns from a verified tree pass: `fed` the pass's tokens (the root, then the tree's
   /// nodes), `model_tokens` the model's token after each, `kept` the entries accept_tree()
   /// kept (the accepted path from the root), `top` the model's top tokens after each fed
-  /// token (top.size() = fed.size() × k for a k of the table's; empty: none). Calibrates the
-  /// estimates on the nodes whose parent was accepted and records the top-k rows. Sizes that
-  /// disagree with the tree are a caller's bug: the pass is then ignored.
+  /// token (top.size() = fed.size() × the table's k; empty: none). Calibrates the estimates on
+  /// the nodes whose parent was accepted and records the top-k rows; `tree` is the one
+  /// predict_tree() built last. Throws std::invalid_argument naming the value, learning
+  /// nothing, when the sizes disagree with the tree, `kept` is not a root path of it, or a fed
+  /// or top-k token is outside the top-k table's vocabulary.
   void observe_pass(const DraftTree& tree, std::span<const Token> fed, std::span<const Token> model_tokens,
-                    std::span<const std::size_t> kept, std::span<const Token> top) noexcept;
+                    std::span<const std::size_t> kept, std::span<const Token> top);
 
   /// Forgets the sequence (keeping what carry_over keeps); keeps the memory.
   void reset() noexcept;
@@ -170,6 +173,8 @@ class TreeDrafter {
   static constexpr std::uint32_t kExpand = 0xff;
 
   void learn(Token token) noexcept;
+  void check_pass(const DraftTree& tree, std::span<const Token> fed, std::span<const Token> model_tokens,
+                  std::span<const std::size_t> kept, std::span<const Token> top) const;
   // Counts `token` as a continuation of the last `order` tokens of `context`.
   void count(const std::array<Token, kOrders>& context, std::size_t order, Token token) noexcept;
   [[nodiscard]] static float share(const Successors& entry, std::size_t slot) noexcept;

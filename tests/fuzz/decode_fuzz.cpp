@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "fuzz_input.hpp"
+#include "fuzz_rules.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/speculative_decoder.hpp"
@@ -40,11 +41,11 @@ class ByteDrafter : public ObservedSequence {
 
   [[nodiscard]] std::size_t predict(std::span<Token> out) const {
     if (script_.empty()) return 0;
-    const std::size_t claim = next() % (out.size() + 3);
+    const std::size_t claim = script_.next() % (out.size() + 3);
     const std::size_t n = std::min(claim, out.size());
     scratch_.assign(seen().begin(), seen().end());
     for (std::size_t i = 0; i < n; ++i) {
-      const std::uint8_t b = next();
+      const std::uint8_t b = script_.next();
       Token t = 0;
       if ((b & 0x80) != 0 && !scratch_.empty()) {
         t = rule_(std::span<const Token>(scratch_));
@@ -60,16 +61,9 @@ class ByteDrafter : public ObservedSequence {
   }
 
  private:
-  std::uint8_t next() const noexcept {
-    const std::uint8_t b = script_[cursor_];
-    cursor_ = (cursor_ + 1) % script_.size();
-    return b;
-  }
-
-  std::vector<std::uint8_t> script_;
+  ByteScript script_;
   NextTokenRule rule_;
   Token vocab_;
-  mutable std::size_t cursor_ = 0;
   mutable std::vector<Token> scratch_;
 };
 
@@ -92,23 +86,7 @@ struct Scenario {
 Scenario decode_scenario(FuzzInput& in) {
   Scenario s;
   s.vocab = static_cast<Token>(in.in_range(2, 16));
-  switch (in.byte() % 4) {
-    case 0: {
-      TableRule r;
-      r.otherwise = static_cast<Token>(in.byte() % s.vocab);
-      for (Token t = 0; t < s.vocab; ++t) {
-        const std::uint8_t b = in.byte();
-        if ((b & 1) != 0) r.table[t] = static_cast<Token>((b >> 1) % s.vocab);
-      }
-      s.rule = r;
-      break;
-    }
-    case 1:
-      s.rule = HashRule{s.vocab, static_cast<std::size_t>(in.in_range(1, 3)), in.in_range(0, UINT64_MAX), in.flag()};
-      break;
-    case 2: s.rule = RepeatRule{static_cast<std::size_t>(in.in_range(1, 12)), s.vocab}; break;
-    default: s.rule = InductionRule{s.vocab}; break;
-  }
+  s.rule = fuzz_rule(in, s.vocab);
   static constexpr std::size_t kBatches[] = {1, 2, 3, 4, 5, 8, 17, GreedyModel::kUnlimitedBatch};
   s.max_batch = kBatches[in.byte() % std::size(kBatches)];
 

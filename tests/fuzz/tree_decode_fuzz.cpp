@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fuzz_input.hpp"
+#include "fuzz_rules.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/speculative_decoder.hpp"
 #include "ngramspec/tree_drafter.hpp"
@@ -40,10 +41,10 @@ class ByteTreeDrafter : public ObservedSequence {
   std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth, float) {
     tree.clear();
     if (script_.empty() || seen().empty()) return 0;
-    const std::size_t n = std::min<std::size_t>(next() % 24, std::min(max_nodes, tree.capacity()));
+    const std::size_t n = std::min<std::size_t>(script_.next() % 24, std::min(max_nodes, tree.capacity()));
     for (std::size_t i = 0; i < n; ++i) {
-      const std::uint8_t b = next();
-      auto parent = static_cast<std::int32_t>(next() % (i + 1)) - 1;
+      const std::uint8_t b = script_.next();
+      auto parent = static_cast<std::int32_t>(script_.next() % (i + 1)) - 1;
       if (parent != kTreeRoot && tree.depths()[static_cast<std::size_t>(parent)] + 1 >= max_depth) parent = kTreeRoot;
       if (max_depth == 0) break;
       Token t = static_cast<Token>(b % vocab_);
@@ -66,15 +67,9 @@ class ByteTreeDrafter : public ObservedSequence {
   [[nodiscard]] const TopKTable* top_k_table() const noexcept { return nullptr; }
 
  private:
-  std::uint8_t next() const noexcept {
-    const std::uint8_t b = script_[cursor_];
-    cursor_ = (cursor_ + 1) % script_.size();
-    return b;
-  }
-  std::vector<std::uint8_t> script_;
+  ByteScript script_;
   NextTokenRule rule_;
   Token vocab_;
-  mutable std::size_t cursor_ = 0;
   std::vector<Token> path_;
 };
 
@@ -109,24 +104,10 @@ void decode_twice(GreedyModel& model, D drafter, const std::vector<Token>& promp
 
 void run(FuzzInput& in) {
   const Token vocab = static_cast<Token>(in.in_range(2, 16));
-  NextTokenRule rule;
-  switch (in.byte() % 4) {
-    case 0: {
-      TableRule r;
-      r.otherwise = static_cast<Token>(in.byte() % vocab);
-      for (Token t = 0; t < vocab; ++t) {
-        const std::uint8_t b = in.byte();
-        if ((b & 1) != 0) r.table[t] = static_cast<Token>((b >> 1) % vocab);
-      }
-      rule = r;
-      break;
-    }
-    case 1: rule = HashRule{vocab, static_cast<std::size_t>(in.in_range(1, 3)), in.in_range(0, UINT64_MAX), in.flag()}; break;
-    case 2: rule = RepeatRule{static_cast<std::size_t>(in.in_range(1, 12)), vocab}; break;
-    default: rule = InductionRule{vocab}; break;
-  }
+  const NextTokenRule rule = fuzz_rule(in, vocab);
   static constexpr std::size_t kBatches[] = {1, 2, 3, 5, 9, 17, 65};
   GreedyModel model(rule, kBatches[in.byte() % std::size(kBatches)]);
+  model.set_top_vocabulary(vocab);
 
   std::vector<Token> prompt(in.in_range(1, 32));
   for (Token& t : prompt) t = static_cast<Token>(in.byte() % vocab);

@@ -260,8 +260,9 @@ class GreedyModel {
                     std::span<Token> next) {
     forward_tree(pos, tokens, parents, next, {});
   }
-  /// TopKTreeModel: as above, and top[i * K + r] = next[i] + r (K = top.size() / n): the rule's
-  /// token first, then its successors, a ranking the drafters can learn from.
+  /// TopKTreeModel: as above, and top[i * K + r] = next[i] + r (K = top.size() / n; modulo the
+  /// vocabulary set by set_top_vocabulary()): the rule's token first, then its successors, a
+  /// ranking the drafters can learn from.
   void forward_tree(std::size_t pos, std::span<const Token> tokens, std::span<const std::int32_t> parents,
                     std::span<Token> next, std::span<Token> top) {
     ++forward_calls_;
@@ -298,7 +299,10 @@ class GreedyModel {
         path_[pos + --d] = tokens[static_cast<std::size_t>(at)];
       }
       next[i] = rule_(std::span<const Token>(path_));
-      for (std::size_t r = 0; r < k; ++r) top[i * k + r] = static_cast<Token>(next[i] + r);
+      for (std::size_t r = 0; r < k; ++r) {
+        const Token t = static_cast<Token>(next[i] + r);
+        top[i * k + r] = top_vocabulary_ == 0 ? t : t % top_vocabulary_;
+      }
     }
     history_.insert(history_.end(), tokens.begin(), tokens.end());
     tree_parents_.assign(parents.begin(), parents.end());
@@ -365,6 +369,8 @@ class GreedyModel {
   [[nodiscard]] const NextTokenRule& rule() const noexcept { return rule_; }
 
   void set_max_batch(std::size_t max_batch) noexcept { max_batch_ = max_batch; }
+  /// Keeps the top-k tokens of tree passes below `vocabulary` (0: no bound).
+  void set_top_vocabulary(Token vocabulary) noexcept { top_vocabulary_ = vocabulary; }
   /// Room for `tokens` held tokens, so later calls do not allocate.
   void reserve(std::size_t tokens) { history_.reserve(tokens); }
   /// Zeroes the counters and the peak (not the held tokens, nor the violations).
@@ -400,6 +406,7 @@ class GreedyModel {
   std::vector<Token> path_;                 // forward_tree's scratch
   std::vector<std::int32_t> tree_parents_;  // the last tree pass's parents, until keep or rollback
   std::size_t tree_pos_ = 0;
+  Token top_vocabulary_ = 0;
   std::size_t forward_fault_ = 0;
   FaultTiming forward_fault_timing_ = FaultTiming::before_change;
   std::size_t rollback_fault_ = 0;

@@ -72,6 +72,13 @@ struct ServedRecord {
   std::size_t passes = 0;  ///< decode passes it took part in + its prefill, as RecordResult counts
   std::size_t drafted = 0;
   std::size_t accepted = 0;
+  /// Counts a decode pass that sent `sent` drafts (or tree nodes) and decided `step`.
+  void add_pass(std::size_t sent, const StepOutcome& step) noexcept {
+    ++passes;
+    drafted += sent;
+    accepted += step.accepted;
+    generated += step.emitted;
+  }
   /// The cost charged to it under each of ServeConfig::prices: for every decode pass it takes
   /// part in, cost(B) / B, B the batch (or the records, when fewer), what a pass without drafts
   /// costs per sequence while the batch is full; plus, of what the pass's drafts add to it,
@@ -238,11 +245,7 @@ ServeResult serve_records(std::span<const TokenStream> streams, const ServeConfi
     for (std::size_t i = 0; i < n; ++i) {
       Running& r = running[i];
       const StepOutcome& step = steps[i];
-      ServedRecord& record = result.records[r.record];
-      ++record.passes;
-      record.drafted += offsets[i + 1] - offsets[i];
-      record.accepted += step.accepted;
-      record.generated += step.emitted;
+      result.records[r.record].add_pass(offsets[i + 1] - offsets[i], step);
       const auto from = model_tokens.begin() + static_cast<std::ptrdiff_t>(model_offsets[i]);
       r.output.insert(r.output.end(), from, from + static_cast<std::ptrdiff_t>(step.emitted));
       if (step.discarded != 0) r.model.rollback(step.rollback_to);

@@ -222,11 +222,7 @@ ServeResult serve_tree_records(std::span<const TokenStream> streams, const TreeS
       drafter.update(std::span<const Token>(r.output).subspan(before));
       advance(r.state, step);
 
-      ServedRecord& record = result.records[r.record];
-      ++record.passes;
-      record.drafted += size;
-      record.accepted += step.accepted;
-      record.generated += step.emitted;
+      result.records[r.record].add_pass(size, step);
       if (r.state.finished) {
         finish(r);
         continue;
