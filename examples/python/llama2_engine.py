@@ -469,6 +469,18 @@ def serve_plain(model: Transformer, prompts: list[list[int]], max_new_tokens: in
     return Run(requests, steps, time.perf_counter() - start)
 
 
+def admit(model: Transformer, spec, requests: list[Request], waiting: list[int], running: list[int],
+          caches: dict, batch: int, max_drafts: int, spare: int = 0) -> None:
+    """Starts waiting requests while the batch has room: each begins in `spec` and gets a cache with `spare`
+    slots beyond seq_len (a tree pass near the end of the context writes its whole tree before keeping a path)."""
+    while waiting and len(running) < batch:
+        i = waiting.pop(0)
+        spec.begin(i, requests[i].prompt, max_new_tokens=requests[i].max_new_tokens, stop_tokens=(BOS,),
+                   max_context=model.config.seq_len, max_drafts=max_drafts)
+        running.append(i)
+        caches[i] = model.new_cache(spare=spare)
+
+
 def serve_speculative(model: Transformer, prompts: list[list[int]], max_new_tokens: int, batch: int,
                       max_drafts: int, cost: str | None) -> Run:
     """The same requests, admitted the same way, through one BatchSpeculator: each step verifies every
@@ -481,12 +493,7 @@ def serve_speculative(model: Transformer, prompts: list[list[int]], max_new_toke
     waiting, running, caches, steps = list(range(len(requests))), [], {}, 0
     start = time.perf_counter()
     while waiting or running:
-        while waiting and len(running) < batch:
-            i = waiting.pop(0)
-            spec.begin(i, requests[i].prompt, max_new_tokens=max_new_tokens, stop_tokens=(BOS,),
-                       max_context=c.seq_len, max_drafts=max_drafts)
-            running.append(i)
-            caches[i] = model.new_cache()
+        admit(model, spec, requests, waiting, running, caches, batch, max_drafts)
         drafts, offsets = spec.propose(running)
         fed = []  # a prefill feeds the prompt; a decode step the last emitted token, then the drafts
         for j, i in enumerate(running):
@@ -535,12 +542,7 @@ def serve_tree(model: Transformer, prompts: list[list[int]], max_new_tokens: int
     waiting, running, caches, steps = list(range(len(requests))), [], {}, 0
     start = time.perf_counter()
     while waiting or running:
-        while waiting and len(running) < batch:
-            i = waiting.pop(0)
-            spec.begin(i, requests[i].prompt, max_new_tokens=max_new_tokens, stop_tokens=(BOS,),
-                       max_context=c.seq_len, max_drafts=max_nodes)
-            running.append(i)
-            caches[i] = model.new_cache(spare=max_nodes + 1)
+        admit(model, spec, requests, waiting, running, caches, batch, max_nodes, spare=max_nodes + 1)
         nodes, parents, offsets = spec.propose_trees(running)
         fed, roots = [], []  # a prefill feeds the prompt as a chain; a decode step a tree under the last token
         for j, i in enumerate(running):
