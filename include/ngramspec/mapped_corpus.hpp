@@ -21,10 +21,16 @@ namespace ngramspec {
 /// format version, byte order), nothing more: it takes microseconds whatever the file's size
 /// and adds nothing to the process's private memory. The pages are the page cache's, so any
 /// number of processes mapping one file share one copy, and a server starts without a build
-/// step. The sections' checksums are checked by verify() (every byte), which `ngramspec-corpus
-/// verify` runs; a file that passes the structural checks but was corrupted since it was
-/// written can make drafts wrong (the engine's verify pass rejects them), never read out of
-/// bounds or loop: every position read from the file is bounds-checked and every probe bounded.
+/// step. The sections' checksums are checked by verify_checksums() (every byte, at memory
+/// speed; SharedCorpus::load and `ngramspec-corpus stats` run it) and verify(); a file that
+/// passes the structural checks but was corrupted since it was written can make drafts wrong
+/// (the engine's verify pass rejects them; a drafter that knows the vocabulary drops tokens
+/// outside it), never read out of bounds or loop: every position read from the file is
+/// bounds-checked and every probe bounded.
+///
+/// The header records the vocabulary the tokens come from (vocabulary(); format version 2): a
+/// drafter given the model's refuses a file of another (check_vocabulary()). Version 1 files
+/// map too, their vocabulary unknown.
 ///
 /// draft() finds what SharedCorpus::draft finds in a live corpus holding the same records:
 /// the most recent occurrence of the longest of the context's last 3, 2 or 1 tokens, the
