@@ -324,6 +324,19 @@ ngramspec_status too_many_ids(const char* where, std::size_t n_ids, const ngrams
               n_ids, batch.steps.size());
 }
 
+// ngramspec_corpus_load and ngramspec_corpus_load_trusted; `where` names the one called.
+ngramspec_status load_corpus(const char* where, ngramspec_corpus* corpus, const char* path,
+                             ngramspec::ChecksumCheck check) noexcept {
+  if (corpus == nullptr) return null_argument(where, "corpus");
+  if (path == nullptr) return null_argument(where, "path");
+  try {
+    corpus->corpus.load(std::filesystem::path(path), check);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(where);
+  }
+}
+
 // The model's vocabulary as the create calls take it.
 struct Vocabulary {
   std::uint64_t size = 0;
@@ -578,25 +591,11 @@ ngramspec_status ngramspec_corpus_save(const ngramspec_corpus* corpus, const cha
 }
 
 ngramspec_status ngramspec_corpus_load(ngramspec_corpus* corpus, const char* path) {
-  if (corpus == nullptr) return null_argument(__func__, "corpus");
-  if (path == nullptr) return null_argument(__func__, "path");
-  try {
-    corpus->corpus.load(std::filesystem::path(path), ngramspec::ChecksumCheck::verify);
-    return NGRAMSPEC_OK;
-  } catch (...) {
-    return translate_exception(__func__);
-  }
+  return load_corpus(__func__, corpus, path, ngramspec::ChecksumCheck::verify);
 }
 
 ngramspec_status ngramspec_corpus_load_trusted(ngramspec_corpus* corpus, const char* path) {
-  if (corpus == nullptr) return null_argument(__func__, "corpus");
-  if (path == nullptr) return null_argument(__func__, "path");
-  try {
-    corpus->corpus.load(std::filesystem::path(path), ngramspec::ChecksumCheck::skip);
-    return NGRAMSPEC_OK;
-  } catch (...) {
-    return translate_exception(__func__);
-  }
+  return load_corpus(__func__, corpus, path, ngramspec::ChecksumCheck::skip);
 }
 
 // ---- Corpus files --------------------------------------------------------------------------------

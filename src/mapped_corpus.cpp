@@ -70,8 +70,8 @@ format::Header check_header(const std::filesystem::path& path, const std::byte* 
                        "-endian); rebuild it on this one");
   }
   const bool known_version = h.version == format::kFirstVersion || h.version == format::kVersion;
-  const std::string versions_read =
-      "this build of ngramspec reads versions " + std::to_string(format::kFirstVersion) + " to " + std::to_string(format::kVersion);
+  const std::string versions_read = "this build of ngramspec reads versions " + std::to_string(format::kFirstVersion) +
+                                    " to " + std::to_string(format::kVersion);
   const std::size_t header_bytes = format::header_bytes(h.version);
   if (bytes < header_bytes) {
     fail("header", "truncated: " + std::to_string(bytes) + " bytes, shorter than the " +

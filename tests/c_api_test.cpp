@@ -2362,7 +2362,8 @@ TEST(CApiCorpusFile, TheVocabularyIsRecordedMatchedAndForeignDraftsAreDroppedAnd
   tree.vocab_size = 999;
   EXPECT_INVALID(ngramspec_batch_create_tree_file(&config, &tree, nullptr, unknown.get(), 0, 1000, 0, &b),
                  "ngramspec_batch_create_tree_file: vocab_size = 1000 and tree->vocab_size = 999 disagree");
-  EXPECT_INVALID(ngramspec_match_drafter_create_vocab(nullptr, nullptr, nullptr, 0, (std::uint64_t{1} << 32) + 1, 0, &d),
+  const std::uint64_t too_large = (std::uint64_t{1} << 32) + 1;
+  EXPECT_INVALID(ngramspec_match_drafter_create_vocab(nullptr, nullptr, nullptr, 0, too_large, 0, &d),
                  "vocab_size = 4294967297 is invalid");
 
   // A file of unknown vocabulary: the draft 103 5000 104 is cut to 103, two tokens counted.

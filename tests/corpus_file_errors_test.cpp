@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iterator>
 #include <span>
 #include <string>
@@ -23,6 +22,7 @@
 #include "ngramspec/detail/fnv1a.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/shared_corpus.hpp"
+#include "support/corpus_file_refusal.hpp"
 #include "support/reference_corpus.hpp"
 #include "support/temp_dir.hpp"
 
@@ -32,6 +32,7 @@ namespace {
 namespace format = detail::corpus_format;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using test::refusal;
 using test::Drafted;
 using test::TempDir;
 
@@ -89,20 +90,6 @@ std::filesystem::path build_small(const TempDir& dir, const std::string& name) {
   builder.add(std::vector<Token>{1, 2, 3, 10, 11, 12}, 30);
   static_cast<void>(builder.write(dir / name));
   return dir / name;
-}
-
-// The CorpusFileError that `f` throws (a test failure when it throws nothing or something else).
-CorpusFileError refusal(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const CorpusFileError& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw something other than CorpusFileError: " << e.what();
-    return CorpusFileError("", "?", "");
-  }
-  ADD_FAILURE() << "did not throw";
-  return CorpusFileError("", "?", "");
 }
 
 CorpusFileError mapping_refusal(const std::filesystem::path& path) {

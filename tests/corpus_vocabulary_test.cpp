@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -27,14 +26,18 @@
 #include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/tree_drafter.hpp"
 #include "support/allocation_counter.hpp"
+#include "support/corpus_file_refusal.hpp"
 #include "support/reference_corpus.hpp"
 #include "support/temp_dir.hpp"
+#include "support/thrown_message.hpp"
 
 namespace ngramspec {
 namespace {
 
 namespace format = detail::corpus_format;
 using ::testing::HasSubstr;
+using test::invalid_argument_message;
+using test::refusal;
 using test::random_tokens;
 using test::TempDir;
 
@@ -43,30 +46,6 @@ using Bytes = std::vector<std::uint8_t>;
 Bytes read_bytes(const std::filesystem::path& path) { return test::read_file<std::uint8_t>(path); }
 void write_bytes(const std::filesystem::path& path, const Bytes& bytes) {
   ASSERT_TRUE(test::write_file(path, bytes)) << "cannot write " << path;
-}
-
-// The CorpusFileError that `f` throws (a test failure when it throws nothing or something else).
-CorpusFileError refusal(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const CorpusFileError& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw something other than CorpusFileError: " << e.what();
-    return CorpusFileError("", "?", "");
-  }
-  ADD_FAILURE() << "did not throw";
-  return CorpusFileError("", "?", "");
-}
-
-std::string invalid_argument_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "did not throw std::invalid_argument";
-  return "";
 }
 
 // The same file as a version 1 writer wrote it: the 320-byte header (no vocabulary), the

@@ -17,8 +17,8 @@ namespace ngramspec {
 /// (a code base, documentation, earlier outputs), which MatchDrafter consults beside, or
 /// instead of, the live SharedCorpus.
 ///
-/// Mapping reads the header (384 bytes; 320 in a version 1 file) and checks the file's structure (sizes, section bounds,
-/// format version, byte order), nothing more: it takes microseconds whatever the file's size
+/// Mapping reads the header (384 bytes; 320 in a version 1 file) and checks the file's
+/// structure (sizes, section bounds, format version, byte order), nothing more: it takes microseconds whatever the file's size
 /// and adds nothing to the process's private memory. The pages are the page cache's, so any
 /// number of processes mapping one file share one copy, and a server starts without a build
 /// step. The sections' checksums are checked by verify_checksums() (every byte, at memory

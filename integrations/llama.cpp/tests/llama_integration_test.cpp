@@ -278,8 +278,8 @@ TEST(LlamaIntegration, ACorpusFileOfForeignTokensIsRefusedOrItsTokensDropped) {
     EXPECT_GT(spec.accepted, 0u);
 
     const MappedCorpus foreign(other);
-    const std::string refused =
-        error_of([&] { BatchSpeculator<MatchDrafter>(BatchConfig{2, 0, 8192, std::nullopt}, drafter, nullptr, &foreign); });
+    const BatchConfig two{2, 0, 8192, std::nullopt};
+    const std::string refused = error_of([&] { BatchSpeculator<MatchDrafter>(two, drafter, nullptr, &foreign); });
     EXPECT_NE(refused.find("corpus file '" + other + "'"), std::string::npos) << refused;
     EXPECT_NE(refused.find("vocabulary of 32000 tokens, the model's has " + std::to_string(vocab)), std::string::npos)
         << refused;
