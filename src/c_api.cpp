@@ -9,6 +9,7 @@
 #include "ngramspec/ngramspec.h"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -31,6 +33,7 @@
 #include "ngramspec/corpus_file.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/draft_planner.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
@@ -38,6 +41,7 @@
 #include "ngramspec/token.hpp"
 #include "ngramspec/top_k_table.hpp"
 #include "ngramspec/tree_drafter.hpp"
+#include "ngramspec/verify_cost.hpp"
 #include "ngramspec/verify_cost.hpp"
 #include "ngramspec/version.hpp"
 
@@ -1070,6 +1074,54 @@ ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* batch, ngramsp
   out->accepted = stats.accepted;
   out->emitted = stats.emitted;
   out->out_of_vocabulary = stats.out_of_vocabulary;
+  return NGRAMSPEC_OK;
+}
+
+// ---- Verify costs and the draft planner ---------------------------------------------------------
+
+struct ngramspec_verify_cost {
+  ngramspec::VerifyCost cost;
+  std::string spec;  // cost.normalized().spec(), kept for ngramspec_verify_cost_spec
+};
+
+ngramspec_status ngramspec_verify_cost_create(const char* spec, ngramspec_verify_cost** out) {
+  if (out == nullptr) return null_argument(__func__, "out");
+  if (spec == nullptr) return null_argument(__func__, "spec");
+  try {
+    ngramspec::VerifyCost cost = ngramspec::VerifyCost::parse(spec);
+    std::string normalized = cost.normalized().spec();
+    *out = new ngramspec_verify_cost{std::move(cost), std::move(normalized)};
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+void ngramspec_verify_cost_free(ngramspec_verify_cost* cost) { delete cost; }
+
+double ngramspec_verify_cost_of(const ngramspec_verify_cost* cost, size_t tokens) {
+  return cost == nullptr ? 0.0 : cost->cost(tokens);
+}
+
+const char* ngramspec_verify_cost_spec(const ngramspec_verify_cost* cost) {
+  return cost == nullptr ? "" : cost->spec.c_str();
+}
+
+ngramspec_status ngramspec_plan_drafts(const ngramspec_verify_cost* cost, size_t base_tokens, double base_expected,
+                                       float* probabilities, size_t n, size_t* count) {
+  if (count == nullptr) return null_argument(__func__, "count");
+  if (const ngramspec_status bad = check_array(__func__, probabilities, "probabilities", "n", n, sizeof(float));
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (!std::isfinite(base_expected) || base_expected <= 0) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: base_expected = %g is invalid: it must be finite and positive (a pass emits at least its "
+                "model token)",
+                __func__, base_expected);
+  }
+  *count = ngramspec::DraftPlanner::plan_one(cost == nullptr ? nullptr : &cost->cost, base_tokens, base_expected, 0,
+                                             std::span<float>(probabilities, n));
   return NGRAMSPEC_OK;
 }
 

@@ -2777,5 +2777,148 @@ TEST(CApiOutOfMemory, CorpusFileCallsReportItAndChangeNothing) {
   EXPECT_EQ(ngramspec_batch_size(batch), 0U);
 }
 
+// ---- Verify costs and the draft planner ---------------------------------------------------------
+
+struct VerifyCostFree {
+  void operator()(ngramspec_verify_cost* p) const noexcept { ngramspec_verify_cost_free(p); }
+};
+using VerifyCostPtr = std::unique_ptr<ngramspec_verify_cost, VerifyCostFree>;
+
+VerifyCostPtr make_verify_cost(const std::string& spec) {
+  ngramspec_verify_cost* p = nullptr;
+  EXPECT_EQ(ngramspec_verify_cost_create(spec.c_str(), &p), NGRAMSPEC_OK) << ngramspec_last_error();
+  return VerifyCostPtr(p);
+}
+
+/// A random non-decreasing cost curve as a spec: flat, a knee, or a table of up to 6 points.
+std::string random_cost_spec(std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0: return "flat";
+    case 1: return "knee:" + std::to_string(1 + rng() % 40);
+    default: {
+      std::string spec = "table:";
+      std::size_t tokens = 0;
+      double cost = 0.5 + static_cast<double>(rng() % 100) / 50.0;
+      for (std::size_t i = 0, n = 1 + rng() % 6; i < n; ++i) {
+        tokens += 1 + rng() % 12;
+        cost += static_cast<double>(rng() % 100) / (rng() % 2 == 0 ? 400.0 : 40.0);
+        spec += (i == 0 ? "" : ",") + std::to_string(tokens) + "=" + std::to_string(cost);
+      }
+      return spec;
+    }
+  }
+}
+
+TEST(CApiProperty, PlanDraftsSendsTheCountWithTheBestExpectedTokensPerCost) {
+  std::mt19937_64 rng(20261128);
+  std::size_t sent_some = 0;
+  std::size_t sent_none = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const std::string spec = random_cost_spec(rng);
+    const VerifyCostPtr cost = make_verify_cost(spec);
+    ASSERT_TRUE(cost != nullptr) << spec;
+    const std::size_t n = rng() % 20;
+    std::vector<float> p(n);
+    float previous = 1.0f;
+    for (float& x : p) x = previous = previous * static_cast<float>(rng() % 1001) / 1000.0f;
+    if (n > 0 && rng() % 5 == 0) p[rng() % n] = std::nanf("");  // a bad estimate: read as 0
+    if (n > 1 && rng() % 5 == 0) p[1 + rng() % (n - 1)] = 1.5f;  // above the one before it: lowered to it
+    std::vector<float> valid = p;
+    previous = 1.0f;
+    for (float& x : valid) x = previous = std::isnan(x) ? 0.0f : std::clamp(x, 0.0f, previous);
+    const std::size_t base_tokens = rng() % 3;
+    const double base_expected = 1.0 + static_cast<double>(rng() % 3);
+    std::size_t best_n = 0;
+    double expected = base_expected;
+    double best = expected / ngramspec_verify_cost_of(cost.get(), base_tokens);
+    for (std::size_t j = 0; j < n; ++j) {
+      expected += valid[j];
+      const double rate = expected / ngramspec_verify_cost_of(cost.get(), base_tokens + j + 1);
+      if (rate > best * (1 + 1e-12)) {
+        best = rate;
+        best_n = j + 1;
+      }
+    }
+    std::size_t count = 12345;
+    ASSERT_C_OK(ngramspec_plan_drafts(cost.get(), base_tokens, base_expected, p.data(), n, &count));
+    EXPECT_EQ(count, best_n) << spec << " n " << n << " base " << base_tokens << " " << base_expected;
+    EXPECT_EQ(p, valid) << "the probabilities are made valid in place";
+    (count > 0 ? sent_some : sent_none) += 1;
+    // Without a cost every candidate goes.
+    ASSERT_C_OK(ngramspec_plan_drafts(nullptr, base_tokens, base_expected, p.data(), n, &count));
+    EXPECT_EQ(count, n);
+  }
+  EXPECT_GT(sent_some, 300U);
+  EXPECT_GT(sent_none, 200U);
+}
+
+TEST(CApiPlanner, CostsReadTheBatchGrammarAndTheirSpecReadsBackEqual) {
+  const VerifyCostPtr knee = make_verify_cost("knee:4");
+  EXPECT_EQ(ngramspec_verify_cost_of(knee.get(), 0), 1.0);
+  EXPECT_EQ(ngramspec_verify_cost_of(knee.get(), 4), 1.0);
+  EXPECT_EQ(ngramspec_verify_cost_of(knee.get(), 8), 2.0);
+  EXPECT_STREQ(ngramspec_verify_cost_spec(knee.get()), "knee:4");
+  const VerifyCostPtr table = make_verify_cost("table:1=2,3=3,5=5");  // normalized: the first point costs 1
+  EXPECT_EQ(ngramspec_verify_cost_of(table.get(), 1), 1.0);
+  EXPECT_EQ(ngramspec_verify_cost_of(table.get(), 2), 1.25);
+  EXPECT_EQ(ngramspec_verify_cost_of(table.get(), 7), 3.5);  // the last slope goes on
+  const VerifyCostPtr again = make_verify_cost(ngramspec_verify_cost_spec(table.get()));
+  for (std::size_t t = 0; t < 12; ++t) {
+    EXPECT_DOUBLE_EQ(ngramspec_verify_cost_of(again.get(), t), ngramspec_verify_cost_of(table.get(), t)) << t;
+  }
+  EXPECT_EQ(ngramspec_verify_cost_of(nullptr, 3), 0.0);
+  EXPECT_STREQ(ngramspec_verify_cost_spec(nullptr), "");
+  ngramspec_verify_cost_free(nullptr);
+}
+
+TEST(CApiPlanner, BadArgumentsAreReportedAndChangeNothing) {
+  ngramspec_verify_cost* cost = sentinel_handle<ngramspec_verify_cost>();
+  EXPECT_INVALID(ngramspec_verify_cost_create("knee:0", &cost), "ngramspec_verify_cost_create: ", "knee:0");
+  EXPECT_INVALID(ngramspec_verify_cost_create("steep", &cost), "ngramspec_verify_cost_create: ", "'steep'");
+  EXPECT_INVALID(ngramspec_verify_cost_create("table:2=1,1=2", &cost), "ngramspec_verify_cost_create: ",
+                 "table:2=1,1=2");
+  EXPECT_INVALID(ngramspec_verify_cost_create(nullptr, &cost), "ngramspec_verify_cost_create: spec is NULL");
+  EXPECT_EQ(cost, sentinel_handle<ngramspec_verify_cost>());
+  EXPECT_INVALID(ngramspec_verify_cost_create("flat", nullptr), "ngramspec_verify_cost_create: out is NULL");
+
+  const VerifyCostPtr flat = make_verify_cost("flat");
+  std::array<float, 3> p{0.9f, 0.5f, 0.2f};
+  const std::array<float, 3> before = p;
+  std::size_t count = 77;
+  EXPECT_INVALID(ngramspec_plan_drafts(flat.get(), 1, 1.0, p.data(), 3, nullptr), "ngramspec_plan_drafts: count is NULL");
+  EXPECT_INVALID(ngramspec_plan_drafts(flat.get(), 1, 1.0, nullptr, 3, &count),
+                 "ngramspec_plan_drafts: probabilities is NULL but n = 3");
+  EXPECT_INVALID(ngramspec_plan_drafts(flat.get(), 1, 1.0, p.data(), SIZE_MAX, &count), "n = 18446744073709551615");
+  for (const double bad : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    EXPECT_INVALID(ngramspec_plan_drafts(flat.get(), 1, bad, p.data(), 3, &count), "ngramspec_plan_drafts: base_expected = ",
+                   "finite and positive");
+  }
+  EXPECT_EQ(count, 77U);
+  EXPECT_EQ(p, before);
+  ASSERT_C_OK(ngramspec_plan_drafts(flat.get(), 1, 1.0, p.data(), 3, &count));
+  EXPECT_EQ(count, 3U);  // a flat cost: every draft with a chance is free
+  ASSERT_C_OK(ngramspec_plan_drafts(flat.get(), 1, 1.0, nullptr, 0, &count));
+  EXPECT_EQ(count, 0U);
+}
+
+TEST(CApiAllocation, PlanDraftsAllocatesNothing) {
+  const VerifyCostPtr cost = make_verify_cost("table:1=1,2=1.2,4=1.5,16=3");
+  std::array<float, 16> p{};
+  std::size_t total = 0;
+  std::size_t allocations = 0;
+  {
+    const AllocationCounter counter;
+    for (int i = 0; i < 100; ++i) {
+      for (std::size_t j = 0; j < p.size(); ++j) p[j] = 1.0f / static_cast<float>(j + 1 + i % 3);
+      std::size_t count = 0;
+      if (ngramspec_plan_drafts(cost.get(), 1, 1.0, p.data(), p.size(), &count) != NGRAMSPEC_OK) return;
+      total += count;
+    }
+    allocations = counter.count();
+  }
+  EXPECT_EQ(allocations, 0U);
+  EXPECT_GT(total, 0U);
+}
+
 }  // namespace
 }  // namespace ngramspec::test

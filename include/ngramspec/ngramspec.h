@@ -455,6 +455,33 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_accept_trees(ngramspec_batch* bat
                                                             ngramspec_step* steps, size_t* kept,
                                                             size_t kept_capacity);
 
+/* Verify costs and the draft planner, for an engine that sizes one sequence's drafts itself (since 0.3):
+ * what BatchSpeculator's propose does for each pass when its config has a cost, offered to an engine
+ * that runs its own loop (a candidate generator, a decoder driving one sequence). */
+typedef struct ngramspec_verify_cost ngramspec_verify_cost;
+
+/* A verify cost read from `spec` ("flat", "knee:N" or "table:T=C,...", as ngramspec_batch_config::cost;
+ * VerifyCost::parse). NGRAMSPEC_ERROR_INVALID_ARGUMENT naming the spec and what is wrong with it. */
+NGRAMSPEC_API ngramspec_status ngramspec_verify_cost_create(const char* spec, ngramspec_verify_cost** out);
+NGRAMSPEC_API void ngramspec_verify_cost_free(ngramspec_verify_cost* cost);
+/* What a pass of `tokens` tokens costs, the one-token pass costing 1 (0 tokens cost what 1 does); 0 for a
+ * NULL cost. */
+NGRAMSPEC_API double ngramspec_verify_cost_of(const ngramspec_verify_cost* cost, size_t tokens);
+/* The spec that ngramspec_verify_cost_create reads back into an equal cost, costs normalized so that the
+ * first point costs 1 ("flat", "knee:N" or "table:..."); "" for a NULL cost. Valid while the cost lives. */
+NGRAMSPEC_API const char* ngramspec_verify_cost_spec(const ngramspec_verify_cost* cost);
+/* How many of one sequence's `n` candidate drafts its pass should carry (DraftPlanner::plan_one):
+ * probabilities[j], the estimated chance that drafts 0..j are all accepted (a drafter's predict), the pass
+ * carrying base_tokens tokens besides them (the sequence's last token, anything else the pass runs) and
+ * emitting base_expected tokens without them; writes to *count the number n' <= n that maximizes
+ * (base_expected + p[0] + ... + p[n' - 1]) / cost(base_tokens + n'), ties to fewer. The probabilities are
+ * made valid in place first (NaN and negatives to 0, above 1 to 1, each lowered to the one before it). A
+ * NULL cost: every candidate (*count = n). NGRAMSPEC_ERROR_INVALID_ARGUMENT when base_expected is not
+ * finite and positive. Allocates nothing. */
+NGRAMSPEC_API ngramspec_status ngramspec_plan_drafts(const ngramspec_verify_cost* cost, size_t base_tokens,
+                                                     double base_expected, float* probabilities, size_t n,
+                                                     size_t* count);
+
 #ifdef __cplusplus
 }
 #endif

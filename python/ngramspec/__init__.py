@@ -9,7 +9,8 @@ Classes: :class:`BatchSpeculator` (every running sequence of an engine: begin, p
 finish), :class:`MatchDrafter` and :class:`NGramPredictor` (one sequence's drafter),
 :class:`SharedCorpus` (earlier requests' outputs, which drafters copy from; saved to and loaded
 from corpus files) and :class:`MappedCorpus` (a corpus file mapped read-only, which drafters
-consult beside or instead of the live corpus).
+consult beside or instead of the live corpus), and :class:`VerifyCost` (what a verify pass costs, and
+the planner that sizes one sequence's drafts against it).
 
 Errors: ``ValueError`` with the library's message for a bad argument, ``MemoryError`` when an
 allocation fails, :class:`CorpusFileError` when a corpus file cannot be read or written, and
@@ -28,6 +29,7 @@ from ._errors import CorpusFileError, NgramspecError
 from ._corpus import CorpusDraft, CorpusPreferenceName, MappedCorpus, SharedCorpus
 from ._drafters import MatchDrafter, NGramPredictor
 from ._batch import STEP_DTYPE, BatchSpeculator, BatchStats, StopReason
+from ._planner import VerifyCost
 
 __all__ = [
     "__version__",
@@ -45,6 +47,7 @@ __all__ = [
     "BatchStats",
     "StopReason",
     "STEP_DTYPE",
+    "VerifyCost",
 ]
 
 #: The version of the native library in use, "MAJOR.MINOR.PATCH" (ngramspec_version_string).

@@ -200,6 +200,12 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_batch_top_k": (_S, [_P]),
     "ngramspec_batch_propose_trees": (_STATUS, [_P, _P, _S, _P, _P, _S, _P, _S, _P]),
     "ngramspec_batch_accept_trees": (_STATUS, [_P, _P, _S, _P, _S, _P, _P, _S, _P, _P, _S]),
+    # Verify costs and the draft planner (experimental)
+    "ngramspec_verify_cost_create": (_STATUS, [c_char_p, _P]),
+    "ngramspec_verify_cost_free": (None, [_P]),
+    "ngramspec_verify_cost_of": (c_double, [_P, _S]),
+    "ngramspec_verify_cost_spec": (c_char_p, [_P]),
+    "ngramspec_plan_drafts": (_STATUS, [_P, _S, c_double, _P, _S, _P]),
 }
 
 

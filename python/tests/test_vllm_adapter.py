@@ -392,6 +392,11 @@ def test_torch_tensors_are_read_like_numpy_arrays() -> None:
     got = NgramspecProposer(vllm_config()).propose([[int(tokens[0, 19])]], torch.from_numpy(counts),
                                                    torch.from_numpy(tokens))
     assert got == expected and got[0]
+    # By keyword, as the CustomClassProposer form of vLLM's custom_class_proposer.py calls it.
+    by_keyword = NgramspecProposer(vllm_config()).propose(
+        sampled_token_ids=[[int(tokens[0, 19])]], num_tokens_no_spec=torch.from_numpy(counts),
+        token_ids_cpu=torch.from_numpy(tokens), slot_mappings=None)
+    assert by_keyword == expected
 
 
 def test_the_readme_configures_this_proposer() -> None:

@@ -10,13 +10,19 @@ class named by ``speculative_config.model``::
                                   "model": "ngramspec.adapters.vllm.NgramspecProposer",
                                   "num_speculative_tokens": 4})
 
-The interface followed (vLLM ``main``; no vLLM code is used or copied here), from these files of
-https://github.com/vllm-project/vllm:
+The interface followed: vLLM ``main`` at commit f7490e78408ff2ca158d93d61c012ba5bd2c1f54 of
+``vllm/v1/spec_decode/custom_class_proposer.py`` (no vLLM code is used or copied here), from these
+files of https://github.com/vllm-project/vllm:
 
 - ``vllm/v1/spec_decode/custom_class_proposer.py`` (commit f7490e78408ff2ca158d93d61c012ba5bd2c1f54):
   ``create_custom_proposer(vllm_config)`` imports the class at the dotted path
-  ``speculative_config.model``, constructs it with the ``VllmConfig`` alone and requires a callable
-  ``propose``.
+  ``speculative_config.model``, constructs it with the ``VllmConfig`` alone, requires a callable
+  ``propose`` and returns the instance itself, which the model runner calls directly. Another form
+  of the file (commit 71f7afb3f9fc8525ae50e0b9ea2d2072faba49a7) wraps the class in a
+  ``CustomClassProposer`` that reads the path from ``speculative_config.custom_proposer_backend``,
+  calls ``propose`` by keyword (``sampled_token_ids=``, ``num_tokens_no_spec=``,
+  ``token_ids_cpu=`` as a torch tensor, ``slot_mappings=``) and forwards ``load_model``; this
+  class answers both (its parameters have those names, and a tensor is read through ``.numpy()``).
 - ``vllm/config/speculative.py`` (commit 002e77c1f0ef9b19cff8b9e21cfbd6feb3d6b443): ``"custom_class"``
   is one of the ``SpeculativeMethod`` values; it needs ``model`` to be that dotted path (a dotted
   ``model`` without ``method`` selects it too) and loads no draft model.

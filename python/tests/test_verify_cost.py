@@ -1,0 +1,94 @@
+"""ngramspec.VerifyCost: the verify cost and the planner of one sequence's drafts, through the C ABI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ngramspec import VerifyCost
+
+
+def best_count(cost: VerifyCost, p: np.ndarray, base_tokens: int, base_expected: float) -> int:
+    """The n with the most (base_expected + p[0] + ... + p[n - 1]) / cost(base_tokens + n), ties to fewer."""
+    best_n, best = 0, base_expected / cost(base_tokens)
+    expected = base_expected
+    for j, pj in enumerate(p):
+        expected += float(pj)
+        rate = expected / cost(base_tokens + j + 1)
+        if rate > best * (1 + 1e-12):
+            best_n, best = j + 1, rate
+    return best_n
+
+
+def test_plan_sends_the_count_with_the_best_expected_tokens_per_cost() -> None:
+    rng = np.random.default_rng(7)
+    sent = []
+    for _ in range(400):
+        points, tokens, value = [], 0, 0.5 + rng.random()
+        for _ in range(int(rng.integers(1, 6))):
+            tokens += int(rng.integers(1, 10))
+            value += float(rng.random()) * float(rng.choice([0.05, 1.0]))
+            points.append(f"{tokens}={value:.4f}")
+        cost = VerifyCost(str(rng.choice(["flat", f"knee:{int(rng.integers(1, 30))}", "table:" + ",".join(points)])))
+        p = np.cumprod(rng.random(int(rng.integers(0, 20)))).astype(np.float32)
+        base_tokens, base_expected = int(rng.integers(0, 3)), float(rng.integers(1, 3))
+        expected = best_count(cost, p, base_tokens, base_expected)
+        assert cost.plan(p.tolist(), base_tokens, base_expected) == expected  # a list is converted
+        assert cost.plan(p, base_tokens, base_expected) == expected  # a float32 array is planned in place
+        sent.append(expected)
+    assert sum(n == 0 for n in sent) > 10 and sum(n > 0 for n in sent) > 100
+
+
+def test_plan_repairs_bad_estimates_in_place_and_rejects_a_bad_base() -> None:
+    cost = VerifyCost("flat")
+    p = np.array([0.5, np.nan, 0.7, -1.0, 2.0], np.float32)
+    assert cost.plan(p) == 1  # a flat cost: every draft with a chance goes (ties to fewer)
+    assert p.tolist() == [0.5, 0.0, 0.0, 0.0, 0.0]  # NaN and negatives to 0, each at most the one before
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="base_expected"):
+            cost.plan([0.5], base_expected=bad)
+    with pytest.raises(TypeError, match="base_tokens"):
+        cost.plan([0.5], base_tokens=1.5)  # type: ignore[arg-type]
+
+
+def test_costs_read_the_batch_grammar_normalized() -> None:
+    table = VerifyCost("table:1=2,3=3,5=5")
+    assert (table(0), table(1), table(2), table(7)) == (1.0, 1.0, 1.25, 3.5)
+    again = VerifyCost(table.spec)
+    assert [again(t) for t in range(12)] == [table(t) for t in range(12)]
+    assert VerifyCost("knee:4").spec == "knee:4" and VerifyCost("knee:4")(8) == 2.0
+    for bad, named in (("steep", "'steep'"), ("knee:0", "knee:0"), ("table:2=1,1=2", "table:2=1,1=2")):
+        with pytest.raises(ValueError, match=named):
+            VerifyCost(bad)
+    with pytest.raises(TypeError, match="spec must be a str"):
+        VerifyCost(4)  # type: ignore[arg-type]
+
+
+def test_measure_times_each_count_and_never_lowers_the_cost_for_more_tokens() -> None:
+    calls = []
+    work = {1: 0.0, 2: 0.002, 4: 0.001, 8: 0.004}  # 4 tokens "faster" than 2: noise, raised to it
+
+    def run_pass(n: int) -> None:
+        calls.append(n)
+        end = __import__("time").perf_counter() + work[n]
+        while __import__("time").perf_counter() < end:
+            pass
+    cost = VerifyCost.measure(run_pass, [1, 2, 4, 8], repeats=3)
+    assert calls == [1, 2, 4, 8] * 4  # a warm-up round, then rounds interleaved
+    assert cost(1) == 1.0 and cost(2) <= cost(4) <= cost(8) and cost(8) > cost(1)
+    for counts in ([], [0, 1], [2, 2], [3, 1]):
+        with pytest.raises(ValueError, match="token_counts"):
+            VerifyCost.measure(run_pass, counts)
+    with pytest.raises(ValueError, match="repeats"):
+        VerifyCost.measure(run_pass, [1], repeats=0)
+
+
+def test_a_closed_cost_refuses_every_call() -> None:
+    cost = VerifyCost("knee:8")
+    with cost:
+        assert cost(16) == 2.0
+    assert repr(cost) == "<ngramspec.VerifyCost closed>"
+    for call in (lambda: cost(1), lambda: cost.plan([0.5]), lambda: cost.spec):
+        with pytest.raises(ValueError, match="closed"):
+            call()
+    cost.close()  # twice: nothing
