@@ -165,6 +165,7 @@ void serve_into(ServingRun& run, std::uint64_t seed, std::size_t pool, std::size
       lane->c.options.max_drafts = std::min<std::size_t>(lane->c.options.max_drafts, 24);
       lane->id = scramble(seed + started) | 1;  // ids are the engine's own: any 64-bit value
       lane->model = GreedyModel(lane->c.rule.rule, GreedyModel::kUnlimitedBatch);
+      lane->model.set_max_positions(kv_positions(lane->c.options));
       lane->reference = plain_greedy(lane->c.rule.rule, lane->c.prompt, lane->c.options);
       ++started;
       spec.begin(lane->id, lane->c.prompt, lane->c.options);
@@ -689,6 +690,7 @@ struct TreeRun {
   std::size_t nodes = 0;     ///< tree nodes verified
   std::size_t accepted = 0;  ///< drafts accepted
   std::size_t moved = 0;     ///< passes whose kept entries were not a prefix (keep(), not rollback)
+  std::size_t context_full = 0;  ///< sequences that ran into their max_context
 };
 
 /// The engine of a tree serving test: every sequence gets a GreedyModel of its own (its KV
@@ -754,6 +756,7 @@ void serve_trees(TreeRun& run, std::uint64_t seed, std::size_t pool, std::size_t
       lane->c.options.max_drafts = rng() % 4 == 0 ? 0 : 1 + rng() % 40;
       lane->id = scramble(seed * 31 + started) | 1;
       lane->model = GreedyModel(lane->c.rule.rule, GreedyModel::kUnlimitedBatch);
+      lane->model.set_max_positions(kv_positions(lane->c.options));
       lane->reference = plain_greedy(lane->c.rule.rule, lane->c.prompt, lane->c.options);
       ++started;
       spec.begin(lane->id, lane->c.prompt, lane->c.options);
@@ -795,6 +798,10 @@ void serve_trees(TreeRun& run, std::uint64_t seed, std::size_t pool, std::size_t
         for (std::size_t r = 0; r < top_k; ++r) e.top.push_back(static_cast<Token>(e.next.back() + r));
         pass_tokens += lane.c.prompt.size();
       } else {
+        // The whole tree's KV entries fit where the longest chain's do, verified or not.
+        if (lane.c.options.max_context != 0) {
+          ASSERT_LE(state.cache_length() + 1 + n, kv_positions(lane.c.options)) << lane.c.describe();
+        }
         // The tree's parents are tree-local and precede their children; depths fit the limit.
         const std::size_t limit = draft_limit(state, lane.c.options, kMaxDraftsPerPass);
         std::vector<std::size_t> depth(n);
@@ -864,6 +871,7 @@ void serve_trees(TreeRun& run, std::uint64_t seed, std::size_t pool, std::size_t
       if (step.finished) {
         EXPECT_EQ(lane.output, lane.reference.tokens) << lane.c.describe();
         EXPECT_EQ(step.stop_reason, lane.reference.stop_reason) << lane.c.describe();
+        if (step.stop_reason == StopReason::max_context) ++run.context_full;
       } else {
         EXPECT_LT(lane.output.size(), lane.reference.tokens.size()) << lane.c.describe();
       }
@@ -889,11 +897,12 @@ void serve_trees(TreeRun& run, std::uint64_t seed, std::size_t pool, std::size_t
 
 // The central invariant for tree batches: every sequence's output is plain greedy decoding,
 // whatever the trees, the cost, the budget, the pool, the top-k table (shared, one per drafter,
-// none) and the order in which sequences join, leave and are stepped.
+// none) and the order in which sequences join, leave and are stepped; and no tree pass asks
+// for a KV entry a chain would not (the models hold max_context - 1 positions).
 TEST(BatchSpeculatorTrees, EveryOutputIsPlainGreedyDecoding) {
   constexpr std::size_t kPools[] = {1, 2, 3, 7, 16};
   TreeRun run;
-  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+  for (std::uint64_t seed = 1; seed <= 100; ++seed) {
     std::mt19937_64 rng(seed);
     const std::size_t pool = kPools[seed % std::size(kPools)];
     const std::optional<VerifyCost> cost = seed % 2 == 0 ? random_cost(rng) : std::nullopt;
@@ -901,10 +910,11 @@ TEST(BatchSpeculatorTrees, EveryOutputIsPlainGreedyDecoding) {
     serve_trees(run, seed, pool, pool * 3 + 4, cost, budget, seed % 3 != 0);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  EXPECT_GT(run.finished, 300U);
-  EXPECT_GT(run.nodes, 10000U) << "the runs must speculate for the invariant to say anything";
-  EXPECT_GT(run.accepted, 3000U);
-  EXPECT_GT(run.moved, 100U) << "paths off the first branch must be kept for keep() to be tested";
+  EXPECT_GT(run.finished, 800U);
+  EXPECT_GT(run.nodes, 25000U) << "the runs must speculate for the invariant to say anything";
+  EXPECT_GT(run.accepted, 7500U);
+  EXPECT_GT(run.moved, 250U) << "paths off the first branch must be kept for keep() to be tested";
+  EXPECT_GT(run.context_full, 100U) << "sequences must run into max_context for the bound to be tested";
 }
 
 // Without a cost or a budget, one sequence's trees through the speculator are the decoder's:

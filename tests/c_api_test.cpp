@@ -1431,6 +1431,7 @@ void serve_trees_through_c(std::uint64_t seed, std::size_t& finished_total, std:
       lane->c.options.max_drafts = 1 + rng() % 32;
       lane->id = scramble(seed + 77 * started);
       lane->model = GreedyModel(lane->c.rule.rule, GreedyModel::kUnlimitedBatch);
+      lane->model.set_max_positions(kv_positions(lane->c.options));
       lane->reference = plain_greedy(lane->c.rule.rule, lane->c.prompt, lane->c.options);
       ++started;
       const DecodeOptions& o = lane->c.options;
@@ -1559,6 +1560,142 @@ TEST(CApiProperty, ATreeBatchServedThroughTheCApiEmitsPlainGreedyDecodingAndWhat
   }
   EXPECT_GT(finished, 100U);
   EXPECT_GT(nodes, 2000U) << "the runs must speculate for the invariant to say anything";
+}
+
+// A tree pass writes one KV entry per node: however bushy the trees, a sequence's pass ends
+// where a chain's would, below max_context - 1, so an engine whose KV cache holds max_context
+// entries never overflows it, and the trees shrink as the context fills.
+TEST(CApiTrees, TreesNeverProposePastMaxContext) {
+  constexpr std::size_t kMaxContext = 50;
+  constexpr Token kVocab = 16;
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  config.max_sequences = 3;
+  ngramspec_tree_config tree = ngramspec_tree_config_default();
+  tree.vocab_size = kVocab + 8;  // the model's top-k is its token and the next 7
+  const BatchPtr batch = make_tree_batch(&config, &tree);
+  ASSERT_TRUE(batch);
+  const std::size_t k = ngramspec_batch_top_k(batch.get());
+  ASSERT_EQ(k, tree.top_k);
+
+  struct Sequence {
+    SequenceId id = 0;
+    std::vector<Token> prompt;
+    GreedyModel model{NextTokenRule{}, GreedyModel::kUnlimitedBatch};
+    std::vector<Token> output;
+    bool finished = false;
+  };
+  DecodeOptions limits;
+  limits.max_new_tokens = 200;
+  limits.max_context = kMaxContext;
+  limits.max_drafts = 64;
+  std::vector<Sequence> sequences(3);
+  for (std::size_t s = 0; s < sequences.size(); ++s) {
+    Sequence& q = sequences[s];
+    q.id = 100 + s;
+    for (std::size_t i = 0; i < 10 + 4 * s; ++i) q.prompt.push_back(static_cast<Token>((3 * i + s) % 5));
+    // Sequence 0 repeats its prompt (long chains); the others are pseudo-random (bushy trees).
+    q.model = GreedyModel(s == 0 ? NextTokenRule(RepeatRule{5, kVocab}) : NextTokenRule(HashRule{4, 1, s, true}),
+                          GreedyModel::kUnlimitedBatch);
+    q.model.set_max_positions(kv_positions(limits));
+    ngramspec_sequence_options options = ngramspec_sequence_options_default();
+    options.max_new_tokens = limits.max_new_tokens;
+    options.max_context = limits.max_context;
+    options.max_drafts = limits.max_drafts;
+    ASSERT_C_OK(ngramspec_batch_begin(batch.get(), q.id, q.prompt.data(), q.prompt.size(), &options));
+  }
+
+  std::size_t deepest_end = 0;  // the most KV entries a pass left in a cache
+  std::size_t bushy_passes = 0;  // passes whose tree had more nodes than its deepest path
+  for (std::size_t iteration = 0; iteration < 200; ++iteration) {
+    std::vector<Sequence*> pass;
+    std::vector<SequenceId> ids;
+    for (Sequence& q : sequences) {
+      if (!q.finished) {
+        pass.push_back(&q);
+        ids.push_back(q.id);
+      }
+    }
+    if (pass.empty()) break;
+    std::vector<Token> tokens(pass.size() * limits.max_drafts);
+    std::vector<std::int32_t> parents(tokens.size());
+    std::vector<std::size_t> offsets(ids.size() + 1);
+    std::size_t n_nodes = 0;
+    ASSERT_C_OK(ngramspec_batch_propose_trees(batch.get(), ids.data(), ids.size(), tokens.data(), parents.data(),
+                                              tokens.size(), offsets.data(), 0, &n_nodes));
+    std::vector<Token> model_tokens;
+    std::vector<Token> top;
+    std::vector<std::size_t> model_offsets{0};
+    std::vector<std::size_t> positions;
+    for (std::size_t i = 0; i < pass.size(); ++i) {
+      Sequence& q = *pass[i];
+      const std::size_t n = offsets[i + 1] - offsets[i];
+      positions.push_back(q.model.length());
+      std::vector<Token> next;
+      if (q.output.empty()) {  // the prefill: the model's token after the prompt
+        std::vector<Token> after(q.prompt.size());
+        q.model.forward(0, q.prompt, after);
+        next.assign(1, after.back());
+        for (std::size_t r = 0; r < k; ++r) top.push_back(static_cast<Token>(next[0] + r));
+      } else {
+        // Entries cache length .. cache length + n: the root and one per node, all below the bound.
+        const std::size_t end = q.model.length() + 1 + n;
+        ASSERT_LE(end, kMaxContext - 1) << "sequence " << q.id << ": " << n << " nodes at cache length "
+                                        << q.model.length();
+        deepest_end = std::max(deepest_end, end);
+        std::vector<Token> fed{q.output.back()};
+        std::vector<std::int32_t> pass_parents{kTreeRoot};
+        std::size_t depth = 0;
+        std::vector<std::size_t> depths(n);
+        for (std::size_t j = 0; j < n; ++j) {
+          const std::int32_t p = parents[offsets[i] + j];
+          depths[j] = p == kTreeRoot ? 1 : depths[static_cast<std::size_t>(p)] + 1;
+          depth = std::max(depth, depths[j]);
+          fed.push_back(tokens[offsets[i] + j]);
+          pass_parents.push_back(p + 1);
+        }
+        if (n > depth) ++bushy_passes;
+        next.resize(fed.size());
+        std::vector<Token> rows(fed.size() * k);
+        q.model.forward_tree(q.model.length(), fed, pass_parents, next, rows);
+        top.insert(top.end(), rows.begin(), rows.end());
+      }
+      model_tokens.insert(model_tokens.end(), next.begin(), next.end());
+      model_offsets.push_back(model_tokens.size());
+    }
+    std::vector<ngramspec_step> steps(ids.size());
+    std::vector<std::size_t> kept(model_tokens.size());
+    ASSERT_C_OK(ngramspec_batch_accept_trees(batch.get(), ids.data(), ids.size(), model_tokens.data(),
+                                             model_tokens.size(), model_offsets.data(), top.data(), top.size(),
+                                             steps.data(), kept.data(), kept.size()));
+    for (std::size_t i = 0; i < pass.size(); ++i) {
+      Sequence& q = *pass[i];
+      const std::span<const std::size_t> path =
+          std::span<const std::size_t>(kept).subspan(model_offsets[i], steps[i].emitted);
+      const bool prefill = q.output.empty();
+      for (const std::size_t entry : path) q.output.push_back(model_tokens[model_offsets[i] + entry]);
+      if (!prefill) {
+        if (kept_is_prefix(path)) {
+          if (steps[i].discarded != 0) q.model.rollback(steps[i].rollback_to);
+        } else {
+          q.model.keep(positions[i], path);
+        }
+      }
+      ASSERT_EQ(q.model.length(), steps[i].rollback_to);
+      if (steps[i].finished != 0) {
+        q.finished = true;
+        EXPECT_EQ(steps[i].stop_reason, NGRAMSPEC_STOP_MAX_CONTEXT);
+        EXPECT_EQ(q.output, plain_greedy(q.model.rule(), q.prompt, limits).tokens) << "sequence " << q.id;
+        ASSERT_C_OK(ngramspec_batch_finish(batch.get(), q.id));
+      }
+    }
+  }
+  for (const Sequence& q : sequences) {
+    EXPECT_TRUE(q.finished) << "sequence " << q.id;
+    EXPECT_THAT(q.model.violations(), ::testing::IsEmpty()) << "sequence " << q.id;
+  }
+  // The trees were bushy and filled the room to its end: the bound, not a small tree, held them.
+  EXPECT_GT(bushy_passes, 0U);
+  EXPECT_EQ(deepest_end, kMaxContext - 1);
 }
 
 TEST(CApiTrees, BadCallsNameWhatIsWrongChangeNothingAndTheBatchGoesOn) {

@@ -49,6 +49,7 @@ SequenceState state_with(std::size_t prompt_length, std::size_t generated) {
 
 static_assert(noexcept(remaining_tokens(SequenceState{}, DecodeOptions{})));
 static_assert(noexcept(draft_limit(SequenceState{}, DecodeOptions{}, 0)));
+static_assert(noexcept(tree_node_limit(SequenceState{}, DecodeOptions{}, 0)));
 static_assert(noexcept(advance(std::declval<SequenceState&>(), StepOutcome{})));
 static_assert(noexcept(SequenceState{}.cache_length()));
 
@@ -116,6 +117,47 @@ TEST(DraftLimit, LeavesRoomForTheModelsOwnToken) {
   SequenceState finished = state_with(3, 1);
   finished.finished = true;
   EXPECT_EQ(draft_limit(finished, options, kNoLimit), 0U);
+}
+
+// A tree pass writes entries cache_length() .. cache_length() + nodes: over random states and
+// limits, the node limit keeps them where the longest chain's end, below max_context - 1, is
+// exactly that room when the context is what binds, never less than the depth, and otherwise
+// the budget (max_drafts, kMaxDraftsPerPass, cap), whatever max_new_tokens leaves.
+TEST(TreeNodeLimit, KeepsEveryEntryOfATreePassWhereTheLongestChainEnds) {
+  std::mt19937_64 rng(41);
+  const auto pick = [&rng](std::size_t lo, std::size_t hi) {
+    return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
+  };
+  std::size_t bound_by_context = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const SequenceState state = state_with(pick(1, 40), pick(1, 60));  // after the prefill, as a pass is
+    DecodeOptions options = options_with(pick(0, 120));
+    if (pick(0, 2) != 0) options.max_context = state.prompt_length + pick(0, 80);
+    options.max_drafts = pick(0, 3) == 0 ? kMaxDraftsPerPass + pick(0, 9) : pick(0, 96);
+    options.speculate = pick(0, 9) != 0;
+    const std::size_t cap = pick(0, 4) == 0 ? kNoLimit : pick(0, 100);
+    if (options.max_context != 0 && state.prompt_length + state.generated > options.max_context) continue;
+    const std::size_t nodes = tree_node_limit(state, options, cap);
+    const std::size_t depth = draft_limit(state, options, cap);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": nodes " + std::to_string(nodes) + ", depth " +
+                 std::to_string(depth));
+    if (depth == 0) {
+      ASSERT_EQ(nodes, 0U);
+      continue;
+    }
+    ASSERT_GE(nodes, depth);
+    const std::size_t budget = std::min({options.max_drafts, kMaxDraftsPerPass, cap});
+    if (options.max_context == 0) {
+      ASSERT_EQ(nodes, budget);
+      continue;
+    }
+    // The longest chain the context allows, its entries cache_length() .. max_context - 2.
+    const std::size_t room = options.max_context - 2 - state.cache_length();
+    ASSERT_LE(state.cache_length() + 1 + nodes, options.max_context - 1);
+    ASSERT_EQ(nodes, std::min(budget, room));
+    bound_by_context += room < budget ? 1 : 0;
+  }
+  EXPECT_GT(bound_by_context, 1000U);
 }
 
 TEST(ProposeDrafts, ClampsLiarsToTheLimitAndTheBuffer) {

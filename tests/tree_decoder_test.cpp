@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -34,12 +35,40 @@ std::vector<Token> random_prompt(std::mt19937_64& rng, Token vocab) {
   return prompt;
 }
 
+/// One of the cost models a tree pass is sized by, or none: flat up to a knee, a steep or flat
+/// table.
+std::optional<VerifyCost> random_tree_cost(std::mt19937_64& rng) {
+  switch (rng() % 6) {
+    case 0: return VerifyCost::knee(std::uniform_int_distribution<std::size_t>(1, 16)(rng));
+    case 1: return VerifyCost::knee(256);
+    case 2: return VerifyCost::parse("table:1=1,2=1.25,3=1.71,5=2.77,9=5.06");
+    default: return std::nullopt;
+  }
+}
+
+/// Limits of one request: max_new_tokens, node budget, a stop token now and then, and half the
+/// time a max_context 0 to 80 tokens past the prompt, often less room than the budget would fill.
+DecodeOptions random_tree_options(std::mt19937_64& rng, Token vocab, std::size_t prompt_size) {
+  DecodeOptions options;
+  options.max_new_tokens = std::uniform_int_distribution<std::size_t>(0, 120)(rng);
+  options.max_drafts = std::uniform_int_distribution<std::size_t>(1, 96)(rng);
+  if (rng() % 3 == 0) options.stop_tokens = {static_cast<Token>(rng() % vocab)};
+  if (rng() % 2 == 0) options.max_context = prompt_size + std::uniform_int_distribution<std::size_t>(0, 80)(rng);
+  return options;
+}
+
+// Output equals plain greedy decoding, and no pass writes a KV entry a chain would not: the
+// model holds max_context - 1 positions (a sequence never feeds the last token it may emit, so
+// a chain's passes end below that), and a tree pass, one entry per node, must fit there too.
+// Two requests per decoder, each with limits of its own: the second reuses buffers and what
+// carry_over kept from the first.
 TEST(TreeDecoding, GreedyOutputEqualsPlainDecodingOnRandomModels) {
   std::mt19937_64 rng(2020);
   std::size_t tree_passes = 0;
   std::size_t kept_moves = 0;
   std::size_t accepted = 0;
-  for (int trial = 0; trial < 400; ++trial) {
+  std::size_t context_full = 0;
+  for (int trial = 0; trial < 1200; ++trial) {
     const NamedRule named = random_rule(rng);
     const std::size_t max_batch = std::uniform_int_distribution<std::size_t>(1, 80)(rng);
     GreedyModel model(named.rule, max_batch);
@@ -50,15 +79,11 @@ TEST(TreeDecoding, GreedyOutputEqualsPlainDecodingOnRandomModels) {
     config.max_children = std::uniform_int_distribution<std::size_t>(1, 8)(rng);
     config.carry_over = rng() % 2 == 0;
     SpeculativeDecoder decoder(model, TreeDrafter(config));
-    if (rng() % 3 == 0) decoder.set_verify_cost(VerifyCost::knee(std::uniform_int_distribution<std::size_t>(1, 16)(rng)));
-    DecodeOptions options;
-    options.max_new_tokens = std::uniform_int_distribution<std::size_t>(0, 120)(rng);
-    options.max_drafts = std::uniform_int_distribution<std::size_t>(1, 96)(rng);
-    if (rng() % 3 == 0) options.stop_tokens = {static_cast<Token>(rng() % named.vocab)};
+    decoder.set_verify_cost(random_tree_cost(rng));
     const std::vector<Token> prompt = random_prompt(rng, named.vocab);
-    if (rng() % 4 == 0) options.max_context = prompt.size() + std::uniform_int_distribution<std::size_t>(0, 60)(rng);
-    // Two requests in a row: the second starts from what carry_over kept.
     for (int request = 0; request < 2; ++request) {
+      const DecodeOptions options = random_tree_options(rng, named.vocab, prompt.size());
+      model.set_max_positions(kv_positions(options));
       const DecodeResult result = decoder.generate(prompt, options);
       const GreedyReference reference = plain_greedy(named.rule, prompt, options);
       ASSERT_EQ(result.tokens, reference.tokens) << "trial " << trial << " " << named.name;
@@ -66,15 +91,17 @@ TEST(TreeDecoding, GreedyOutputEqualsPlainDecodingOnRandomModels) {
       ASSERT_TRUE(model.violations().empty()) << "trial " << trial << ": " << model.violations().front();
       ASSERT_EQ(result.stats.generated, result.tokens.size());
       accepted += result.stats.accepted;
+      if (result.stop_reason == StopReason::max_context && result.tokens.size() > 1) ++context_full;
     }
     tree_passes += model.tree_calls();
     kept_moves += model.keep_calls();
   }
   // The property is only as strong as the passes it saw: trees were verified, paths off the
-  // first branch were kept, and drafts were accepted.
-  EXPECT_GT(tree_passes, 1000U);
-  EXPECT_GT(kept_moves, 100U);
-  EXPECT_GT(accepted, 1000U);
+  // first branch were kept, drafts were accepted, and sequences ran into their context.
+  EXPECT_GT(tree_passes, 10000U);
+  EXPECT_GT(kept_moves, 500U);
+  EXPECT_GT(accepted, 30000U);
+  EXPECT_GT(context_full, 300U);
 }
 
 // A LogitsTreeModel whose logits are a pure function of the path: pseudo-random scores from

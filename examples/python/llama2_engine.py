@@ -14,7 +14,8 @@ whole batch: propose() gives each request's drafts, the forward verifies them, a
 many tokens each request emits and how far to roll its cache back.
 
 With --tree-nodes N the program also decodes through a tree batch (BatchSpeculator(tree=...)):
-propose_trees() gives each request a tree of up to N nodes, and one batched forward verifies every
+propose_trees() gives each request a tree of up to N nodes (fewer as its context fills: each node
+takes a cache slot, and no pass writes past seq_len), and one batched forward verifies every
 request's tree, its last emitted token (the root) then its nodes, each at position cache length +
 depth, attending to the cached positions and to its ancestors in the pass only, its keys and values
 written to slot cache length + entry index. accept_trees() takes the model's token after every entry
@@ -264,11 +265,12 @@ class Transformer:
         self.inv_sqrt = float(np.float32(1.0) / np.sqrt(np.float32(hs)))
         self.positions = torch.arange(round_up(c.seq_len, SPAN))
 
-    def new_cache(self, spare: int = 0) -> KVCache:
-        """An empty cache for seq_len positions and `spare` slots more, which a tree pass near the end of
-        the context writes its entries to (slot length + entry index, past its last position)."""
+    def new_cache(self) -> KVCache:
+        """An empty cache for seq_len positions (slots rounded up to SPAN for the attention spans). A tree
+        pass writes its entries to slots length + entry index, past its last position; BatchSpeculator
+        keeps a tree's nodes within the room a chain has under max_context = seq_len, so they fit."""
         c = self.config
-        positions = round_up(c.seq_len + spare, SPAN)
+        positions = round_up(c.seq_len, SPAN)
         return KVCache(torch.zeros(c.n_layers, c.n_kv_heads, positions, c.head_size),
                        torch.zeros(c.n_layers, c.n_kv_heads, c.head_size, positions))
 
@@ -375,9 +377,9 @@ class Transformer:
         if int(positions.max()) >= c.seq_len:
             raise ValueError(f"a pass reaches position {int(positions.max())}; the model holds {c.seq_len}")
         for cache, fed, *_ in batch:
-            if cache.length + len(fed) > cache.keys.shape[2]:
-                raise ValueError(f"a pass of {len(fed)} tokens at {cache.length} writes past the cache's "
-                                 f"{cache.keys.shape[2]} slots (new_cache's `spare`)")
+            if cache.length + len(fed) > c.seq_len:
+                raise ValueError(f"a pass of {len(fed)} tokens at {cache.length} writes slots up to "
+                                 f"{cache.length + len(fed) - 1}; the model holds {c.seq_len}")
         x = self.embedding[tokens]
         for layer in range(c.n_layers):
             xb = rmsnorm(x, self.rms_att[layer])
@@ -470,15 +472,15 @@ def serve_plain(model: Transformer, prompts: list[list[int]], max_new_tokens: in
 
 
 def admit(model: Transformer, spec, requests: list[Request], waiting: list[int], running: list[int],
-          caches: dict, batch: int, max_drafts: int, spare: int = 0) -> None:
-    """Starts waiting requests while the batch has room: each begins in `spec` and gets a cache with `spare`
-    slots beyond seq_len (a tree pass near the end of the context writes its whole tree before keeping a path)."""
+          caches: dict, batch: int, max_drafts: int) -> None:
+    """Starts waiting requests while the batch has room: each begins in `spec` with max_context = seq_len,
+    which bounds its drafts and tree nodes so that every pass fits its cache, and gets a cache."""
     while waiting and len(running) < batch:
         i = waiting.pop(0)
         spec.begin(i, requests[i].prompt, max_new_tokens=requests[i].max_new_tokens, stop_tokens=(BOS,),
                    max_context=model.config.seq_len, max_drafts=max_drafts)
         running.append(i)
-        caches[i] = model.new_cache(spare=spare)
+        caches[i] = model.new_cache()
 
 
 def serve_speculative(model: Transformer, prompts: list[list[int]], max_new_tokens: int, batch: int,
@@ -542,7 +544,7 @@ def serve_tree(model: Transformer, prompts: list[list[int]], max_new_tokens: int
     waiting, running, caches, steps = list(range(len(requests))), [], {}, 0
     start = time.perf_counter()
     while waiting or running:
-        admit(model, spec, requests, waiting, running, caches, batch, max_nodes, spare=max_nodes + 1)
+        admit(model, spec, requests, waiting, running, caches, batch, max_nodes)
         nodes, parents, offsets = spec.propose_trees(running)
         fed, roots = [], []  # a prefill feeds the prompt as a chain; a decode step a tree under the last token
         for j, i in enumerate(running):
@@ -589,16 +591,18 @@ def measure_cost(model: Transformer, batch: int, max_drafts: int, repeats: int =
     requests at mid-context carrying 1, 2, 3, 5, 9, ... tokens each (up to max_drafts + 1), timed
     interleaved, medians normalized to the one-token-each pass and keyed by the pass's total tokens.
     With `tree`, the passes are trees (entry e under entry (e - 1) // 2), which go through the tree
-    attention."""
+    attention. Widths are capped by seq_len, and the context so that the widest pass fits."""
     c = model.config
-    context = c.seq_len // 4
+    top = min(max_drafts + 1, c.seq_len)
+    context = min(c.seq_len // 4, c.seq_len - top)
     widths = [1]
-    while widths[-1] < max_drafts + 1:
-        widths.append(min(2 * widths[-1] - 1 if widths[-1] > 1 else 2, max_drafts + 1))
+    while widths[-1] < top:
+        widths.append(min(2 * widths[-1] - 1 if widths[-1] > 1 else 2, top))
     caches = [model.new_cache() for _ in range(batch)]
     prompt = [(i * 7919 + 13) % c.vocab_size for i in range(context + widths[-1])]
-    for cache in caches:
-        model.forward([(cache, prompt[:context])])
+    if context > 0:
+        for cache in caches:
+            model.forward([(cache, prompt[:context])])
     times: dict[int, list[float]] = {w: [] for w in widths}
     for _ in range(repeats):
         for w in widths:

@@ -131,8 +131,10 @@ struct BatchStats {
 ///                       back to steps[i].rollback_to instead when steps[i].discarded),
 ///                       and spec.finish(id) once steps[i].finished
 ///
-/// Each sequence's tree holds at most its max_drafts nodes, none deeper than the tokens it may
-/// still emit allow (draft_limit()). Trees are best-first, so any prefix of one is a tree and
+/// Each sequence's tree holds at most its max_drafts nodes, fewer as its context fills (every
+/// node takes a KV entry, so a tree has no more nodes than the longest chain there:
+/// tree_node_limit()), none deeper than the tokens it may still emit allow (draft_limit()).
+/// Trees are best-first, so any prefix of one is a tree and
 /// the planner sizes them as it sizes chains (BatchConfig::cost; building stops below the path
 /// probability no node under the cost pays for). accept_trees() decides each sequence with
 /// accept_tree(), tells its drafter how the pass went (observe_pass(), with the top-k rows that
@@ -387,7 +389,8 @@ class BatchSpeculator {
   /// tokens[offsets[i] .. offsets[i + 1]) and their parents, tree-local (kTreeRoot for a child
   /// of the root, else the index of the parent node within the sequence's range, which comes
   /// before it), to the same range of `parents`; offsets[0] = 0; returns the total. Each tree
-  /// is best-first, holds at most the sequence's max_drafts nodes, and none of its paths is
+  /// is best-first, holds at most tree_node_limit() nodes (the sequence's max_drafts, fewer as
+  /// its max_context fills, so that no node's KV entry reaches it), and none of its paths is
   /// longer than draft_limit(); a sequence with no output yet gets none (its prefill, whose
   /// prompt counts in the pass's cost). `extra_tokens`, the budgets and the cost work as in
   /// propose(), counting nodes as drafts. Throws std::invalid_argument, changing nothing, when
@@ -418,7 +421,7 @@ class BatchSpeculator {
         base_tokens = saturating_plus(base_tokens, slot.state.prompt_length);
       } else {
         base_tokens = saturating_plus(base_tokens, 1);
-        room += slot.options.max_drafts;
+        room += tree_node_limit(slot.state, slot.options, kMaxDraftsPerPass);
       }
     }
     if (probabilities_.size() < room) probabilities_.resize(room);
@@ -445,11 +448,12 @@ class BatchSpeculator {
         const std::size_t depth =
             slot.state.generated == 0 ? 0 : draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
         if (depth > 0) {
-          // A drafter that claims more than it built is clamped, never trusted.
+          // A drafter that claims or builds more than it was allowed is clamped, never trusted.
+          const std::size_t most = tree_node_limit(slot.state, slot.options, kMaxDraftsPerPass);
           const std::uint64_t dropped = out_of_vocabulary(slot.drafter);
-          const std::size_t claimed = slot.drafter.predict_tree(tree, slot.options.max_drafts, depth, least);
+          const std::size_t claimed = slot.drafter.predict_tree(tree, most, depth, least);
           stats_.out_of_vocabulary += out_of_vocabulary(slot.drafter) - dropped;
-          tree.truncate(claimed);
+          tree.truncate(std::min(claimed, most));
           const std::span<const float> path = tree.path_probabilities();
           std::copy(path.begin(), path.end(), probabilities_.begin() + static_cast<std::ptrdiff_t>(made));
           made += path.size();

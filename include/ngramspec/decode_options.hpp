@@ -37,7 +37,8 @@ struct DecodeOptions {
   /// without, the drafter's own gate does (MatchDrafter's). 4 is a safe default when nothing
   /// says what a longer pass costs; with a cost, 16 lets long copies run. At most
   /// kMaxDraftsPerPass (1024): more is refused with std::invalid_argument. For tree passes it is
-  /// the node budget of a pass (a tree's depth is bounded by the tokens left).
+  /// the node budget of a pass (a tree's depth is bounded by the tokens left, and its nodes, each
+  /// a KV entry, by the room a chain has under max_context: tree_node_limit()).
   std::size_t max_drafts = 4;
 };
 

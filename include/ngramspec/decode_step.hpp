@@ -109,6 +109,22 @@ struct StepOutcome {
   return std::min({left - 1, options.max_drafts, kMaxDraftsPerPass, cap});
 }
 
+/// Most nodes the next tree pass may carry; its depth is bounded by draft_limit(), and it is 0
+/// where that is. A tree pass writes one KV entry per node whatever the tree's shape (node i at
+/// cache_length() + 1 + i, before keep() keeps the accepted path), so its node count stays
+/// within the room a chain has under max_context, that of draft_limit()'s longest chain: no
+/// pass reaches position max_context - 1. Also within options.max_drafts, kMaxDraftsPerPass and
+/// `cap`; max_new_tokens bounds the depth only, since a pass emits one path of the tree.
+[[nodiscard]] constexpr std::size_t tree_node_limit(const SequenceState& state, const DecodeOptions& options,
+                                                    std::size_t cap) noexcept {
+  if (draft_limit(state, options, cap) == 0) return 0;
+  const std::size_t nodes = std::min({options.max_drafts, kMaxDraftsPerPass, cap});
+  if (options.max_context == 0) return nodes;
+  // draft_limit() > 0: at least two more tokens fit in the context, so this does not wrap.
+  const std::size_t chain_room = options.max_context - (state.prompt_length + state.generated) - 1;
+  return std::min(nodes, chain_room);
+}
+
 /// Asks the drafter for the drafts of the next verify pass, into the front of `out`, within
 /// draft_limit(state, options, cap) and out.size(). Returns how many it wrote.
 template <Drafter D>

@@ -388,7 +388,10 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* 
  * ngramspec_batch_propose_trees and ngramspec_batch_accept_trees:
  * - propose_trees writes sequence i's nodes to tokens[offsets[i] .. offsets[i + 1]) and their
  *   parents, tree-local, to the same range of parents: NGRAMSPEC_TREE_ROOT for a child of the root,
- *   else the index of the parent node in the sequence's range (always an earlier one).
+ *   else the index of the parent node in the sequence's range (always an earlier one). At most its
+ *   max_drafts nodes, fewer near the end of its max_context: the pass writes a KV entry per node, so
+ *   a tree has no more nodes than a chain there could carry, and its entries end below position
+ *   max_context - 1 (a KV cache of max_context entries holds every pass).
  * - The engine's pass for sequence i feeds its last emitted token (entry 0, the root) at its cache
  *   length, then node j as entry j + 1 under entry parents[offsets[i] + j] + 1 (0: the root). For a
  *   sequence with no output yet (no nodes), its prompt: the prefill, as for chains.

@@ -61,7 +61,8 @@ namespace ngramspec {
 ///
 /// Trees: when the drafter drafts them (TreeDraftingDrafter: TreeDrafter) and the model
 /// verifies them (TreeTargetModel), each pass verifies a tree of up to max_drafts nodes instead
-/// of a chain (docs/MODEL_CONTRACT.md, "Tree passes"): the decoder feeds the last emitted token
+/// of a chain (docs/MODEL_CONTRACT.md, "Tree passes"), fewer as the context fills, since every
+/// node takes a KV entry (tree_node_limit()): the decoder feeds the last emitted token
 /// and the tree with its parents, accepts the longest root path the model agrees with
 /// (accept_tree), keeps that path's entries (keep(), or rollback() when they are the first
 /// ones), and hands the pass back to the drafter (observe_pass, with the model's top-k when it
@@ -192,8 +193,9 @@ class SpeculativeDecoder {
   // Trees when the drafter drafts them and the model verifies them; chains otherwise.
   static constexpr bool kTrees = TreeDraftingDrafter<D> && TreeTargetModel<M>;
 
-  // Sizes the tree buffers: a tree pass carries up to min(max_drafts, max_batch - 1) nodes
-  // whatever the sequence has left (only its depth is bounded by that).
+  // Sizes the tree buffers: a tree pass carries up to min(max_drafts, max_batch - 1) nodes, fewer
+  // as the context fills (tree_node_limit: every node takes a KV entry); its depth is bounded by
+  // the tokens the sequence may still emit (draft_limit).
   void prepare_trees(const D& drafter, const DecodeOptions& options, std::size_t max_batch, DecodeStats& stats) {
     const std::size_t nodes = std::min({options.max_drafts, max_batch - 1, kMaxDraftsPerPass});
     tree_.reserve(nodes);
@@ -216,10 +218,15 @@ class SpeculativeDecoder {
   std::size_t tree_pass(D& drafter, const SequenceState& state, const DecodeOptions& options, std::size_t max_batch,
                         StepOutcome& outcome) {
     const std::size_t depth = draft_limit(state, options, max_batch - 1);
+    // The tree's capacity may be a larger earlier generation's: the limit is this pass's.
+    const std::size_t most = tree_node_limit(state, options, max_batch - 1);
     std::size_t nodes = 0;
     tree_.clear();
     if (depth > 0) {
-      nodes = drafter.predict_tree(tree_, tree_.capacity(), depth, min_node_probability_);
+      // A drafter that claims or builds more than it was allowed is clamped, never trusted.
+      const std::size_t claimed = drafter.predict_tree(tree_, most, depth, min_node_probability_);
+      nodes = std::min({claimed, most, tree_.size()});
+      tree_.truncate(nodes);
       if (cost_ && nodes > 0) {
         const std::span<const float> path = tree_.path_probabilities();
         std::copy(path.begin(), path.end(), probabilities_.begin());

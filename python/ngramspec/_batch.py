@@ -356,10 +356,11 @@ class BatchSpeculator(Closable):
         Returns ``(tokens, parents, offsets)``: sequence ``ids[i]``'s nodes are
         ``tokens[offsets[i]:offsets[i + 1]]``, best first, and their parents the same range of
         `parents`, local to the sequence: -1 for a child of the root (the sequence's last token),
-        else the index of an earlier node of its range. At most its max_drafts nodes; none for a
-        sequence with no output yet (its prefill). The arrays are views of buffers this object
-        reuses. Raises ValueError (the library's message) for a chain batch or an id that is
-        unknown, finished or listed twice."""
+        else the index of an earlier node of its range. At most its max_drafts nodes, fewer as its
+        max_context fills (a tree pass writes a KV entry per node, so a tree has no more nodes than
+        the longest chain there); none for a sequence with no output yet (its prefill). The arrays
+        are views of buffers this object reuses. Raises ValueError (the library's message) for a
+        chain batch or an id that is unknown, finished or listed twice."""
         ids_array, ids_pointer, n = ids_arg_remembered(ids, self._last_ids)
         if extra_tokens:
             extra_tokens = size_arg(extra_tokens, "extra_tokens")

@@ -1,7 +1,8 @@
 """Tree batches (experimental in the C ABI): a batch of TreeDrafters driven from Python through tree
 passes emits exactly what plain greedy decoding emits, for every sequence, with sequences joining and
 leaving, with and without a cost, a top-k table (shared or one per drafter), and passes that verify
-only the first nodes; bad calls raise with the library's message."""
+only the first nodes; no tree pass needs a KV entry at or past max_context - 1, where a chain's
+passes end; bad calls raise with the library's message."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import random
 import numpy as np
 import pytest
 
-from ngramspec import BatchSpeculator
+from ngramspec import BatchSpeculator, StopReason
 from test_greedy_property import greedy, make_model
 
 VOCAB = 64  # the models' tokens are below 54
@@ -25,25 +26,27 @@ def path_of(entry: int, pass_parents: list[int], fed: list[int]) -> list[int]:
     return path[::-1]
 
 
-def serve(seed: int, *, tree: bool | dict, cost: str | None, pool: int, total: int) -> tuple[int, int]:
-    """Serves `total` random sequences through a tree batch; returns (sequences finished, nodes verified)."""
+def serve(seed: int, *, tree: bool | dict, cost: str | None, pool: int, total: int) -> tuple[int, int, int]:
+    """Serves `total` random sequences through a tree batch; returns (sequences finished, nodes verified,
+    sequences that ran into their max_context)."""
     rng = random.Random(seed)
     spec = BatchSpeculator(max_sequences=pool, cost=cost, tree=tree,
                            drafter={"cap": 256, "count_window": 64, "min_confidence": 0.0})
     k = spec.top_k
     lanes: dict[int, dict] = {}
-    started = finished = nodes_verified = 0
+    started = finished = nodes_verified = context_full = 0
     while started < total or lanes:
         while len(lanes) < pool and started < total:
             model = make_model(rng.choice(["periodic", "looping", "mixed"]), rng.randrange(1000))
             motif = [rng.randrange(3, 20) for _ in range(rng.randrange(1, 6))]
             prompt = [motif[i % len(motif)] for i in range(rng.randrange(1, 30))]
             limits = dict(max_new_tokens=rng.randrange(1, 60), stop_tokens=[rng.randrange(3, 54)] if rng.random() < 0.3
-                          else [], max_context=0)
+                          else [], max_context=len(prompt) + rng.randrange(1, 50) if rng.random() < 0.5 else 0)
             seq_id = rng.getrandbits(64)
             spec.begin(seq_id, prompt, max_drafts=rng.randrange(1, 24), **limits)
-            lanes[seq_id] = dict(model=model, context=list(prompt), output=[],
-                                 reference=greedy(model, prompt, limits["max_new_tokens"], limits["stop_tokens"], 0)[0])
+            lanes[seq_id] = dict(model=model, context=list(prompt), output=[], max_context=limits["max_context"],
+                                 reference=greedy(model, prompt, limits["max_new_tokens"], limits["stop_tokens"],
+                                                  limits["max_context"])[0])
             started += 1
         ids = [i for i in lanes if rng.random() < 0.85] or [next(iter(lanes))]
         rng.shuffle(ids)
@@ -60,6 +63,11 @@ def serve(seed: int, *, tree: bool | dict, cost: str | None, pool: int, total: i
                 fed, pass_parents = [lane["context"][-1]], [0]
                 context = lane["context"][:-1]
             else:
+                # The pass's entries, the root at the cache length then one per node, end where a chain's
+                # would: below max_context - 1 (the last token a sequence may emit is never fed).
+                cache_length = len(lane["context"]) - 1
+                if lane["max_context"]:
+                    assert cache_length + 1 + n <= lane["max_context"] - 1
                 verified = rng.randrange(n + 1) if rng.random() < 0.1 else n
                 fed = [lane["context"][-1]] + [int(t) for t in tokens[start:start + verified]]
                 pass_parents = [0] + [int(p) + 1 for p in parents[start:start + verified]]
@@ -85,12 +93,13 @@ def serve(seed: int, *, tree: bool | dict, cost: str | None, pool: int, total: i
             assert lane["output"] == lane["reference"][:len(lane["output"])]
             if steps["finished"][i]:
                 assert lane["output"] == lane["reference"]
+                context_full += steps["stop_reason"][i] == StopReason.MAX_CONTEXT
                 spec.finish(seq_id)
                 del lanes[seq_id]
                 finished += 1
     assert len(spec) == 0
     assert spec.stats.drafted == nodes_verified
-    return finished, nodes_verified
+    return finished, nodes_verified, context_full
 
 
 @pytest.mark.parametrize("tree", [True, {"vocab_size": VOCAB, "top_k": 3},
@@ -98,13 +107,15 @@ def serve(seed: int, *, tree: bool | dict, cost: str | None, pool: int, total: i
                                    "carry_over": True, "enrich_counts": True}])
 @pytest.mark.parametrize("cost", [None, "knee:8"])
 def test_every_output_is_plain_greedy_decoding(tree: bool | dict, cost: str | None) -> None:
-    finished = nodes = 0
+    finished = nodes = context_full = 0
     for seed in range(4):
-        f, n = serve(seed, tree=tree, cost=cost, pool=1 + seed * 2, total=10)
+        f, n, c = serve(seed, tree=tree, cost=cost, pool=1 + seed * 2, total=10)
         finished += f
         nodes += n
+        context_full += c
     assert finished == 40
     assert nodes > 200, "the runs must speculate for the property to say anything"
+    assert context_full > 0, "sequences must run into max_context for the bound to say anything"
 
 
 def test_top_k_and_tree_properties() -> None:

@@ -8,8 +8,9 @@
 // come straight from the bytes — any shape, siblings that repeat a token, the model's true token
 // here and there, nodes it never emits. Invariants: the output is plain greedy decoding's, twice
 // in a row (the second starts from what carry_over kept), the model contract holds on every call
-// (GreedyModel checks forward_tree, keep and rollback), the model ends holding exactly the prompt
-// and the kept output, and the stats add up.
+// (GreedyModel checks forward_tree, keep and rollback, and that no pass reaches position
+// max_context - 1), the model ends holding exactly the prompt and the kept output, and the
+// stats add up.
 
 #include <algorithm>
 #include <cstddef>
@@ -116,6 +117,7 @@ void run(FuzzInput& in) {
   for (std::size_t n = in.in_range(0, 2); n > 0; --n) options.stop_tokens.push_back(static_cast<Token>(in.byte() % vocab));
   if (in.flag()) options.max_context = prompt.size() + in.in_range(0, 48);
   options.max_drafts = in.in_range(1, 96);
+  model.set_max_positions(kv_positions(options));  // a tree pass too ends where a chain's would
   const std::size_t knee = in.flag() ? in.in_range(1, 32) : 0;
 
   if (in.flag()) {

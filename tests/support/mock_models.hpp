@@ -214,7 +214,8 @@ enum class FaultTiming {
 /// It holds the tokens it was fed (its "KV cache") and answers next[i] = rule(held tokens up
 /// to and including tokens[i]). Every call is checked against the TargetModel contract:
 /// forward at pos == length(), 1 <= tokens.size() <= max_batch(), next.size() ==
-/// tokens.size(), rollback(pos) with pos <= length(). A violation is recorded in
+/// tokens.size(), rollback(pos) with pos <= length(), and no position written at or past
+/// max_positions() (the KV cache's size, when set). A violation is recorded in
 /// violations() (the call then proceeds as best it can, so one bug does not hide others);
 /// tests assert that list is empty. Faults can be injected into the k-th forward or rollback.
 ///
@@ -242,6 +243,7 @@ class GreedyModel {
       violation("forward with next.size() " + std::to_string(next.size()) + " != tokens.size() " +
                 std::to_string(tokens.size()));
     }
+    check_positions("forward", pos, tokens.size());
     const bool fault = forward_fault_ != 0 && --forward_fault_ == 0;
     if (fault && forward_fault_timing_ == FaultTiming::before_change) throw ModelFault("injected forward fault");
     for (std::size_t i = 0; i < tokens.size(); ++i) {
@@ -280,6 +282,7 @@ class GreedyModel {
                 " top-k; max_batch() is " + std::to_string(max_batch_));
       return;
     }
+    check_positions("forward_tree", pos, tokens.size());
     const std::size_t k = top.size() / tokens.size();
     path_.assign(history_.begin(), history_.end());
     for (std::size_t i = 0; i < tokens.size(); ++i) {
@@ -369,6 +372,10 @@ class GreedyModel {
   [[nodiscard]] const NextTokenRule& rule() const noexcept { return rule_; }
 
   void set_max_batch(std::size_t max_batch) noexcept { max_batch_ = max_batch; }
+  /// Positions the model holds, as a KV cache of that size would (0, the default: no limit): a
+  /// forward or tree pass that writes a position at or past it is a violation.
+  void set_max_positions(std::size_t positions) noexcept { max_positions_ = positions; }
+  [[nodiscard]] std::size_t max_positions() const noexcept { return max_positions_; }
   /// Keeps the top-k tokens of tree passes below `vocabulary` (0: no bound).
   void set_top_vocabulary(Token vocabulary) noexcept { top_vocabulary_ = vocabulary; }
   /// Room for `tokens` held tokens, so later calls do not allocate.
@@ -393,8 +400,18 @@ class GreedyModel {
 
   void violation(std::string what) { violations_.push_back(std::move(what)); }
 
+  // A pass writes positions pos .. pos + count - 1 (a tree pass too: one entry per token).
+  void check_positions(const char* call, std::size_t pos, std::size_t count) {
+    if (max_positions_ != 0 && pos + count > max_positions_) {
+      violation(std::string(call) + " of " + std::to_string(count) + " tokens at pos " + std::to_string(pos) +
+                " writes positions up to " + std::to_string(pos + count - 1) + "; the model holds " +
+                std::to_string(max_positions_) + " (positions 0 .. " + std::to_string(max_positions_ - 1) + ")");
+    }
+  }
+
   NextTokenRule rule_;
   std::size_t max_batch_;
+  std::size_t max_positions_ = 0;
   std::vector<Token> history_;
   std::size_t peak_length_ = 0;
   std::size_t forward_calls_ = 0;
@@ -412,6 +429,14 @@ class GreedyModel {
   std::size_t rollback_fault_ = 0;
   std::vector<std::string> violations_;
 };
+
+/// The positions a model must hold for a sequence under `options` (0: no limit), for
+/// GreedyModel::set_max_positions: max_context - 1, since a sequence never feeds the last token
+/// it may emit, so a chain's passes end below that, and a tree pass, one KV entry per node,
+/// must too (tree_node_limit()).
+[[nodiscard]] constexpr std::size_t kv_positions(const DecodeOptions& options) noexcept {
+  return options.max_context == 0 ? 0 : options.max_context - 1;
+}
 
 /// GreedyModel behind AbstractTargetModel, for decoders over a run-time backend.
 class VirtualGreedyModel final : public AbstractTargetModel {

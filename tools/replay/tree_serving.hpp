@@ -45,8 +45,9 @@ struct TreeServeConfig {
 /// A finished record's output is appended to `corpus` when given (as BatchSpeculator::finish
 /// does), so a corpus is causal: a record drafts from the records finished before it began.
 ///
-/// A pass: the drafter builds a tree of up to config.nodes nodes, no deeper than the drafts
-/// the record may still send (draft_limit, as a chain is limited); with a plan cost the batch's
+/// A pass: the drafter builds a tree of up to config.nodes nodes (tree_node_limit, as the
+/// decoders limit one), no deeper than the drafts the record may still send (draft_limit, as a
+/// chain is limited); with a plan cost the batch's
 /// trees are cut to the prefixes DraftPlanner chooses over their path probabilities (each a
 /// non-increasing list, and any prefix of a best-first tree a tree); accept_tree() then keeps
 /// the longest root path that follows the recording, and the drafter observes the pass
@@ -158,7 +159,8 @@ ServeResult serve_tree_records(std::span<const TokenStream> streams, const TreeS
     std::size_t total = 0;
     for (Running& r : running) {
       const std::size_t depth = draft_limit(r.state, r.options, kMaxDraftsPerPass);
-      total += pool[r.slot].predict_tree(trees[r.slot], config.nodes, depth);
+      const std::size_t nodes = tree_node_limit(r.state, r.options, kMaxDraftsPerPass);
+      total += pool[r.slot].predict_tree(trees[r.slot], nodes, depth);
     }
     if (config.plan_cost && total != 0) {
       probabilities.clear();
