@@ -96,11 +96,13 @@ struct ngramspec_batch {
   }
   // A tree batch; its drafters share `shared_table` when it is not null.
   ngramspec_batch(const ngramspec::BatchConfig& config, const ngramspec::TreeConfig& drafter,
-                  std::unique_ptr<ngramspec::TopKTable> shared_table, ngramspec::SharedCorpus* corpus)
+                  std::unique_ptr<ngramspec::TopKTable> shared_table, ngramspec::SharedCorpus* corpus,
+                  const ngramspec::MappedCorpus* file)
       : table(std::move(shared_table)), steps(config.max_sequences) {
     ngramspec::TopKTable* const shared = table.get();
-    tree.emplace(config, [&drafter, shared, corpus] { return ngramspec::TreeDrafter(drafter, shared, corpus); },
-                 corpus);
+    tree.emplace(
+        config, [&drafter, shared, corpus, file] { return ngramspec::TreeDrafter(drafter, shared, corpus, file); },
+        corpus);
   }
 
   // Calls f with the speculator, whichever kind it is.
@@ -326,16 +328,109 @@ ngramspec_status too_many_ids(const char* where, std::size_t n_ids, const ngrams
               n_ids, batch.steps.size());
 }
 
-// ngramspec_batch_create and ngramspec_batch_create_file; `where` names the one called.
+// ngramspec_corpus_load and ngramspec_corpus_load_trusted; `where` names the one called.
+ngramspec_status load_corpus(const char* where, ngramspec_corpus* corpus, const char* path,
+                             ngramspec::ChecksumCheck check) noexcept {
+  if (corpus == nullptr) return null_argument(where, "corpus");
+  if (path == nullptr) return null_argument(where, "path");
+  try {
+    corpus->corpus.load(std::filesystem::path(path), check);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(where);
+  }
+}
+
+// The model's vocabulary as the create calls take it.
+struct Vocabulary {
+  std::uint64_t size = 0;
+  std::uint64_t tokenizer_fingerprint = 0;
+};
+
+// ngramspec_match_drafter_create_file and ngramspec_match_drafter_create_vocab; `where` names the
+// one called.
+ngramspec_status create_match_drafter(const char* where, const ngramspec_match_config* config,
+                                      const ngramspec_corpus* corpus, const ngramspec_corpus_file* file, int preference,
+                                      Vocabulary vocabulary, ngramspec_match_drafter** out) noexcept {
+  if (out == nullptr) return null_argument(where, "out");
+  ngramspec::CorpusPreference cpp_preference{};
+  if (!to_cpp(preference, cpp_preference, where)) return NGRAMSPEC_ERROR_INVALID_ARGUMENT;
+  try {
+    ngramspec::MatchConfig cpp = config != nullptr ? to_cpp(*config) : ngramspec::MatchConfig{};
+    cpp.corpus_preference = cpp_preference;
+    cpp.vocab_size = vocabulary.size;
+    cpp.tokenizer_fingerprint = vocabulary.tokenizer_fingerprint;
+    *out = new ngramspec_match_drafter{ngramspec::MatchDrafter(cpp, corpus != nullptr ? &corpus->corpus : nullptr,
+                                                               file != nullptr ? &file->file : nullptr)};
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(where);
+  }
+}
+
+// ngramspec_batch_create, ngramspec_batch_create_file and ngramspec_batch_create_vocab; `where`
+// names the one called.
 ngramspec_status create_batch(const char* where, const ngramspec_batch_config* config, ngramspec_corpus* corpus,
                               const ngramspec_corpus_file* file, ngramspec::CorpusPreference preference,
-                              ngramspec_batch** out) noexcept {
+                              Vocabulary vocabulary, ngramspec_batch** out) noexcept {
   try {
     ngramspec::BatchConfig batch;
     ngramspec::MatchConfig drafter;
     to_cpp(config, batch, drafter);
     drafter.corpus_preference = preference;
+    drafter.vocab_size = vocabulary.size;
+    drafter.tokenizer_fingerprint = vocabulary.tokenizer_fingerprint;
     *out = new ngramspec_batch(batch, drafter, corpus != nullptr ? &corpus->corpus : nullptr,
+                               file != nullptr ? &file->file : nullptr);
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(where);
+  }
+}
+
+// ngramspec_batch_create_tree and ngramspec_batch_create_tree_file; `where` names the one called.
+ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_config* config,
+                                   const ngramspec_tree_config* tree, ngramspec_corpus* corpus,
+                                   const ngramspec_corpus_file* file, ngramspec::CorpusPreference preference,
+                                   Vocabulary vocabulary, ngramspec_batch** out) noexcept {
+  const ngramspec_tree_config t = tree != nullptr ? *tree : ngramspec_tree_config_default();
+  // The first version of the struct is the only one: a size that is not its size is another
+  // header's struct, or one never set.
+  if (t.struct_size != sizeof(ngramspec_tree_config)) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: tree->struct_size = %zu is invalid: it must be sizeof(ngramspec_tree_config) = %zu (set it with "
+                "ngramspec_tree_config_default)",
+                where, t.struct_size, sizeof(ngramspec_tree_config));
+  }
+  try {
+    ngramspec::BatchConfig batch;
+    ngramspec::TreeConfig drafter;
+    to_cpp(config, batch, drafter.chain);
+    drafter.chain.corpus_preference = preference;
+    // One vocabulary: the model's, which the top-k table is also sized by.
+    if (vocabulary.size != 0 && t.vocab_size != 0 && vocabulary.size != t.vocab_size) {
+      return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                  "%s: vocab_size = %" PRIu64 " and tree->vocab_size = %zu disagree; both are the model's vocabulary",
+                  where, vocabulary.size, t.vocab_size);
+    }
+    drafter.chain.vocab_size = vocabulary.size != 0 ? vocabulary.size : t.vocab_size;
+    drafter.chain.tokenizer_fingerprint = vocabulary.tokenizer_fingerprint;
+    drafter.successor_slots = t.successor_slots;
+    drafter.max_children = t.max_children;
+    drafter.top_k = t.top_k;
+    drafter.carry_over = t.carry_over != 0;
+    drafter.enrich_counts = t.enrich_counts != 0;
+    std::unique_ptr<ngramspec::TopKTable> table;
+    if (t.shared_top_k != 0 && t.vocab_size != 0) {
+      if (t.top_k == 0 || t.top_k > ngramspec::TopKTable::kMaxK) {
+        return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: tree->top_k = %zu is invalid: it must be 1 .. %zu",
+                    where, t.top_k, ngramspec::TopKTable::kMaxK);
+      }
+      table = std::make_unique<ngramspec::TopKTable>(t.vocab_size, t.top_k);
+    } else {
+      drafter.vocab_size = t.vocab_size;  // each drafter's own table, or none
+    }
+    *out = new ngramspec_batch(batch, drafter, std::move(table), corpus != nullptr ? &corpus->corpus : nullptr,
                                file != nullptr ? &file->file : nullptr);
     return NGRAMSPEC_OK;
   } catch (...) {
@@ -500,14 +595,11 @@ ngramspec_status ngramspec_corpus_save(const ngramspec_corpus* corpus, const cha
 }
 
 ngramspec_status ngramspec_corpus_load(ngramspec_corpus* corpus, const char* path) {
-  if (corpus == nullptr) return null_argument(__func__, "corpus");
-  if (path == nullptr) return null_argument(__func__, "path");
-  try {
-    corpus->corpus.load(std::filesystem::path(path));
-    return NGRAMSPEC_OK;
-  } catch (...) {
-    return translate_exception(__func__);
-  }
+  return load_corpus(__func__, corpus, path, ngramspec::ChecksumCheck::verify);
+}
+
+ngramspec_status ngramspec_corpus_load_trusted(ngramspec_corpus* corpus, const char* path) {
+  return load_corpus(__func__, corpus, path, ngramspec::ChecksumCheck::skip);
 }
 
 // ---- Corpus files --------------------------------------------------------------------------------
@@ -533,6 +625,24 @@ ngramspec_status ngramspec_corpus_file_verify(const ngramspec_corpus_file* file)
   } catch (...) {
     return translate_exception(__func__);
   }
+}
+
+ngramspec_status ngramspec_corpus_file_verify_checksums(const ngramspec_corpus_file* file) {
+  if (file == nullptr) return null_argument(__func__, "file");
+  try {
+    file->file.verify_checksums();
+    return NGRAMSPEC_OK;
+  } catch (...) {
+    return translate_exception(__func__);
+  }
+}
+
+uint64_t ngramspec_corpus_file_vocab_size(const ngramspec_corpus_file* file) {
+  return file == nullptr ? 0 : file->file.vocabulary().size;
+}
+
+uint64_t ngramspec_corpus_file_tokenizer_fingerprint(const ngramspec_corpus_file* file) {
+  return file == nullptr ? 0 : file->file.vocabulary().tokenizer_fingerprint;
 }
 
 size_t ngramspec_corpus_file_size(const ngramspec_corpus_file* file) {
@@ -589,18 +699,15 @@ ngramspec_status ngramspec_match_drafter_create_file(const ngramspec_match_confi
                                                      const ngramspec_corpus* corpus, const ngramspec_corpus_file* file,
                                                      int preference,
                                                      ngramspec_match_drafter** out) {
-  if (out == nullptr) return null_argument(__func__, "out");
-  ngramspec::CorpusPreference cpp_preference{};
-  if (!to_cpp(preference, cpp_preference, __func__)) return NGRAMSPEC_ERROR_INVALID_ARGUMENT;
-  try {
-    ngramspec::MatchConfig cpp = config != nullptr ? to_cpp(*config) : ngramspec::MatchConfig{};
-    cpp.corpus_preference = cpp_preference;
-    *out = new ngramspec_match_drafter{ngramspec::MatchDrafter(cpp, corpus != nullptr ? &corpus->corpus : nullptr,
-                                                               file != nullptr ? &file->file : nullptr)};
-    return NGRAMSPEC_OK;
-  } catch (...) {
-    return translate_exception(__func__);
-  }
+  return create_match_drafter(__func__, config, corpus, file, preference, {}, out);
+}
+
+ngramspec_status ngramspec_match_drafter_create_vocab(const ngramspec_match_config* config,
+                                                      const ngramspec_corpus* corpus, const ngramspec_corpus_file* file,
+                                                      int preference, uint64_t vocab_size,
+                                                      uint64_t tokenizer_fingerprint, ngramspec_match_drafter** out) {
+  return create_match_drafter(__func__, config, corpus, file, preference, Vocabulary{vocab_size, tokenizer_fingerprint},
+                              out);
 }
 
 void ngramspec_match_drafter_free(ngramspec_match_drafter* drafter) { delete drafter; }
@@ -636,6 +743,10 @@ ngramspec_status ngramspec_match_drafter_reset(ngramspec_match_drafter* drafter)
 
 size_t ngramspec_match_drafter_memory_bytes(const ngramspec_match_drafter* drafter) {
   return drafter == nullptr ? 0 : drafter->drafter.memory_bytes();
+}
+
+uint64_t ngramspec_match_drafter_out_of_vocabulary(const ngramspec_match_drafter* drafter) {
+  return drafter == nullptr ? 0 : drafter->drafter.out_of_vocabulary_drafts();
 }
 
 // ---- NGramPredictor ------------------------------------------------------------------------------
@@ -725,7 +836,7 @@ ngramspec_sequence_options ngramspec_sequence_options_default(void) {
 ngramspec_status ngramspec_batch_create(const ngramspec_batch_config* config, ngramspec_corpus* corpus,
                                         ngramspec_batch** out) {
   if (out == nullptr) return null_argument(__func__, "out");
-  return create_batch(__func__, config, corpus, nullptr, ngramspec::CorpusPreference::longer_match, out);
+  return create_batch(__func__, config, corpus, nullptr, ngramspec::CorpusPreference::longer_match, {}, out);
 }
 
 ngramspec_status ngramspec_batch_create_file(const ngramspec_batch_config* config, ngramspec_corpus* corpus,
@@ -734,7 +845,17 @@ ngramspec_status ngramspec_batch_create_file(const ngramspec_batch_config* confi
   if (out == nullptr) return null_argument(__func__, "out");
   ngramspec::CorpusPreference cpp_preference{};
   if (!to_cpp(preference, cpp_preference, __func__)) return NGRAMSPEC_ERROR_INVALID_ARGUMENT;
-  return create_batch(__func__, config, corpus, file, cpp_preference, out);
+  return create_batch(__func__, config, corpus, file, cpp_preference, {}, out);
+}
+
+ngramspec_status ngramspec_batch_create_vocab(const ngramspec_batch_config* config, ngramspec_corpus* corpus,
+                                              const ngramspec_corpus_file* file, int preference, uint64_t vocab_size,
+                                              uint64_t tokenizer_fingerprint, ngramspec_batch** out) {
+  if (out == nullptr) return null_argument(__func__, "out");
+  ngramspec::CorpusPreference cpp_preference{};
+  if (!to_cpp(preference, cpp_preference, __func__)) return NGRAMSPEC_ERROR_INVALID_ARGUMENT;
+  return create_batch(__func__, config, corpus, file, cpp_preference, Vocabulary{vocab_size, tokenizer_fingerprint},
+                      out);
 }
 
 void ngramspec_batch_free(ngramspec_batch* batch) { delete batch; }
@@ -863,39 +984,19 @@ ngramspec_tree_config ngramspec_tree_config_default(void) { return to_c(ngramspe
 ngramspec_status ngramspec_batch_create_tree(const ngramspec_batch_config* config, const ngramspec_tree_config* tree,
                                              ngramspec_corpus* corpus, ngramspec_batch** out) {
   if (out == nullptr) return null_argument(__func__, "out");
-  const ngramspec_tree_config t = tree != nullptr ? *tree : ngramspec_tree_config_default();
-  // The first version of the struct is the only one: a size that is not its size is another
-  // header's struct, or one never set.
-  if (t.struct_size != sizeof(ngramspec_tree_config)) {
-    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
-                "%s: tree->struct_size = %zu is invalid: it must be sizeof(ngramspec_tree_config) = %zu (set it with "
-                "ngramspec_tree_config_default)",
-                __func__, t.struct_size, sizeof(ngramspec_tree_config));
-  }
-  try {
-    ngramspec::BatchConfig batch;
-    ngramspec::TreeConfig drafter;
-    to_cpp(config, batch, drafter.chain);
-    drafter.successor_slots = t.successor_slots;
-    drafter.max_children = t.max_children;
-    drafter.top_k = t.top_k;
-    drafter.carry_over = t.carry_over != 0;
-    drafter.enrich_counts = t.enrich_counts != 0;
-    std::unique_ptr<ngramspec::TopKTable> table;
-    if (t.shared_top_k != 0 && t.vocab_size != 0) {
-      if (t.top_k == 0 || t.top_k > ngramspec::TopKTable::kMaxK) {
-        return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: tree->top_k = %zu is invalid: it must be 1 .. %zu",
-                    __func__, t.top_k, ngramspec::TopKTable::kMaxK);
-      }
-      table = std::make_unique<ngramspec::TopKTable>(t.vocab_size, t.top_k);
-    } else {
-      drafter.vocab_size = t.vocab_size;  // each drafter's own table, or none
-    }
-    *out = new ngramspec_batch(batch, drafter, std::move(table), corpus != nullptr ? &corpus->corpus : nullptr);
-    return NGRAMSPEC_OK;
-  } catch (...) {
-    return translate_exception(__func__);
-  }
+  return create_tree_batch(__func__, config, tree, corpus, nullptr, ngramspec::CorpusPreference::longer_match, {}, out);
+}
+
+ngramspec_status ngramspec_batch_create_tree_file(const ngramspec_batch_config* config,
+                                                  const ngramspec_tree_config* tree, ngramspec_corpus* corpus,
+                                                  const ngramspec_corpus_file* file, int preference,
+                                                  uint64_t vocab_size, uint64_t tokenizer_fingerprint,
+                                                  ngramspec_batch** out) {
+  if (out == nullptr) return null_argument(__func__, "out");
+  ngramspec::CorpusPreference cpp_preference{};
+  if (!to_cpp(preference, cpp_preference, __func__)) return NGRAMSPEC_ERROR_INVALID_ARGUMENT;
+  return create_tree_batch(__func__, config, tree, corpus, file, cpp_preference,
+                           Vocabulary{vocab_size, tokenizer_fingerprint}, out);
 }
 
 size_t ngramspec_batch_top_k(const ngramspec_batch* batch) {
@@ -972,6 +1073,7 @@ ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* batch, ngramsp
   out->drafted = stats.drafted;
   out->accepted = stats.accepted;
   out->emitted = stats.emitted;
+  out->out_of_vocabulary = stats.out_of_vocabulary;
   return NGRAMSPEC_OK;
 }
 

@@ -262,7 +262,8 @@ class TemporaryFile {
 
 }  // namespace
 
-CorpusBuilder::CorpusBuilder(std::uint64_t max_file_bytes) : max_file_bytes_(max_file_bytes) {
+CorpusBuilder::CorpusBuilder(std::uint64_t max_file_bytes, CorpusVocabulary vocabulary)
+    : max_file_bytes_(max_file_bytes), vocabulary_(vocabulary) {
   if (max_file_bytes < min_file_bytes()) {
     throw std::invalid_argument("ngramspec::CorpusBuilder: max_file_bytes = " + std::to_string(max_file_bytes) +
                                 " is invalid: must be at least " + std::to_string(min_file_bytes()) +
@@ -285,13 +286,35 @@ std::uint64_t CorpusBuilder::tokens_that_fit(std::uint64_t max_file_bytes, std::
   return std::min<std::uint64_t>(room * 8 / (8 * kMaxBytesPerToken + 1), format::kMaxTokens);
 }
 
+namespace {
+
+// The first token of `tokens` that is not below `vocab_size` (0: unknown, none), or tokens.size().
+std::size_t first_outside(std::span<const Token> tokens, std::uint64_t vocab_size) noexcept {
+  if (vocab_size == 0) return tokens.size();
+  return static_cast<std::size_t>(
+      std::find_if(tokens.begin(), tokens.end(), [vocab_size](Token t) { return t >= vocab_size; }) - tokens.begin());
+}
+
+}  // namespace
+
 void CorpusBuilder::add(std::span<const Token> tokens, std::int64_t stamp) {
   if (tokens.empty()) return;
+  if (const std::size_t at = first_outside(tokens, vocabulary_.size); at < tokens.size()) {
+    throw std::invalid_argument("ngramspec::CorpusBuilder::add: token " + std::to_string(tokens[at]) + " at index " +
+                                std::to_string(at) + " of the record is outside the vocabulary of " +
+                                std::to_string(vocabulary_.size) + " tokens");
+  }
   records_.push_back(Added{tokens_.size(), tokens.size(), stamp});
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
 }
 
 void CorpusBuilder::add(const MappedCorpus& file) {
+  file.check_vocabulary(vocabulary_);
+  if (const std::size_t at = first_outside(file.tokens(), vocabulary_.size); at < file.size()) {
+    throw std::invalid_argument("ngramspec::CorpusBuilder::add: corpus file '" + file.path().string() + "': token " +
+                                std::to_string(file.tokens()[at]) + " at position " + std::to_string(at) +
+                                " is outside the vocabulary of " + std::to_string(vocabulary_.size) + " tokens");
+  }
   tokens_.reserve(tokens_.size() + file.size());
   records_.reserve(records_.size() + file.records());
   for (std::size_t i = 0; i < file.records(); ++i) {
@@ -374,6 +397,8 @@ CorpusFileSummary CorpusBuilder::write(const std::filesystem::path& path, const 
   header.token_bytes = format::kTokenBytes;
   header.max_order = format::kMaxOrder;
   header.section_count = format::kSections;
+  header.vocab_size = vocabulary_.size;
+  header.tokenizer_fingerprint = vocabulary_.tokenizer_fingerprint;
   header.tokens = tokens.size();
   header.records = records.size();
   if (!records.empty()) {

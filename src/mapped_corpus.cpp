@@ -35,8 +35,9 @@ std::uint32_t byte_swapped(std::uint32_t value) {
 }
 
 // The structural checks of the header, in the order a reader would want them reported: what
-// the file is before what it holds. O(1): only the header's bytes are read.
-void check_header(const std::filesystem::path& path, const std::byte* base, std::uint64_t bytes) {
+// the file is before what it holds. O(1): only the header's bytes are read. Returns the header
+// as checked (a version 1 header's later fields zero).
+format::Header check_header(const std::filesystem::path& path, const std::byte* base, std::uint64_t bytes) {
   const auto fail = [&](const std::string& section, const std::string& problem) {
     throw CorpusFileError(path, section, problem);
   };
@@ -46,41 +47,59 @@ void check_header(const std::filesystem::path& path, const std::byte* base, std:
                        ? "truncated: " + std::to_string(bytes) + " bytes, not even the 8-byte magic"
                        : "not a corpus file: it does not start with the magic 'NGSPCORP'");
   }
-  if (bytes < format::kHeaderBytes) {
+  if (bytes < format::kHeaderBytesV1) {
     fail("header", "truncated: " + std::to_string(bytes) + " bytes, shorter than the " +
-                       std::to_string(format::kHeaderBytes) + "-byte header");
+                       std::to_string(format::kHeaderBytesV1) + "-byte header of the oldest format version");
   }
+  // A version 1 header is the first 320 bytes of this one: the fields it lacks stay zero.
   format::Header h;
-  std::memcpy(&h, base, sizeof(h));
+  std::memcpy(&h, base, static_cast<std::size_t>(std::min<std::uint64_t>(bytes, sizeof(h))));
+  if (h.version == format::kFirstVersion) {
+    // What was copied past its checksum is the sections' bytes, not fields of its header.
+    std::memset(reinterpret_cast<std::byte*>(&h) + format::checksum_offset(format::kFirstVersion), 0,
+                sizeof(h) - format::checksum_offset(format::kFirstVersion));
+  }
   // A file of the other byte order is named before its checksum is, which it fails (the lanes
   // are read in this machine's order). Otherwise the checksum comes first: a field is believed
   // only once the bytes are known to be those written, so a flipped bit reads as corruption,
-  // not as a byte-order mark or a format version that no writer wrote.
+  // not as a byte-order mark or a format version that no writer wrote. The version field says
+  // where the checksum is; one flipped to the other version's finds no checksum there.
   if (h.byte_order == byte_swapped(format::kByteOrderMark)) {
     fail("header", "written on a machine of the other byte order (" +
                        std::string(std::endian::native == std::endian::little ? "big" : "little") +
                        "-endian); rebuild it on this one");
   }
-  const std::uint64_t expected =
-      format::checksum(std::span<const std::byte>(base, offsetof(format::Header, header_checksum)));
-  if (h.header_checksum != expected) {
+  const bool known_version = h.version == format::kFirstVersion || h.version == format::kVersion;
+  const std::string versions_read = "this build of ngramspec reads versions " + std::to_string(format::kFirstVersion) +
+                                    " to " + std::to_string(format::kVersion);
+  const std::size_t header_bytes = format::header_bytes(h.version);
+  if (bytes < header_bytes) {
+    fail("header", "truncated: " + std::to_string(bytes) + " bytes, shorter than the " +
+                       std::to_string(header_bytes) + "-byte header" +
+                       (known_version ? " of format version " + std::to_string(h.version)
+                                      : " (its version field reads " + std::to_string(h.version) + "; " +
+                                            versions_read + ")"));
+  }
+  const std::size_t checksum_at = format::checksum_offset(h.version);
+  std::uint64_t stored = 0;
+  std::memcpy(&stored, base + checksum_at, sizeof(stored));
+  const std::uint64_t expected = format::checksum(std::span<const std::byte>(base, checksum_at));
+  if (stored != expected) {
     // A later format may lay its header out otherwise: then the version field, unchecked, says so.
-    fail("header", "checksum mismatch: stored " + hex(h.header_checksum) + ", computed " + hex(expected) +
-                       (h.version == format::kVersion
-                            ? std::string(" (the header is corrupted)")
-                            : " (the header is corrupted, or of a format version this build does not read: its "
-                              "version field reads " +
-                                  std::to_string(h.version) + ", this build reads version " +
-                                  std::to_string(format::kVersion) + ")"));
+    fail("header", "checksum mismatch: stored " + hex(stored) + ", computed " + hex(expected) +
+                       (known_version ? std::string(" (the header is corrupted)")
+                                      : " (the header is corrupted, or of a format version this build does not read: its "
+                                        "version field reads " +
+                                            std::to_string(h.version) + ", " + versions_read + ")"));
   }
   if (h.byte_order != format::kByteOrderMark) {
     fail("header", "byte-order mark " + hex(h.byte_order) + " is not " + hex(format::kByteOrderMark));
   }
-  if (h.version != format::kVersion) {
-    fail("header", "format version " + std::to_string(h.version) + ": this build of ngramspec reads version " +
-                       std::to_string(format::kVersion));
+  if (!known_version) fail("header", "format version " + std::to_string(h.version) + ": " + versions_read);
+  if (h.header_bytes != header_bytes) {
+    fail("header", "header_bytes = " + std::to_string(h.header_bytes) + ", expected " + std::to_string(header_bytes) +
+                       " for format version " + std::to_string(h.version));
   }
-  if (h.header_bytes != format::kHeaderBytes) fail("header", "header_bytes = " + std::to_string(h.header_bytes) + ", expected 320");
   if (h.token_bytes != format::kTokenBytes) {
     fail("header", "token width " + std::to_string(h.token_bytes) + " bytes: this build reads 4-byte tokens");
   }
@@ -101,7 +120,10 @@ void check_header(const std::filesystem::path& path, const std::byte* base, std:
   if (h.first_stamp > h.last_stamp) {
     fail("header", "first_stamp " + std::to_string(h.first_stamp) + " is after last_stamp " + std::to_string(h.last_stamp));
   }
-  std::uint64_t previous_end = format::kHeaderBytes;
+  if (h.vocab_size > (std::uint64_t{1} << 32)) {
+    fail("header", "vocab_size = " + std::to_string(h.vocab_size) + " exceeds 2^32 (tokens are 32-bit)");
+  }
+  std::uint64_t previous_end = header_bytes;
   for (std::size_t i = 0; i < format::kSections; ++i) {
     const format::SectionEntry& s = h.sections[i];
     const std::string name(format::section_name(i));
@@ -136,6 +158,7 @@ void check_header(const std::filesystem::path& path, const std::byte* base, std:
       fail(name, "count " + std::to_string(s.count) + " does not match the header");
     }
   }
+  return h;
 }
 
 }  // namespace
@@ -165,7 +188,9 @@ MappedCorpus::MappedCorpus(const std::filesystem::path& path) : path_(path), hea
   base_ = static_cast<const std::byte*>(mapped);
   bytes_ = bytes;
   try {
-    check_header(path, base_, bytes_);
+    const format::Header checked = check_header(path, base_, bytes_);
+    version_ = checked.version;
+    vocabulary_ = CorpusVocabulary{checked.vocab_size, checked.tokenizer_fingerprint};
   } catch (...) {
     release();
     throw;
@@ -196,7 +221,9 @@ MappedCorpus::MappedCorpus(MappedCorpus&& other) noexcept
       tokens_(std::exchange(other.tokens_, {})),
       starts_(std::exchange(other.starts_, nullptr)),
       records_(std::exchange(other.records_, {})),
-      tables_(std::exchange(other.tables_, {})) {}
+      tables_(std::exchange(other.tables_, {})),
+      version_(std::exchange(other.version_, 0)),
+      vocabulary_(std::exchange(other.vocabulary_, {})) {}
 
 MappedCorpus& MappedCorpus::operator=(MappedCorpus&& other) noexcept {
   if (this != &other) {
@@ -209,6 +236,8 @@ MappedCorpus& MappedCorpus::operator=(MappedCorpus&& other) noexcept {
     starts_ = std::exchange(other.starts_, nullptr);
     records_ = std::exchange(other.records_, {});
     tables_ = std::exchange(other.tables_, {});
+    version_ = std::exchange(other.version_, 0);
+    vocabulary_ = std::exchange(other.vocabulary_, {});
   }
   return *this;
 }
@@ -222,6 +251,23 @@ void MappedCorpus::release() noexcept {
   starts_ = nullptr;
   records_ = {};
   tables_ = {};
+  version_ = 0;
+  vocabulary_ = {};
+}
+
+void MappedCorpus::check_vocabulary(const CorpusVocabulary& model) const {
+  if (model.size != 0 && vocabulary_.size != 0 && model.size != vocabulary_.size) {
+    throw CorpusFileError(path_, "header",
+                          "its tokens come from a vocabulary of " + std::to_string(vocabulary_.size) +
+                              " tokens, the model's has " + std::to_string(model.size) +
+                              ": the file was built for another tokenizer");
+  }
+  if (model.tokenizer_fingerprint != 0 && vocabulary_.tokenizer_fingerprint != 0 &&
+      model.tokenizer_fingerprint != vocabulary_.tokenizer_fingerprint) {
+    throw CorpusFileError(path_, "header",
+                          "tokenizer fingerprint " + hex(vocabulary_.tokenizer_fingerprint) + ", the model's is " +
+                              hex(model.tokenizer_fingerprint) + ": the file was built for another tokenizer");
+  }
 }
 
 std::uint64_t MappedCorpus::ngrams(std::size_t order) const noexcept {
@@ -304,8 +350,17 @@ void MappedCorpus::verify() const {
   const auto fail = [&](std::size_t section, const std::string& problem) {
     throw CorpusFileError(path_, std::string(format::section_name(section)), problem);
   };
-  // Records: the first at 0, in order, each starting where a start bit is, and no other bits.
   const std::uint64_t held = tokens_.size();
+  // Tokens: inside the vocabulary the file records, when it records one.
+  if (vocabulary_.size != 0) {
+    for (std::uint64_t p = 0; p < held; ++p) {
+      if (tokens_[p] >= vocabulary_.size) {
+        fail(0, "token " + std::to_string(tokens_[p]) + " at position " + std::to_string(p) +
+                    " is outside the file's vocabulary of " + std::to_string(vocabulary_.size) + " tokens");
+      }
+    }
+  }
+  // Records: the first at 0, in order, each starting where a start bit is, and no other bits.
   std::uint64_t starts_seen = 0;
   for (std::uint64_t w = 0; w < (held + 63) / 64; ++w) {
     std::uint64_t word = starts_[w];

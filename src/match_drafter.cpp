@@ -39,6 +39,10 @@ MatchConfig validated(MatchConfig config) {
     throw std::invalid_argument("ngramspec::MatchConfig: min_confidence = " + std::to_string(config.min_confidence) +
                                 " is invalid: must be in [0, 1)");
   }
+  if (config.vocab_size > (std::uint64_t{1} << 32)) {
+    throw std::invalid_argument("ngramspec::MatchConfig: vocab_size = " + std::to_string(config.vocab_size) +
+                                " is invalid: must be 0 (unknown) or at most 2^32 (tokens are 32-bit)");
+  }
   switch (config.corpus_preference) {
     case CorpusPreference::longer_match:
     case CorpusPreference::live:
@@ -154,6 +158,7 @@ MatchDrafter::MatchDrafter(MatchConfig config, const SharedCorpus* corpus, const
                           .draft_count = config_.draft_count,
                           .window = config_.count_window == 0 ? config_.cap
                                                               : std::min(config_.count_window, config_.cap)}) {
+  if (file_ != nullptr) file_->check_vocabulary(CorpusVocabulary{config_.vocab_size, config_.tokenizer_fingerprint});
   // Each indexed position ends at most one n-gram of each order: no table holds more than cap entries.
   for (detail::LastEndTable& table : last_) table = detail::LastEndTable(config_.cap);
 }
@@ -254,9 +259,26 @@ std::size_t MatchDrafter::draft(std::span<Token> out, std::span<float> probabili
   const std::size_t n = std::min(out.size(), config_.draft_count);
   if (n == 0 || seen_ == 0) return 0;
   if (!probabilities.empty()) probabilities = probabilities.first(n);
-  if (length_ == 0 && (corpus_ != nullptr || file_ != nullptr)) return draft_from_corpus(out.first(n), probabilities);
-  if (length_ == 0 || length_ < config_.copy_min_match) return draft_from_counts(out.first(n), probabilities);
-  return copy_from_sequence(out.first(n), probabilities);
+  std::size_t made = 0;
+  if (length_ == 0 && (corpus_ != nullptr || file_ != nullptr)) {
+    made = draft_from_corpus(out.first(n), probabilities);
+  } else if (length_ == 0 || length_ < config_.copy_min_match) {
+    made = draft_from_counts(out.first(n), probabilities);
+  } else {
+    made = copy_from_sequence(out.first(n), probabilities);
+  }
+  return within_vocabulary(out, made);
+}
+
+std::size_t MatchDrafter::within_vocabulary(std::span<const Token> drafts, std::size_t made) const noexcept {
+  if (config_.vocab_size == 0) return made;
+  for (std::size_t j = 0; j < made; ++j) {
+    if (drafts[j] >= config_.vocab_size) {
+      dropped_.value.fetch_add(made - j, std::memory_order_relaxed);
+      return j;
+    }
+  }
+  return made;
 }
 
 std::size_t MatchDrafter::copy_from_sequence(std::span<Token> out, std::span<float> probabilities) const noexcept {

@@ -200,8 +200,9 @@ void SharedCorpus::save(const std::filesystem::path& path) const {
   static_cast<void>(builder.write(path));
 }
 
-void SharedCorpus::load(const std::filesystem::path& path) {
-  const MappedCorpus file(path);  // a bad file throws here, before anything changes
+void SharedCorpus::load(const std::filesystem::path& path, ChecksumCheck check) {
+  const MappedCorpus file(path);  // a bad file throws here or below, before anything changes
+  if (check == ChecksumCheck::verify) file.verify_checksums();
   // The records that fit, newest first; the oldest of them may be cut to its end.
   std::size_t first = file.records();
   std::size_t room = tokens_.size();

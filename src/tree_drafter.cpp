@@ -44,10 +44,23 @@ std::uint64_t context_key(const std::array<Token, 3>& tokens, std::size_t order)
   return (hash ^ (hash >> 32)) | 1U;  // never 0, the empty slot's key
 }
 
+// The spine's configuration: the chain's, bounded by the model's vocabulary when the tree
+// knows it and the chain does not (one vocabulary; two different ones are refused).
+MatchConfig spine_config(const TreeConfig& config) {
+  MatchConfig chain = config.chain;
+  if (chain.vocab_size != 0 && config.vocab_size != 0 && chain.vocab_size != config.vocab_size) {
+    throw std::invalid_argument("ngramspec: TreeConfig::chain.vocab_size = " + std::to_string(chain.vocab_size) +
+                                " and TreeConfig::vocab_size = " + std::to_string(config.vocab_size) +
+                                " disagree; both are the model's vocabulary");
+  }
+  if (chain.vocab_size == 0) chain.vocab_size = config.vocab_size;
+  return chain;
+}
+
 }  // namespace
 
 TreeDrafter::TreeDrafter(TreeConfig config, TopKTable* top_k, const SharedCorpus* corpus, const MappedCorpus* file)
-    : config_(config), chain_(config.chain, corpus, file) {
+    : config_(config), chain_(spine_config(config), corpus, file) {
   const std::size_t slots = config_.successor_slots;
   if (slots == 0 || (slots & (slots - 1)) != 0 || slots > (std::size_t{1} << 24)) {
     throw std::invalid_argument("ngramspec: TreeConfig::successor_slots = " + std::to_string(slots) +

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "ngramspec/batch_speculator.hpp"
+#include "ngramspec/corpus_builder.hpp"
 #include "ngramspec/detail/corpus_format.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"
@@ -2449,6 +2450,167 @@ TEST(CApiCorpusFile, ABatchDraftsFromTheFile) {
   }
   EXPECT_EQ(ngramspec_corpus_file_records(file.get()), 1U);  // read-only
   EXPECT_C_OK(ngramspec_corpus_file_verify(file.get()));
+}
+
+// The vocabulary: what a file records, a drafter or batch of another vocabulary refusing it by
+// name, and drafts cut at a foreign token and counted, for drafters, chain batches and tree
+// batches (which read a corpus file through ngramspec_batch_create_tree_file).
+TEST(CApiCorpusFile, TheVocabularyIsRecordedMatchedAndForeignDraftsAreDroppedAndCounted) {
+  const TempDir dir;
+  const std::filesystem::path damaged = dir / "unknown.ngc";
+  const std::filesystem::path other = dir / "32000.ngc";
+  {
+    CorpusBuilder builder;
+    builder.add(std::vector<Token>{100, 101, 102, 103, 5000, 104}, 1);
+    static_cast<void>(builder.write(damaged));
+    CorpusBuilder larger(CorpusBuilder::kNoCap, CorpusVocabulary{32000, 0xabc});
+    larger.add(std::vector<Token>{1, 2, 3}, 1);
+    static_cast<void>(larger.write(other));
+  }
+  const CorpusFilePtr unknown = open_file(damaged);
+  const CorpusFilePtr foreign = open_file(other);
+  EXPECT_EQ(ngramspec_corpus_file_vocab_size(foreign.get()), 32000U);
+  EXPECT_EQ(ngramspec_corpus_file_tokenizer_fingerprint(foreign.get()), 0xabcU);
+  EXPECT_EQ(ngramspec_corpus_file_vocab_size(unknown.get()), 0U);
+  EXPECT_EQ(ngramspec_corpus_file_tokenizer_fingerprint(unknown.get()), 0U);
+  EXPECT_EQ(ngramspec_corpus_file_vocab_size(nullptr), 0U);
+
+  // Another vocabulary, or tokenizer: refused, naming the call, the file and both values.
+  ngramspec_match_drafter* d = nullptr;
+  ngramspec_batch* b = nullptr;
+  const std::string refused = "corpus file '" + other.string() + "', section header: its tokens come from a "
+                              "vocabulary of 32000 tokens, the model's has 512";
+  EXPECT_FILE_ERROR(ngramspec_match_drafter_create_vocab(nullptr, nullptr, foreign.get(), 0, 512, 0, &d),
+                    "ngramspec_match_drafter_create_vocab: " + refused);
+  EXPECT_FILE_ERROR(ngramspec_match_drafter_create_vocab(nullptr, nullptr, foreign.get(), 0, 32000, 0xabd, &d),
+                    "tokenizer fingerprint 0x0000000000000abc, the model's is 0x0000000000000abd");
+  const ngramspec_batch_config config = small_batch_config(1);
+  EXPECT_FILE_ERROR(ngramspec_batch_create_vocab(&config, nullptr, foreign.get(), 0, 512, 0, &b),
+                    "ngramspec_batch_create_vocab: " + refused);
+  EXPECT_FILE_ERROR(ngramspec_batch_create_tree_file(&config, nullptr, nullptr, foreign.get(), 0, 512, 0, &b),
+                    "ngramspec_batch_create_tree_file: " + refused);
+  EXPECT_EQ(d, nullptr);
+  EXPECT_EQ(b, nullptr);
+  EXPECT_INVALID(ngramspec_batch_create_vocab(&config, nullptr, unknown.get(), 7, 512, 0, &b),
+                 "ngramspec_batch_create_vocab: preference = 7 is invalid");
+  EXPECT_INVALID(ngramspec_batch_create_tree_file(&config, nullptr, nullptr, unknown.get(), 0, 512, 0, nullptr),
+                 "ngramspec_batch_create_tree_file: out is NULL");
+  ngramspec_tree_config tree = ngramspec_tree_config_default();
+  tree.vocab_size = 999;
+  EXPECT_INVALID(ngramspec_batch_create_tree_file(&config, &tree, nullptr, unknown.get(), 0, 1000, 0, &b),
+                 "ngramspec_batch_create_tree_file: vocab_size = 1000 and tree->vocab_size = 999 disagree");
+  const std::uint64_t too_large = (std::uint64_t{1} << 32) + 1;
+  EXPECT_INVALID(ngramspec_match_drafter_create_vocab(nullptr, nullptr, nullptr, 0, too_large, 0, &d),
+                 "vocab_size = 4294967297 is invalid");
+
+  // A file of unknown vocabulary: the draft 103 5000 104 is cut to 103, two tokens counted.
+  ngramspec_match_config match = ngramspec_match_config_default();
+  match.min_confidence = 0;
+  ASSERT_C_OK(ngramspec_match_drafter_create_vocab(&match, nullptr, unknown.get(), 0, 1000, 0, &d));
+  const MatchPtr drafter(d);
+  const std::vector<Token> sequence = {7, 100, 101, 102};
+  ASSERT_C_OK(ngramspec_match_drafter_update(drafter.get(), sequence.data(), sequence.size()));
+  std::vector<Token> out(8);
+  std::size_t count = 0;
+  ASSERT_C_OK(ngramspec_match_drafter_predict(drafter.get(), out.data(), out.size(), nullptr, &count));
+  ASSERT_EQ(count, 1U);
+  EXPECT_EQ(out[0], 103U);
+  EXPECT_EQ(ngramspec_match_drafter_out_of_vocabulary(drafter.get()), 2U);
+  EXPECT_EQ(ngramspec_match_drafter_out_of_vocabulary(nullptr), 0U);
+
+  ngramspec_batch_config batch_config = small_batch_config(1);
+  batch_config.default_drafter = 0;
+  batch_config.drafter = match;
+  for (const bool trees : {false, true}) {
+    for (const std::uint64_t vocab : {std::uint64_t{0}, std::uint64_t{1000}}) {
+      SCOPED_TRACE(std::string(trees ? "tree" : "chain") + " batch, vocab_size " + std::to_string(vocab));
+      ASSERT_C_OK(trees ? ngramspec_batch_create_tree_file(&batch_config, nullptr, nullptr, unknown.get(), 0, vocab, 0,
+                                                           &b)
+                        : ngramspec_batch_create_vocab(&batch_config, nullptr, unknown.get(), 0, vocab, 0, &b));
+      const BatchPtr batch(b);
+      const std::vector<Token> prompt = {7, 100, 101};
+      ngramspec_sequence_options options = ngramspec_sequence_options_default();
+      options.max_new_tokens = 16;
+      options.max_drafts = 8;
+      const ngramspec_sequence_id id = 9;
+      ASSERT_C_OK(ngramspec_batch_begin(batch.get(), id, prompt.data(), prompt.size(), &options));
+      std::vector<Token> tokens(8);
+      std::vector<std::int32_t> parents(8);
+      std::vector<std::size_t> offsets(2);
+      std::size_t n = 0;
+      const auto propose = [&] {
+        return trees ? ngramspec_batch_propose_trees(batch.get(), &id, 1, tokens.data(), parents.data(), tokens.size(),
+                                                     offsets.data(), 0, &n)
+                     : ngramspec_batch_propose(batch.get(), &id, 1, tokens.data(), tokens.size(), offsets.data(), 0,
+                                               &n);
+      };
+      ASSERT_C_OK(propose());  // the prefill
+      ASSERT_EQ(n, 0U);
+      const std::vector<Token> next = {102};
+      const std::vector<std::size_t> one = {0, 1};
+      ngramspec_step step{};
+      std::vector<std::size_t> kept(1);
+      ASSERT_C_OK(trees ? ngramspec_batch_accept_trees(batch.get(), &id, 1, next.data(), 1, one.data(), nullptr, 0, &step,
+                                                       kept.data(), kept.size())
+                        : ngramspec_batch_accept(batch.get(), &id, 1, next.data(), 1, one.data(), &step));
+      ASSERT_C_OK(propose());
+      ASSERT_GE(n, 1U);
+      EXPECT_EQ(tokens[0], 103U);  // the file's continuation
+      if (trees) {
+        EXPECT_EQ(parents[0], NGRAMSPEC_TREE_ROOT);
+      }
+      const bool has_foreign = std::any_of(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n),
+                                           [](Token t) { return t >= 1000; });
+      EXPECT_EQ(has_foreign, vocab == 0);
+      ngramspec_batch_stats stats{};
+      ASSERT_C_OK(ngramspec_batch_stats_get(batch.get(), &stats));
+      EXPECT_EQ(stats.out_of_vocabulary, vocab == 0 ? 0U : 2U);
+    }
+  }
+}
+
+// ngramspec_corpus_load verifies every section's checksum: a body damaged since it was written
+// (random bytes over a tenth of it) is refused naming the file, the corpus unchanged;
+// ngramspec_corpus_load_trusted checks only the header.
+TEST(CApiCorpusFile, LoadRefusesADamagedBodyAndLoadTrustedSkipsTheCheck) {
+  const TempDir dir;
+  std::mt19937_64 rng(99);
+  const CorpusPtr source = make_corpus(SharedCorpus::min_bytes());
+  for (int r = 0; r < 20; ++r) {
+    std::vector<Token> record(1 + rng() % 30);
+    for (Token& t : record) t = static_cast<Token>(rng() % 40);
+    ASSERT_C_OK(ngramspec_corpus_append(source.get(), record.data(), record.size()));
+  }
+  const std::filesystem::path path = dir / "c.ngc";
+  ASSERT_C_OK(ngramspec_corpus_save(source.get(), path.c_str()));
+  std::vector<std::uint8_t> bytes = read_file<std::uint8_t>(path);
+  detail::corpus_format::Header header;
+  std::memcpy(&header, bytes.data(), sizeof header);
+  // Over a tenth of the tokens section: load_trusted then loads it (the structure is intact).
+  const auto& tokens = header.sections[0];
+  for (std::size_t i = 0; i < tokens.bytes / 10 + 1; ++i) {
+    bytes[static_cast<std::size_t>(tokens.offset + rng() % tokens.bytes)] ^= static_cast<std::uint8_t>(1 + rng() % 255);
+  }
+  const std::filesystem::path bad = dir / "bad.ngc";
+  ASSERT_TRUE(write_file(bad, bytes));
+
+  const CorpusPtr corpus = make_corpus(SharedCorpus::min_bytes());
+  const std::vector<Token> held = {1, 2, 3};
+  ASSERT_C_OK(ngramspec_corpus_append(corpus.get(), held.data(), held.size()));
+  EXPECT_FILE_ERROR(ngramspec_corpus_load(corpus.get(), bad.c_str()),
+                    "ngramspec_corpus_load: corpus file '" + bad.string() + "', section tokens: checksum mismatch");
+  EXPECT_EQ(ngramspec_corpus_records(corpus.get()), 1U);
+  EXPECT_EQ(ngramspec_corpus_size(corpus.get()), 3U);
+  const CorpusFilePtr file = open_file(bad);  // the header still checks out
+  EXPECT_FILE_ERROR(ngramspec_corpus_file_verify_checksums(file.get()),
+                    "ngramspec_corpus_file_verify_checksums: corpus file '" + bad.string() + "', section tokens");
+  EXPECT_INVALID(ngramspec_corpus_file_verify_checksums(nullptr), "ngramspec_corpus_file_verify_checksums: file is NULL");
+  EXPECT_INVALID(ngramspec_corpus_load_trusted(nullptr, bad.c_str()), "ngramspec_corpus_load_trusted: corpus is NULL");
+  ASSERT_C_OK(ngramspec_corpus_load_trusted(corpus.get(), bad.c_str()));
+  const std::uint64_t records = ngramspec_corpus_records(corpus.get());
+  EXPECT_GT(records, 1U);
+  ASSERT_C_OK(ngramspec_corpus_load(corpus.get(), path.c_str()));  // the good file loads, as many records
+  EXPECT_EQ(ngramspec_corpus_records(corpus.get()), records);
 }
 
 // ---- Allocation ----------------------------------------------------------------------------------

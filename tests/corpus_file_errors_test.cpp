@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iterator>
 #include <span>
 #include <string>
@@ -23,6 +22,7 @@
 #include "ngramspec/detail/fnv1a.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/shared_corpus.hpp"
+#include "support/corpus_file_refusal.hpp"
 #include "support/reference_corpus.hpp"
 #include "support/temp_dir.hpp"
 
@@ -32,6 +32,7 @@ namespace {
 namespace format = detail::corpus_format;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using test::refusal;
 using test::Drafted;
 using test::TempDir;
 
@@ -89,20 +90,6 @@ std::filesystem::path build_small(const TempDir& dir, const std::string& name) {
   builder.add(std::vector<Token>{1, 2, 3, 10, 11, 12}, 30);
   static_cast<void>(builder.write(dir / name));
   return dir / name;
-}
-
-// The CorpusFileError that `f` throws (a test failure when it throws nothing or something else).
-CorpusFileError refusal(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const CorpusFileError& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw something other than CorpusFileError: " << e.what();
-    return CorpusFileError("", "?", "");
-  }
-  ADD_FAILURE() << "did not throw";
-  return CorpusFileError("", "?", "");
 }
 
 CorpusFileError mapping_refusal(const std::filesystem::path& path) {
@@ -194,10 +181,10 @@ TEST(CorpusFileErrors, AnotherFormatVersionSaysWhichThisBuildReads) {
   const auto path = dir / "v7.ngc";
   write_bytes(path, bytes);
   expect_refusal(mapping_refusal(path), path, "header",
-                 "format version 7: this build of ngramspec reads version " + std::to_string(format::kVersion));
+                 "format version 7: this build of ngramspec reads versions 1 to " + std::to_string(format::kVersion));
 }
 
-// One flipped bit in the version field read as "format version 1048577": the header's checksum
+// One flipped bit in the version field read as "format version 1048578": the header's checksum
 // is checked before its fields are believed, so it reads as corruption (naming what the field
 // reads, since a later format may place its checksum elsewhere).
 TEST(CorpusFileErrors, AFlippedBitInTheVersionOrByteOrderIsCorruption) {
@@ -212,8 +199,8 @@ TEST(CorpusFileErrors, AFlippedBitInTheVersionOrByteOrderIsCorruption) {
   CorpusFileError e = mapping_refusal(path);
   expect_refusal(e, path, "header", "checksum mismatch: stored ");
   EXPECT_THAT(e.what(), HasSubstr("(the header is corrupted, or of a format version this build does not read: its "
-                                  "version field reads 1048577, this build reads version 1)"));
-  EXPECT_THAT(e.what(), Not(HasSubstr("format version 1048577:")));
+                                  "version field reads 1048578, this build of ngramspec reads versions 1 to 2)"));
+  EXPECT_THAT(e.what(), Not(HasSubstr("format version 1048578:")));
 
   bytes = whole;
   header = header_of(bytes);
@@ -495,14 +482,23 @@ TEST(CorpusFileErrors, LoadingABadFileThrowsAndLeavesTheCorpusUnchanged) {
   bad.push_back(dir / "cut.ngc");
   Bytes bytes = whole;
   format::Header header = header_of(bytes);
-  header.version = 2;
+  header.version = 3;
   put_header(bytes, header);
-  write_bytes(dir / "v2.ngc", bytes);
-  bad.push_back(dir / "v2.ngc");
+  write_bytes(dir / "v3.ngc", bytes);
+  bad.push_back(dir / "v3.ngc");
   bytes = whole;
   bytes[100] ^= 1;
   write_bytes(dir / "header.ngc", bytes);
   bad.push_back(dir / "header.ngc");
+  // A body damaged since it was written: load() verifies the checksums, so it never takes it in
+  // (and a later save() cannot write the damage out under fresh checksums).
+  for (std::size_t section = 0; section < format::kSections; ++section) {
+    bytes = whole;
+    bytes[static_cast<std::size_t>(header.sections[section].offset)] ^= 0x10;
+    const auto damaged = dir / ("body" + std::to_string(section) + ".ngc");
+    write_bytes(damaged, bytes);
+    bad.push_back(damaged);
+  }
 
   SharedCorpus corpus(SharedCorpus::min_bytes());
   corpus.append(std::vector<Token>{40, 41, 42, 43}, 5);
@@ -546,10 +542,13 @@ TEST(CorpusFileErrors, LoadingAFileWithCorruptedRecordsCountsNoEmptyRecord) {
     std::memcpy(bytes.data() + header.sections[2].offset + r * sizeof(format::RecordEntry), &first, sizeof first);
   }
   const auto path = dir / "empty-records.ngc";
-  write_bytes(path, bytes);  // load() does not verify: only the structure is checked
+  write_bytes(path, bytes);
   SharedCorpus corpus(SharedCorpus::min_bytes());
   corpus.append(std::vector<Token>{1, 2, 3}, 1);
-  corpus.load(path);
+  // The checksums refuse it by default; trusted, only the structure is checked.
+  expect_refusal(refusal([&] { corpus.load(path); }), path, "records", "checksum mismatch");
+  EXPECT_EQ(corpus.records(), 1U);
+  corpus.load(path, ChecksumCheck::skip);
   EXPECT_EQ(corpus.size(), 0U);
   EXPECT_EQ(corpus.records(), 0U);
   EXPECT_EQ(corpus.appended(), 0U);

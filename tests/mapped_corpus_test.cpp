@@ -149,9 +149,9 @@ TEST(MappedCorpus, VerifyChecksumsNamesTheCorruptedSection) {
   builder.add(std::vector<Token>{1, 2, 3, 4, 5, 6}, 1);
   static_cast<void>(builder.write(dir / "c.ngc"));
   EXPECT_NO_THROW(MappedCorpus(dir / "c.ngc").verify_checksums());
-  {  // the third token's low byte: the tokens section, past the 320-byte header and its alignment
+  {  // the third token's low byte: the tokens section, past the 384-byte header and its alignment
     std::fstream file(dir / "c.ngc", std::ios::in | std::ios::out | std::ios::binary);
-    file.seekp(320 + 8);
+    file.seekp(384 + 8);
     file.put('\x7f');
   }
   const MappedCorpus mapped(dir / "c.ngc");  // the header still checks out

@@ -62,6 +62,9 @@ struct BatchStats {
   std::uint64_t begun = 0;      ///< sequences begun
   std::uint64_t finished = 0;   ///< sequences finished (finish()), appended to the corpus when there is one
   std::uint64_t cancelled = 0;  ///< sequences cancelled
+  /// Draft tokens the drafters dropped for lying outside the model's vocabulary
+  /// (MatchConfig::vocab_size): each such token and every one after it in its draft.
+  std::uint64_t out_of_vocabulary = 0;
 };
 
 /// Speculation for every running sequence of an engine: the one object an engine holds.
@@ -290,8 +293,10 @@ class BatchSpeculator {
       } else {
         base_tokens = plus(base_tokens, 1);
         const std::size_t limit = draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
+        const std::uint64_t dropped = out_of_vocabulary(slot.drafter);
         made += detail::draft_with_estimates(slot.drafter, std::span<Token>(candidates_).subspan(made, limit),
                                              std::span<float>(probabilities_).subspan(made, limit), slot.rate);
+        stats_.out_of_vocabulary += out_of_vocabulary(slot.drafter) - dropped;
       }
       candidate_offsets_[i + 1] = made;
     }
@@ -445,7 +450,9 @@ class BatchSpeculator {
         if (depth > 0) {
           // A drafter that claims or builds more than it was allowed is clamped, never trusted.
           const std::size_t most = tree_node_limit(slot.state, slot.options, kMaxDraftsPerPass);
+          const std::uint64_t dropped = out_of_vocabulary(slot.drafter);
           const std::size_t claimed = slot.drafter.predict_tree(tree, most, depth, least);
+          stats_.out_of_vocabulary += out_of_vocabulary(slot.drafter) - dropped;
           tree.truncate(std::min(claimed, most));
           const std::span<const float> path = tree.path_probabilities();
           std::copy(path.begin(), path.end(), probabilities_.begin() + static_cast<std::ptrdiff_t>(made));
@@ -740,6 +747,16 @@ class BatchSpeculator {
     }
   }
 
+  // The drafter's count of drafts dropped outside the vocabulary (0 for drafters that keep none).
+  static std::uint64_t out_of_vocabulary(const D& drafter) noexcept {
+    if constexpr (requires {
+                    { drafter.out_of_vocabulary_drafts() } noexcept -> std::convertible_to<std::uint64_t>;
+                  }) {
+      return drafter.out_of_vocabulary_drafts();
+    } else {
+      return 0;
+    }
+  }
   // The k of every drafter's top-k table (0: none); a pass's top rows share one k.
   [[nodiscard]] std::size_t common_top_k() const {
     const auto k_of = [](const D& drafter) -> std::size_t {

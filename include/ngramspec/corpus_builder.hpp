@@ -56,13 +56,19 @@ class CorpusBuilder {
   /// four million tokens within one.
   using Progress = std::function<void(const char* phase, std::uint64_t done, std::uint64_t total)>;
 
-  /// A builder whose files hold at most `max_file_bytes` bytes. Throws std::invalid_argument
-  /// naming the value when that is below min_file_bytes().
-  explicit CorpusBuilder(std::uint64_t max_file_bytes = kNoCap);
+  /// A builder whose files hold at most `max_file_bytes` bytes and record `vocabulary` (the
+  /// model's: its size and tokenizer fingerprint; {} unknown). Throws std::invalid_argument
+  /// naming the value when max_file_bytes is below min_file_bytes().
+  explicit CorpusBuilder(std::uint64_t max_file_bytes = kNoCap, CorpusVocabulary vocabulary = {});
 
-  /// Adds a record (copies the tokens). An empty record is ignored.
+  /// Adds a record (copies the tokens). An empty record is ignored. Throws
+  /// std::invalid_argument naming the token and its index, adding nothing, when a token is not
+  /// below a known vocabulary's size.
   void add(std::span<const Token> tokens, std::int64_t stamp);
-  /// Adds every record of a file (a shard to merge), stamps kept.
+  /// Adds every record of a file (a shard to merge), stamps kept. Throws CorpusFileError naming
+  /// the file and both values, adding nothing, when its vocabulary disagrees with the builder's
+  /// (MappedCorpus::check_vocabulary), and std::invalid_argument naming the file, the token and
+  /// its position when a token is not below the builder's known vocabulary size.
   void add(const MappedCorpus& file);
 
   /// Writes the file: to a temporary file beside `path`, flushed, then renamed over it, so a
@@ -74,6 +80,8 @@ class CorpusBuilder {
   [[nodiscard]] std::uint64_t tokens() const noexcept { return tokens_.size(); }
   [[nodiscard]] std::uint64_t records() const noexcept { return records_.size(); }
   [[nodiscard]] std::uint64_t max_file_bytes() const noexcept { return max_file_bytes_; }
+  /// The vocabulary the files record.
+  [[nodiscard]] const CorpusVocabulary& vocabulary() const noexcept { return vocabulary_; }
   /// Forgets every record.
   void clear() noexcept;
 
@@ -89,6 +97,7 @@ class CorpusBuilder {
     std::int64_t stamp = 0;
   };
   std::uint64_t max_file_bytes_;
+  CorpusVocabulary vocabulary_;
   std::vector<Token> tokens_;
   std::vector<Added> records_;
 };

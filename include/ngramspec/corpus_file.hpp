@@ -18,6 +18,22 @@ struct CorpusRecord {
   std::int64_t stamp = 0;
 };
 
+/// The vocabulary a corpus's tokens come from, as a corpus file records it (format version 2)
+/// and a drafter knows its model's: its size (every token is below it) and a fingerprint a user
+/// chooses to name the tokenizer (any number that tells tokenizers of one size apart: a hash of
+/// its vocabulary file, say). 0 in either is unknown; an unknown value matches any.
+struct CorpusVocabulary {
+  std::uint64_t size = 0;                   ///< tokens in the vocabulary; 0: unknown
+  std::uint64_t tokenizer_fingerprint = 0;  ///< the user's name for the tokenizer; 0: unset
+  friend bool operator==(const CorpusVocabulary&, const CorpusVocabulary&) = default;
+};
+
+/// Whether reading a corpus file checks every section's checksum (every byte) or only its header.
+enum class ChecksumCheck {
+  verify,  ///< read every byte once and refuse a file whose sections fail their checksums (the default)
+  skip,    ///< trust the file's body: for files known good (just written by this process, say)
+};
+
 /// A corpus file could not be read or written: it is missing, truncated, corrupted, of
 /// another format version, written on a machine of the other byte order, or the disk failed.
 /// what() names the file, the section (when one is at fault) and what is wrong.

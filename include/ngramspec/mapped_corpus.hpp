@@ -17,14 +17,20 @@ namespace ngramspec {
 /// (a code base, documentation, earlier outputs), which MatchDrafter consults beside, or
 /// instead of, the live SharedCorpus.
 ///
-/// Mapping reads the 320-byte header and checks the file's structure (sizes, section bounds,
-/// format version, byte order), nothing more: it takes microseconds whatever the file's size
+/// Mapping reads the header (384 bytes; 320 in a version 1 file) and checks the file's
+/// structure (sizes, section bounds, format version, byte order), nothing more: it takes microseconds whatever the file's size
 /// and adds nothing to the process's private memory. The pages are the page cache's, so any
 /// number of processes mapping one file share one copy, and a server starts without a build
-/// step. The sections' checksums are checked by verify() (every byte), which `ngramspec-corpus
-/// verify` runs; a file that passes the structural checks but was corrupted since it was
-/// written can make drafts wrong (the engine's verify pass rejects them), never read out of
-/// bounds or loop: every position read from the file is bounds-checked and every probe bounded.
+/// step. The sections' checksums are checked by verify_checksums() (every byte, at memory
+/// speed; SharedCorpus::load and `ngramspec-corpus stats` run it) and verify(); a file that
+/// passes the structural checks but was corrupted since it was written can make drafts wrong
+/// (the engine's verify pass rejects them; a drafter that knows the vocabulary drops tokens
+/// outside it), never read out of bounds or loop: every position read from the file is
+/// bounds-checked and every probe bounded.
+///
+/// The header records the vocabulary the tokens come from (vocabulary(); format version 2): a
+/// drafter given the model's refuses a file of another (check_vocabulary()). Version 1 files
+/// map too, their vocabulary unknown.
 ///
 /// draft() finds what SharedCorpus::draft finds in a live corpus holding the same records:
 /// the most recent occurrence of the longest of the context's last 3, 2 or 1 tokens, the
@@ -83,6 +89,14 @@ class MappedCorpus {
   /// Stamps of the oldest and the newest record (0 when empty).
   [[nodiscard]] std::int64_t first_stamp() const noexcept { return header_->first_stamp; }
   [[nodiscard]] std::int64_t last_stamp() const noexcept { return header_->last_stamp; }
+  /// The vocabulary the file records (a version 1 file's is unknown: {0, 0}).
+  [[nodiscard]] const CorpusVocabulary& vocabulary() const noexcept { return vocabulary_; }
+  /// The file's format version (docs/CORPUS_FORMAT.md): 1 or 2.
+  [[nodiscard]] std::uint32_t format_version() const noexcept { return version_; }
+  /// Throws CorpusFileError naming the file and both values when `model` (a drafter's vocabulary)
+  /// and the file's vocabulary() disagree: both sizes known and different, or both fingerprints
+  /// set and different. An unknown value on either side agrees with anything.
+  void check_vocabulary(const CorpusVocabulary& model) const;
   /// N-grams of `order` tokens (1 to 3) in the file's tables.
   [[nodiscard]] std::uint64_t ngrams(std::size_t order) const noexcept;
   /// The file's size.
@@ -112,6 +126,8 @@ class MappedCorpus {
   const std::uint64_t* starts_ = nullptr;
   std::span<const detail::corpus_format::RecordEntry> records_;
   std::array<Table, detail::corpus_format::kMaxOrder> tables_{};
+  std::uint32_t version_ = 0;
+  CorpusVocabulary vocabulary_;
 };
 
 }  // namespace ngramspec

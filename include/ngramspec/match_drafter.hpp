@@ -45,6 +45,15 @@ struct MatchConfig {
   /// Which corpus drafts when both a live corpus and a corpus file match (docs/BENCHMARKS.md
   /// measures the three on recorded streams).
   CorpusPreference corpus_preference = CorpusPreference::longer_match;
+  /// Tokens in the model's vocabulary (0: unknown, the default). When known, a draft is cut at
+  /// its first token not below it (a corpus file built from another tokenizer, or damaged, can
+  /// hold such tokens; nothing after one can be accepted), the tokens cut counted in
+  /// out_of_vocabulary_drafts(); and a corpus file that records another vocabulary size is
+  /// refused at construction. At most 2^32 (tokens are 32-bit).
+  std::uint64_t vocab_size = 0;
+  /// A number naming the model's tokenizer (0: unset, the default): a corpus file that records
+  /// another (CorpusVocabulary) is refused at construction.
+  std::uint64_t tokenizer_fingerprint = 0;
 };
 
 /// Drafts by copying what followed an earlier occurrence of the sequence's end, found over
@@ -145,7 +154,8 @@ class MatchDrafter {
 
   /// Throws std::invalid_argument naming the field and its value when `config` is invalid.
   /// `corpus` (the live corpus) and `file` (a corpus file), when given, are consulted by
-  /// predict() and must outlive the drafter.
+  /// predict() and must outlive the drafter. Throws CorpusFileError naming the file and both
+  /// values when the file records a vocabulary other than config's (MappedCorpus::check_vocabulary).
   explicit MatchDrafter(MatchConfig config = {}, const SharedCorpus* corpus = nullptr,
                         const MappedCorpus* file = nullptr);
 
@@ -181,6 +191,11 @@ class MatchDrafter {
   [[nodiscard]] std::size_t match_end() const noexcept { return end_; }
   /// Bytes of memory the drafter holds; fixed at construction.
   [[nodiscard]] std::size_t memory_bytes() const noexcept;
+  /// Draft tokens predict() dropped since construction (reset() keeps the count) because they
+  /// were outside config().vocab_size: the first such token of a draft and every one after it.
+  [[nodiscard]] std::uint64_t out_of_vocabulary_drafts() const noexcept {
+    return dropped_.value.load(std::memory_order_relaxed);
+  }
 
  private:
   // The token `back` places before the newest one (0 = newest); back < min(seen_, kMaxVerify).
@@ -191,6 +206,9 @@ class MatchDrafter {
   // the tokens confirm.
   void re_anchor(std::span<const std::uint32_t> ends) noexcept;
   [[nodiscard]] std::size_t draft(std::span<Token> out, std::span<float> probabilities) const noexcept;
+  // How many of the `made` drafts lie inside the vocabulary before the first that does not;
+  // counts the rest as dropped. One compare per draft.
+  [[nodiscard]] std::size_t within_vocabulary(std::span<const Token> drafts, std::size_t made) const noexcept;
   [[nodiscard]] std::size_t copy_from_sequence(std::span<Token> out, std::span<float> probabilities) const noexcept;
   [[nodiscard]] std::size_t draft_from_corpus(std::span<Token> out, std::span<float> probabilities) const noexcept;
   [[nodiscard]] std::size_t draft_from_counts(std::span<Token> out, std::span<float> probabilities) const noexcept;
@@ -228,18 +246,20 @@ class MatchDrafter {
   // otherwise ask again (a corpus lookup costs more than the rest of an update). Atomic
   // because concurrent const calls may each write it (the same value); update(), beside which
   // no call runs, reads and clears it. 0: nothing kept.
-  struct FirstDraftMemo {
+  struct RelaxedAtomic {
     std::atomic<std::uint64_t> value{0};
-    FirstDraftMemo() = default;
-    FirstDraftMemo(const FirstDraftMemo& other) noexcept : value(other.value.load(std::memory_order_relaxed)) {}
-    FirstDraftMemo& operator=(const FirstDraftMemo& other) noexcept {
+    RelaxedAtomic() = default;
+    RelaxedAtomic(const RelaxedAtomic& other) noexcept : value(other.value.load(std::memory_order_relaxed)) {}
+    RelaxedAtomic& operator=(const RelaxedAtomic& other) noexcept {
       value.store(other.value.load(std::memory_order_relaxed), std::memory_order_relaxed);
       return *this;
     }
   };
   // Keeps predict()'s first draft (`drafted` false: it had none) and its estimate's class.
   void remember_first_draft(bool drafted, Token token, std::size_t estimate_class) const noexcept;
-  mutable FirstDraftMemo first_draft_;
+  mutable RelaxedAtomic first_draft_;
+  // out_of_vocabulary_drafts(): const predict() calls, which may run concurrently, add to it.
+  mutable RelaxedAtomic dropped_;
 };
 
 }  // namespace ngramspec

@@ -125,8 +125,13 @@ NGRAMSPEC_API ngramspec_status ngramspec_corpus_draft(const ngramspec_corpus* co
 NGRAMSPEC_API ngramspec_status ngramspec_corpus_save(const ngramspec_corpus* corpus, const char* path);
 /* Since 0.3. Replaces what the corpus holds with the records of the corpus file at `path` (the most
  * recent that fit its capacity), stamps kept. NGRAMSPEC_ERROR_CORPUS_FILE, the corpus unchanged, when
- * the file cannot be read. */
+ * the file cannot be read, or when a section fails its checksum: every byte is checked first, so a
+ * file damaged since it was written is refused by name and a later save cannot write its damage out
+ * under fresh checksums. */
 NGRAMSPEC_API ngramspec_status ngramspec_corpus_load(ngramspec_corpus* corpus, const char* path);
+/* Since 0.3. ngramspec_corpus_load without the checksums (only the header is checked), for files
+ * known good: one this process just wrote, say. */
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_load_trusted(ngramspec_corpus* corpus, const char* path);
 
 /* ---- Corpus files: a corpus mapped read-only (since 0.3) ---------------------------------------- */
 
@@ -147,6 +152,13 @@ NGRAMSPEC_API void ngramspec_corpus_file_close(ngramspec_corpus_file* file);
  * file may be wrong, but never read out of bounds). About a second per GiB. */
 NGRAMSPEC_API ngramspec_status ngramspec_corpus_file_verify(const ngramspec_corpus_file* file);
 /* Tokens held, records held, the file's size in bytes; 0 for a NULL file. */
+/* Every section's checksum alone, every byte read once (what ngramspec_corpus_load checks):
+ * NGRAMSPEC_ERROR_CORPUS_FILE naming the section whose checksum does not match. */
+NGRAMSPEC_API ngramspec_status ngramspec_corpus_file_verify_checksums(const ngramspec_corpus_file* file);
+/* The vocabulary the file records (format version 2, docs/CORPUS_FORMAT.md): its size and the
+ * tokenizer fingerprint its writer set; 0 when unknown (a version 1 file, or not set), or for NULL. */
+NGRAMSPEC_API uint64_t ngramspec_corpus_file_vocab_size(const ngramspec_corpus_file* file);
+NGRAMSPEC_API uint64_t ngramspec_corpus_file_tokenizer_fingerprint(const ngramspec_corpus_file* file);
 NGRAMSPEC_API size_t ngramspec_corpus_file_size(const ngramspec_corpus_file* file);
 NGRAMSPEC_API uint64_t ngramspec_corpus_file_records(const ngramspec_corpus_file* file);
 NGRAMSPEC_API uint64_t ngramspec_corpus_file_bytes(const ngramspec_corpus_file* file);
@@ -195,6 +207,17 @@ NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_create_file(const ngramsp
                                                                    const ngramspec_corpus_file* file,
                                                                    int preference,
                                                                    ngramspec_match_drafter** out);
+/* Since 0.3. ngramspec_match_drafter_create_file for a model of `vocab_size` tokens (0: unknown) and
+ * tokenizer fingerprint `tokenizer_fingerprint` (0: unset) (MatchConfig::vocab_size,
+ * tokenizer_fingerprint; ngramspec_match_config has no room for them): drafts are cut at their first
+ * token not below vocab_size, the tokens cut counted (ngramspec_match_drafter_out_of_vocabulary), and
+ * a corpus file recording another vocabulary size or fingerprint is refused,
+ * NGRAMSPEC_ERROR_CORPUS_FILE naming the file and both values. vocab_size at most 2^32. */
+NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_create_vocab(const ngramspec_match_config* config,
+                                                                    const ngramspec_corpus* corpus,
+                                                                    const ngramspec_corpus_file* file, int preference,
+                                                                    uint64_t vocab_size, uint64_t tokenizer_fingerprint,
+                                                                    ngramspec_match_drafter** out);
 NGRAMSPEC_API void ngramspec_match_drafter_free(ngramspec_match_drafter* drafter);
 /* Observes `count` tokens in order (a prompt, or the tokens a pass emitted). */
 NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_update(ngramspec_match_drafter* drafter,
@@ -207,6 +230,9 @@ NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_predict(const ngramspec_m
                                                                float* probabilities, size_t* count);
 NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_reset(ngramspec_match_drafter* drafter);
 NGRAMSPEC_API size_t ngramspec_match_drafter_memory_bytes(const ngramspec_match_drafter* drafter);
+/* Since 0.3. Draft tokens dropped since creation for lying outside the vocabulary (the first such
+ * token of a draft and every one after it); 0 for NULL. */
+NGRAMSPEC_API uint64_t ngramspec_match_drafter_out_of_vocabulary(const ngramspec_match_drafter* drafter);
 
 /* ---- NGramPredictor: windowed n-gram counts ----------------------------------------------------- */
 
@@ -300,6 +326,14 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_create(const ngramspec_batch_conf
 NGRAMSPEC_API ngramspec_status ngramspec_batch_create_file(const ngramspec_batch_config* config,
                                                            ngramspec_corpus* corpus, const ngramspec_corpus_file* file,
                                                            int preference, ngramspec_batch** out);
+/* Since 0.3. ngramspec_batch_create_file whose drafters know the model's vocabulary, as
+ * ngramspec_match_drafter_create_vocab's do (config's drafter settings otherwise; ngramspec_batch_config
+ * has no room for them): out-of-vocabulary drafts dropped and counted (ngramspec_batch_stats), a corpus
+ * file of another vocabulary refused by name. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_create_vocab(const ngramspec_batch_config* config,
+                                                            ngramspec_corpus* corpus, const ngramspec_corpus_file* file,
+                                                            int preference, uint64_t vocab_size,
+                                                            uint64_t tokenizer_fingerprint, ngramspec_batch** out);
 NGRAMSPEC_API void ngramspec_batch_free(ngramspec_batch* batch);
 /* Starts sequence `id` after the prompt (options NULL: the defaults); its drafter reads the prompt.
  * A sequence that may emit nothing (max_new_tokens 0, or a prompt of max_context tokens) starts
@@ -334,12 +368,16 @@ NGRAMSPEC_API size_t ngramspec_batch_memory_bytes(const ngramspec_batch* batch);
 
 /* ---- EXPERIMENTAL: may change between minor versions -------------------------------------------- */
 
-/* Totals of a batch: propose calls, drafts verified, drafts accepted, tokens emitted. */
+/* Totals of a batch: propose calls, drafts verified, drafts accepted, tokens emitted, and draft tokens
+ * dropped for lying outside the model's vocabulary (each such token and every one after it in its
+ * draft; ngramspec_batch_create_vocab). An experimental struct: out_of_vocabulary was added in 0.3, at
+ * the end. */
 typedef struct ngramspec_batch_stats {
   uint64_t proposals;
   uint64_t drafted;
   uint64_t accepted;
   uint64_t emitted;
+  uint64_t out_of_vocabulary;
 } ngramspec_batch_stats;
 
 NGRAMSPEC_API ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* batch, ngramspec_batch_stats* out);
@@ -374,7 +412,8 @@ typedef struct ngramspec_tree_config {
   size_t struct_size;     /* sizeof(ngramspec_tree_config) */
   size_t successor_slots; /* continuations kept per context order, a power of two (default 4096) */
   size_t max_children;    /* most children a node offers, 1..16 (default 8) */
-  size_t vocab_size;      /* the model's vocabulary, to recycle its top-k (0: no recycling; default 0) */
+  size_t vocab_size;      /* the model's vocabulary, to recycle its top-k (0: no recycling; default 0); it
+                             also bounds the spine's drafts */
   size_t top_k;           /* top tokens kept after each token, 1..32 (default 8) */
   int shared_top_k;       /* nonzero: one top-k table (vocab_size x top_k tokens) that every drafter of the
                              batch shares and learns from (default 1); zero: one per drafter */
@@ -390,6 +429,17 @@ NGRAMSPEC_API ngramspec_tree_config ngramspec_tree_config_default(void);
 NGRAMSPEC_API ngramspec_status ngramspec_batch_create_tree(const ngramspec_batch_config* config,
                                                            const ngramspec_tree_config* tree,
                                                            ngramspec_corpus* corpus, ngramspec_batch** out);
+/* ngramspec_batch_create_tree whose drafters also consult the corpus file `file` when not NULL (it must
+ * outlive the batch; `preference` an ngramspec_corpus_preference) and know the model's vocabulary as
+ * ngramspec_batch_create_vocab's do: spine drafts cut at their first token not below vocab_size, counted
+ * in ngramspec_batch_stats, a corpus file of another vocabulary refused by name. vocab_size 0 takes
+ * tree->vocab_size (the recycled top-k's vocabulary, the model's too); the two may not disagree. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_create_tree_file(const ngramspec_batch_config* config,
+                                                                const ngramspec_tree_config* tree,
+                                                                ngramspec_corpus* corpus,
+                                                                const ngramspec_corpus_file* file, int preference,
+                                                                uint64_t vocab_size, uint64_t tokenizer_fingerprint,
+                                                                ngramspec_batch** out);
 /* Top tokens per pass entry that accept_trees takes (0: none; also for a chain batch or NULL). */
 NGRAMSPEC_API size_t ngramspec_batch_top_k(const ngramspec_batch* batch);
 /* Trees for the pass of ids[0 .. n_ids), as above; tokens and parents have room for `capacity` nodes

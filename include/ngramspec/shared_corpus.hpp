@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "ngramspec/corpus_file.hpp"
 #include "ngramspec/detail/open_table.hpp"
 #include "ngramspec/detail/suffix_match.hpp"
 #include "ngramspec/token.hpp"
@@ -94,8 +95,12 @@ class SharedCorpus {
   void save(const std::filesystem::path& path) const;
   /// Replaces what the corpus holds with the records of the corpus file at `path` (the most
   /// recent that fit the capacity), stamps kept. Throws CorpusFileError naming the file, the
-  /// section and the problem when it cannot be read; the corpus is then unchanged.
-  void load(const std::filesystem::path& path);
+  /// section and the problem when it cannot be read; the corpus is then unchanged. By default
+  /// every section's checksum is verified first (every byte read once, at memory speed), so a
+  /// file damaged since it was written is refused, naming the section, and a later save() can
+  /// never write its damage out under fresh checksums; ChecksumCheck::skip trusts the body (a
+  /// file this process just wrote) and checks only the header.
+  void load(const std::filesystem::path& path, ChecksumCheck check = ChecksumCheck::verify);
 
   /// Writes to `out` up to out.size() tokens that followed the most recent occurrence in the
   /// corpus of the longest suffix (up to 3 tokens) of `context` (the sequence's last tokens,

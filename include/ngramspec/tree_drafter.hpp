@@ -23,7 +23,8 @@ struct TreeConfig {
   /// order (a power of two; a context hashes to one slot, and a newer context takes it over).
   std::size_t successor_slots = 4096;
   /// Vocabulary of the model, for a top-k table of the drafter's own (0: none; recycling then
-  /// needs a shared table passed to the constructor).
+  /// needs a shared table passed to the constructor). When chain.vocab_size is 0 it also bounds
+  /// the spine (MatchConfig::vocab_size); the two may not disagree.
   std::size_t vocab_size = 0;
   /// Tokens per row of the drafter's own top-k table: how many of the model's top tokens after
   /// each token it keeps (1 .. TopKTable::kMaxK).
@@ -80,7 +81,8 @@ class TreeDrafter {
   static constexpr std::size_t kClasses = 48;
   static constexpr std::uint8_t kSpineClass = 0;
 
-  /// Throws std::invalid_argument naming the field and its value when `config` is invalid.
+  /// Throws std::invalid_argument naming the field and its value when `config` is invalid (and
+  /// CorpusFileError as MatchDrafter's constructor does, for a file of another vocabulary).
   /// `top_k`, when given, is the table recycled (shared; then the drafter keeps none of its
   /// own); `corpus` and `file` go to the spine's MatchDrafter. All must outlive the drafter.
   explicit TreeDrafter(TreeConfig config = {}, TopKTable* top_k = nullptr, const SharedCorpus* corpus = nullptr,
@@ -128,6 +130,8 @@ class TreeDrafter {
   [[nodiscard]] const TreeConfig& config() const noexcept { return config_; }
   /// The spine's drafter.
   [[nodiscard]] const MatchDrafter& chain() const noexcept { return chain_; }
+  /// Spine tokens dropped for lying outside the vocabulary (MatchDrafter::out_of_vocabulary_drafts()).
+  [[nodiscard]] std::uint64_t out_of_vocabulary_drafts() const noexcept { return chain_.out_of_vocabulary_drafts(); }
   /// The top-k table recycled (the drafter's own or the shared one), or nullptr.
   [[nodiscard]] const TopKTable* top_k_table() const noexcept { return table_; }
   /// The best estimate a recycled top-k candidate can get now: the decoders ask the model for its

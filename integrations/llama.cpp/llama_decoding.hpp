@@ -40,6 +40,9 @@ struct RunResult {
   std::uint64_t drafted = 0;                ///< drafts verified
   std::uint64_t accepted = 0;               ///< drafts accepted
   std::uint64_t generated = 0;              ///< tokens generated
+  /// Draft tokens the drafters dropped for lying outside the model's vocabulary (a corpus file
+  /// built from another tokenizer, or damaged): BatchStats::out_of_vocabulary.
+  std::uint64_t out_of_vocabulary = 0;
 
   [[nodiscard]] double tokens_per_second() const noexcept { return seconds > 0 ? static_cast<double>(generated) / seconds : 0; }
   /// Generated tokens per pass a sequence took part in (Spec-Bench's mean accepted length).
@@ -272,6 +275,7 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
   result.seconds = detail::since(start);
   result.drafted = speculator.stats().drafted - before.drafted;
   result.accepted = speculator.stats().accepted - before.accepted;
+  result.out_of_vocabulary = speculator.stats().out_of_vocabulary - before.out_of_vocabulary;
   return result;
 }
 

@@ -124,11 +124,12 @@ CostChoice choose_cost(const LlamaOptions& o, Engine& engine, std::size_t at) {
 
 void print_run(const char* label, const RunResult& r) {
   std::printf("%-10s %6llu tokens in %7.3f s, %8.1f tokens/s, %5llu passes, drafted %llu, accepted %llu, "
-              "mean accepted length %.2f, outside llama_decode %.1f%%\n",
+              "mean accepted length %.2f, outside llama_decode %.1f%%, out-of-vocabulary drafts dropped %llu\n",
               label, static_cast<unsigned long long>(r.generated), r.seconds, r.tokens_per_second(),
               static_cast<unsigned long long>(r.passes), static_cast<unsigned long long>(r.drafted),
               static_cast<unsigned long long>(r.accepted), r.mean_accepted_length(),
-              r.seconds > 0 ? 100.0 * (r.seconds - r.decode_seconds) / r.seconds : 0.0);
+              r.seconds > 0 ? 100.0 * (r.seconds - r.decode_seconds) / r.seconds : 0.0,
+              static_cast<unsigned long long>(r.out_of_vocabulary));
 }
 
 std::string run_json(const std::string& name, const RunResult& r, double seconds, double plain_seconds, bool identical) {
@@ -136,12 +137,13 @@ std::string run_json(const std::string& name, const RunResult& r, double seconds
   std::snprintf(buf, sizeof buf,
                 "{\"drafter\": %s, \"generated\": %llu, \"passes\": %llu, \"drafted\": %llu, \"accepted\": %llu, "
                 "\"mean_accepted_length\": %.4f, \"seconds\": %.6f, \"tokens_per_second\": %.2f, \"speedup\": %.4f, "
-                "\"outside_decode_fraction\": %.4f, \"identical\": %s}",
+                "\"outside_decode_fraction\": %.4f, \"out_of_vocabulary\": %llu, \"identical\": %s}",
                 json_string(name).c_str(), static_cast<unsigned long long>(r.generated),
                 static_cast<unsigned long long>(r.passes), static_cast<unsigned long long>(r.drafted),
                 static_cast<unsigned long long>(r.accepted), r.mean_accepted_length(), seconds,
                 seconds > 0 ? static_cast<double>(r.generated) / seconds : 0.0, seconds > 0 ? plain_seconds / seconds : 0.0,
-                r.seconds > 0 ? (r.seconds - r.decode_seconds) / r.seconds : 0.0, identical ? "true" : "false");
+                r.seconds > 0 ? (r.seconds - r.decode_seconds) / r.seconds : 0.0,
+                static_cast<unsigned long long>(r.out_of_vocabulary), identical ? "true" : "false");
   return buf;
 }
 
@@ -216,7 +218,11 @@ int run(const LlamaOptions& o) {
   batch.max_sequences = o.parallel;
   batch.max_pass_tokens = engine.max_pass_tokens();
   batch.cost = cost.cost;
-  BatchSpeculator<MatchDrafter> speculator(batch, corpus.get(), file.get());
+  // The drafters know the model's vocabulary: a corpus file built for another one is refused here,
+  // naming it, and a token outside it (a damaged file's) is dropped from the drafts, never decoded.
+  MatchConfig drafter = BatchSpeculator<MatchDrafter>::default_drafter(batch);
+  drafter.vocab_size = engine.vocab_size();
+  BatchSpeculator<MatchDrafter> speculator(batch, drafter, corpus.get(), file.get());
   const auto run_plain = [&] { return decode_plain(engine, prompts, settings); };
   const auto run_ngramspec = [&] {
     if (corpus) corpus->clear();  // every timed run starts from the same corpus

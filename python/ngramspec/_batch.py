@@ -50,6 +50,9 @@ class BatchStats:
     drafted: int  #: drafts verified (those the model tokens of accept covered)
     accepted: int  #: drafts accepted and emitted
     emitted: int  #: tokens emitted
+    #: draft tokens the drafters dropped for lying outside `vocab_size` (each such token and every one
+    #: after it in its draft)
+    out_of_vocabulary: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -119,7 +122,8 @@ class BatchSpeculator(Closable):
                  cost: str | None = None, drafter: Mapping[str, Any] | None = None,
                  corpus: SharedCorpus | None = None, corpus_file: MappedCorpus | None = None,
                  corpus_preference: CorpusPreferenceName = "longer_match",
-                 tree: bool | Mapping[str, Any] = False) -> None:
+                 tree: bool | Mapping[str, Any] = False, vocab_size: int = 0,
+                 tokenizer_fingerprint: int = 0) -> None:
         """A speculator with a pool of `max_sequences` MatchDrafters, made now (memory is fixed).
 
         `max_pass_tokens`: the most tokens one verify pass carries (0: no limit).
@@ -141,9 +145,16 @@ class BatchSpeculator(Closable):
         ``max_children`` (1..16, default 8), ``vocab_size`` (the model's vocabulary, to recycle its
         top-k; 0, the default: none), ``top_k`` (1..32, default 8), ``shared_top_k`` (default
         True: one table that every drafter shares), ``carry_over`` and ``enrich_counts`` (default
-        False; TreeConfig's settings of those names). A tree batch
-        takes no `corpus_file`.
-        Raises ValueError (the library's message) for an invalid setting or cost."""
+        False; TreeConfig's settings of those names). A tree batch reads `corpus_file` too (its
+        drafters' spine drafts from it).
+        `vocab_size`: the model's vocabulary (0, the default: unknown; for a tree batch, the tree's
+        ``vocab_size`` then, which may not disagree); the drafters cut drafts at their first token
+        not below it and count the tokens cut (:attr:`BatchStats.out_of_vocabulary`), and a
+        `corpus_file` that records another vocabulary size is refused. `tokenizer_fingerprint` (0,
+        the default: unset): a number naming the tokenizer; a `corpus_file` that records another is
+        refused.
+        Raises ValueError (the library's message) for an invalid setting or cost,
+        :class:`CorpusFileError` naming the file and both values for a file of another vocabulary."""
         config = lib.ngramspec_batch_config_default()
         config.max_sequences = size_arg(max_sequences, "max_sequences")
         config.max_pass_tokens = size_arg(max_pass_tokens, "max_pass_tokens")
@@ -159,17 +170,20 @@ class BatchSpeculator(Closable):
             config.default_drafter = 0
             config.drafter = match_config(**drafter)
         preference = preference_arg(corpus_preference)
+        vocab = size_arg(vocab_size, "vocab_size")
+        fingerprint = size_arg(tokenizer_fingerprint, "tokenizer_fingerprint")
         tree_config = _tree_config(tree)
         if tree_config is None:
             handle = create_attached(corpus, corpus_file, lambda native_corpus, native_file, out:
-                                     lib.ngramspec_batch_create_file(ctypes.byref(config), native_corpus,
-                                                                     native_file, preference, ctypes.byref(out)))
+                                     lib.ngramspec_batch_create_vocab(ctypes.byref(config), native_corpus, native_file,
+                                                                      preference, vocab, fingerprint,
+                                                                      ctypes.byref(out)))
         else:
-            if corpus_file is not None:
-                raise ValueError("a tree batch (tree=...) takes no corpus_file; its drafters consult `corpus` alone")
-            handle = create_attached(corpus, None, lambda native_corpus, native_file, out:
-                                     lib.ngramspec_batch_create_tree(ctypes.byref(config), ctypes.byref(tree_config),
-                                                                     native_corpus, ctypes.byref(out)))
+            handle = create_attached(corpus, corpus_file, lambda native_corpus, native_file, out:
+                                     lib.ngramspec_batch_create_tree_file(ctypes.byref(config),
+                                                                          ctypes.byref(tree_config), native_corpus,
+                                                                          native_file, preference, vocab, fingerprint,
+                                                                          ctypes.byref(out)))
         self._tree = tree_config is not None
         self._corpus = corpus
         self._corpus_file = corpus_file
@@ -424,12 +438,14 @@ class BatchSpeculator(Closable):
 
     @property
     def stats(self) -> BatchStats:
-        """Running totals: propose calls, drafts verified, drafts accepted, tokens emitted."""
+        """Running totals: propose calls, drafts verified, drafts accepted, tokens emitted, and draft
+        tokens dropped outside the vocabulary."""
         out = _CBatchStats()
         status = lib.ngramspec_batch_stats_get(self._handle, ctypes.byref(out))
         if status:
             raise_status(status)
-        return BatchStats(int(out.proposals), int(out.drafted), int(out.accepted), int(out.emitted))
+        return BatchStats(int(out.proposals), int(out.drafted), int(out.accepted), int(out.emitted),
+                          int(out.out_of_vocabulary))
 
     @property
     def max_sequences(self) -> int:

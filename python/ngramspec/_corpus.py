@@ -172,12 +172,19 @@ class SharedCorpus(_Attachable):
         if status:
             raise_status(status)
 
-    def load(self, path: PathLike) -> None:
+    def load(self, path: PathLike, *, verify_checksums: bool = True) -> None:
         """Replaces what the corpus holds with the records of the corpus file at `path` (the most
         recent that fit its capacity), stamps kept. Raises :class:`CorpusFileError` (naming the
-        file, the section and the problem), the corpus unchanged, when the file cannot be read."""
+        file, the section and the problem), the corpus unchanged, when the file cannot be read.
+        Every section's checksum is verified first (every byte read once), so a file damaged since
+        it was written is refused and a later :meth:`save` cannot write its damage out under fresh
+        checksums; ``verify_checksums=False`` trusts the body (a file this process just wrote) and
+        checks only the header."""
+        if not isinstance(verify_checksums, bool):
+            raise TypeError(f"verify_checksums must be a bool, not {type(verify_checksums).__name__}")
         _, native = _path_arg(path)
-        status = lib.ngramspec_corpus_load(self._handle, native)
+        load = lib.ngramspec_corpus_load if verify_checksums else lib.ngramspec_corpus_load_trusted
+        status = load(self._handle, native)
         if status:
             raise_status(status)
 
@@ -257,6 +264,26 @@ class MappedCorpus(_Attachable):
         status = lib.ngramspec_corpus_file_verify(self._handle)
         if status:
             raise_status(status)
+
+    def verify_checksums(self) -> None:
+        """Each section's checksum alone, every byte read once at memory speed (what
+        :meth:`SharedCorpus.load` checks). Raises :class:`CorpusFileError` naming the section whose
+        checksum does not match."""
+        status = lib.ngramspec_corpus_file_verify_checksums(self._handle)
+        if status:
+            raise_status(status)
+
+    @property
+    def vocab_size(self) -> int:
+        """The vocabulary size the file records (0: unknown, as in a file of format version 1). A
+        drafter or batch given another ``vocab_size`` refuses the file."""
+        return int(lib.ngramspec_corpus_file_vocab_size(self._handle))
+
+    @property
+    def tokenizer_fingerprint(self) -> int:
+        """The tokenizer fingerprint the file records (0: unset). A drafter or batch given another
+        ``tokenizer_fingerprint`` refuses the file."""
+        return int(lib.ngramspec_corpus_file_tokenizer_fingerprint(self._handle))
 
     @property
     def path(self) -> str:

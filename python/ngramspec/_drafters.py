@@ -144,21 +144,30 @@ class MatchDrafter(_Drafter):
     def __init__(self, *, cap: int = 8192, copy_min_match: int = 2, count_max_order: int = 3,
                  count_window: int = 2048, min_confidence: float = 0.03,
                  corpus: SharedCorpus | None = None, corpus_file: MappedCorpus | None = None,
-                 corpus_preference: CorpusPreferenceName = "longer_match") -> None:
+                 corpus_preference: CorpusPreferenceName = "longer_match", vocab_size: int = 0,
+                 tokenizer_fingerprint: int = 0) -> None:
         """A drafter whose match index holds at most `cap` tokens; it copies after a match of at least
         `copy_min_match` tokens, else counts n-grams of orders 2..`count_max_order` (2 to 4) over the
         last `count_window` tokens (0: the cap), and drafts only while the estimated chance of
         acceptance is at least `min_confidence` (in [0, 1); 0: no gate). With `corpus` it also
         copies from earlier requests' outputs, and with `corpus_file` from a corpus file; when both
         match, `corpus_preference` chooses: ``"longer_match"`` (the longer match; the live corpus on
-        a tie), ``"live"`` or ``"file"``. Raises ValueError (the library's message) for an invalid
-        setting."""
+        a tie), ``"live"`` or ``"file"``. `vocab_size`: the model's vocabulary (0, the default:
+        unknown); drafts are cut at their first token not below it, the tokens cut counted in
+        :attr:`out_of_vocabulary`, and a `corpus_file` that records another vocabulary size is
+        refused. `tokenizer_fingerprint` (0, the default: unset): a number naming the tokenizer; a
+        `corpus_file` that records another is refused. Raises ValueError (the library's message) for
+        an invalid setting, :class:`CorpusFileError` naming the file and both values for a file of
+        another vocabulary."""
         config = match_config(cap=cap, copy_min_match=copy_min_match, count_max_order=count_max_order,
                               count_window=count_window, min_confidence=min_confidence)
         preference = preference_arg(corpus_preference)
+        vocab = size_arg(vocab_size, "vocab_size")
+        fingerprint = size_arg(tokenizer_fingerprint, "tokenizer_fingerprint")
         handle = create_attached(corpus, corpus_file, lambda native_corpus, native_file, out:
-                                 lib.ngramspec_match_drafter_create_file(ctypes.byref(config), native_corpus,
-                                                                         native_file, preference, ctypes.byref(out)))
+                                 lib.ngramspec_match_drafter_create_vocab(ctypes.byref(config), native_corpus,
+                                                                          native_file, preference, vocab, fingerprint,
+                                                                          ctypes.byref(out)))
         self._corpus = corpus
         self._corpus_file = corpus_file
         self._corpus_preference = corpus_preference
@@ -168,6 +177,12 @@ class MatchDrafter(_Drafter):
     def corpus_preference(self) -> CorpusPreferenceName:
         """Which corpus drafts when the live corpus and the corpus file both match."""
         return self._corpus_preference
+
+    @property
+    def out_of_vocabulary(self) -> int:
+        """Draft tokens dropped since creation for lying outside `vocab_size` (the first such token
+        of a draft and every one after it)."""
+        return int(lib.ngramspec_match_drafter_out_of_vocabulary(self._handle))
 
 
 class NGramPredictor(_Drafter):

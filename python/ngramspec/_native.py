@@ -114,7 +114,8 @@ class TreeConfig(Structure):
 class BatchStats(Structure):
     """ngramspec_batch_stats."""
 
-    _fields_ = [("proposals", c_uint64), ("drafted", c_uint64), ("accepted", c_uint64), ("emitted", c_uint64)]
+    _fields_ = [("proposals", c_uint64), ("drafted", c_uint64), ("accepted", c_uint64), ("emitted", c_uint64),
+                ("out_of_vocabulary", c_uint64)]
 
 
 # ---- Signatures. Pointers are c_void_p so that plain integers (NumPy data addresses) pass fast. --
@@ -142,10 +143,14 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_corpus_draft": (_STATUS, [_P, _P, _S, _P, _S, _P, _P]),
     "ngramspec_corpus_save": (_STATUS, [_P, c_char_p]),
     "ngramspec_corpus_load": (_STATUS, [_P, c_char_p]),
+    "ngramspec_corpus_load_trusted": (_STATUS, [_P, c_char_p]),
     # Corpus files
     "ngramspec_corpus_file_open": (_STATUS, [c_char_p, _P]),
     "ngramspec_corpus_file_close": (None, [_P]),
     "ngramspec_corpus_file_verify": (_STATUS, [_P]),
+    "ngramspec_corpus_file_verify_checksums": (_STATUS, [_P]),
+    "ngramspec_corpus_file_vocab_size": (c_uint64, [_P]),
+    "ngramspec_corpus_file_tokenizer_fingerprint": (c_uint64, [_P]),
     "ngramspec_corpus_file_size": (_S, [_P]),
     "ngramspec_corpus_file_records": (c_uint64, [_P]),
     "ngramspec_corpus_file_bytes": (c_uint64, [_P]),
@@ -156,6 +161,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_match_config_default": (MatchConfig, []),
     "ngramspec_match_drafter_create": (_STATUS, [POINTER(MatchConfig), _P, _P]),
     "ngramspec_match_drafter_create_file": (_STATUS, [POINTER(MatchConfig), _P, _P, c_int, _P]),
+    "ngramspec_match_drafter_create_vocab": (_STATUS, [POINTER(MatchConfig), _P, _P, c_int, c_uint64, c_uint64, _P]),
+    "ngramspec_match_drafter_out_of_vocabulary": (c_uint64, [_P]),
     "ngramspec_match_drafter_free": (None, [_P]),
     "ngramspec_match_drafter_update": (_STATUS, [_P, _P, _S]),
     "ngramspec_match_drafter_predict": (_STATUS, [_P, _P, _S, _P, _P]),
@@ -174,6 +181,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_sequence_options_default": (SequenceOptions, []),
     "ngramspec_batch_create": (_STATUS, [POINTER(BatchConfig), _P, _P]),
     "ngramspec_batch_create_file": (_STATUS, [POINTER(BatchConfig), _P, _P, c_int, _P]),
+    "ngramspec_batch_create_vocab": (_STATUS, [POINTER(BatchConfig), _P, _P, c_int, c_uint64, c_uint64, _P]),
     "ngramspec_batch_free": (None, [_P]),
     "ngramspec_batch_begin": (_STATUS, [_P, c_uint64, _P, _S, POINTER(SequenceOptions)]),
     "ngramspec_batch_propose": (_STATUS, [_P, _P, _S, _P, _S, _P, _S, _P]),
@@ -187,6 +195,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     # Tree batches (experimental)
     "ngramspec_tree_config_default": (TreeConfig, []),
     "ngramspec_batch_create_tree": (_STATUS, [POINTER(BatchConfig), POINTER(TreeConfig), _P, _P]),
+    "ngramspec_batch_create_tree_file": (_STATUS, [POINTER(BatchConfig), POINTER(TreeConfig), _P, _P, c_int, c_uint64,
+                                                   c_uint64, _P]),
     "ngramspec_batch_top_k": (_S, [_P]),
     "ngramspec_batch_propose_trees": (_STATUS, [_P, _P, _S, _P, _P, _S, _P, _S, _P]),
     "ngramspec_batch_accept_trees": (_STATUS, [_P, _P, _S, _P, _S, _P, _P, _S, _P, _P, _S]),

@@ -14,8 +14,39 @@ import pytest
 import ngramspec
 from ngramspec import BatchSpeculator, CorpusFileError, MappedCorpus, MatchDrafter, SharedCorpus
 
-HEADER_BYTES = 320
+HEADER_BYTES = 384  # format version 2
 SECTIONS_AT = 72  # the section table's offset in the header; 40 bytes per section: id, max_probe, offset, ...
+VOCABULARY_AT = 312  # u64 vocab_size, u64 tokenizer_fingerprint
+HEADER_CHECKSUM_AT = 376
+
+
+def checksum(data: bytes) -> int:
+    """The format's checksum, as docs/CORPUS_FORMAT.md defines it."""
+    mask = (1 << 64) - 1
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (64 - r))) & mask
+
+    lanes = [0x243F6A8885A308D3, 0x13198A2E03707344, 0xA4093822299F31D0, 0x082EFA98EC4E6C89]
+    padded = data + bytes(-len(data) % 32)
+    for at in range(0, len(padded), 32):
+        for i in range(4):
+            word = struct.unpack_from("<Q", padded, at + 8 * i)[0]
+            lanes[i] = rotl(((lanes[i] ^ word) * 0x9E3779B185EBCA87) & mask, 31)
+    h = lanes[0] ^ rotl(lanes[1], 16) ^ rotl(lanes[2], 32) ^ rotl(lanes[3], 48) ^ len(data)
+    h ^= h >> 33
+    h = (h * 0xFF51AFD7ED558CCD) & mask
+    h ^= h >> 33
+    h = (h * 0xC4CEB9FE1A85EC53) & mask
+    return h ^ (h >> 33)
+
+
+def with_vocabulary(data: bytes, vocab_size: int, fingerprint: int) -> bytes:
+    """The file `data` recording another vocabulary, its header's checksum made to hold."""
+    out = bytearray(data)
+    struct.pack_into("<QQ", out, VOCABULARY_AT, vocab_size, fingerprint)
+    struct.pack_into("<Q", out, HEADER_CHECKSUM_AT, checksum(bytes(out[:HEADER_CHECKSUM_AT])))
+    return bytes(out)
 
 
 def random_corpus(rng: random.Random, max_bytes: int, vocab: int, records: int) -> tuple[SharedCorpus, list[int]]:
@@ -304,3 +335,93 @@ def test_a_new_file_saved_over_the_path_leaves_the_mapping_as_it_was(tmp_path: P
         mapped.verify()
         with MappedCorpus(path) as again:
             assert again.size == 6
+
+
+def test_load_refuses_a_damaged_body_so_save_cannot_launder_it(tmp_path: Path) -> None:
+    rng = random.Random(1128)
+    data = good_file(tmp_path).read_bytes()
+    sections = [struct.unpack_from("<QQ", data, SECTIONS_AT + 40 * i + 8) for i in range(6)]  # offset, bytes
+    for trial in range(10):
+        damaged = bytearray(data)
+        for _ in range((len(data) - HEADER_BYTES) // 10):  # random bytes over a tenth of the body
+            damaged[rng.randrange(HEADER_BYTES, len(data))] = rng.randrange(256)
+        if all(damaged[o:o + n] == data[o:o + n] for o, n in sections):
+            continue  # only the gaps between sections changed: nothing reads them
+        path = spoiled(tmp_path, f"damaged{trial}.ngc", bytes(damaged))
+        corpus = SharedCorpus(1 << 16)
+        corpus.append([9, 8, 7], stamp=5)
+        with pytest.raises(CorpusFileError, match=f"ngramspec_corpus_load: corpus file '{path}', section "
+                                                  "[a-z0-9]+: checksum mismatch"):
+            corpus.load(path)
+        assert (corpus.size, corpus.records, corpus.last_stamp) == (3, 1, 5)  # unchanged
+        with MappedCorpus(path) as mapped:
+            with pytest.raises(CorpusFileError, match="ngramspec_corpus_file_verify_checksums: .*checksum mismatch"):
+                mapped.verify_checksums()
+        corpus.save(tmp_path / "saved.ngc")  # what it holds: none of the damage
+        with MappedCorpus(tmp_path / "saved.ngc") as saved:
+            saved.verify()
+            assert saved.size == 3
+
+    # Trusted, only the header is checked: a flipped token loads.
+    tokens_offset = sections[0][0]
+    flipped = bytearray(data)
+    flipped[tokens_offset] ^= 0x01
+    path = spoiled(tmp_path, "flipped.ngc", bytes(flipped))
+    corpus = SharedCorpus(1 << 16)
+    with pytest.raises(CorpusFileError, match="section tokens: checksum mismatch"):
+        corpus.load(path)
+    corpus.load(path, verify_checksums=False)
+    assert corpus.records == 8
+    with pytest.raises(TypeError, match="verify_checksums must be a bool"):
+        corpus.load(path, verify_checksums=1)  # type: ignore[arg-type]
+
+
+def test_drafters_and_batches_refuse_another_vocabulary_and_drop_foreign_drafts(tmp_path: Path) -> None:
+    builder = SharedCorpus(1 << 16)
+    builder.append([100, 101, 102, 103, 5000, 104])  # 5000: outside a vocabulary of 1000
+    builder.save(tmp_path / "unknown.ngc")
+    other = spoiled(tmp_path, "32000.ngc", with_vocabulary((tmp_path / "unknown.ngc").read_bytes(), 32000, 0xABC))
+    with MappedCorpus(other) as mapped:
+        assert (mapped.vocab_size, mapped.tokenizer_fingerprint) == (32000, 0xABC)
+        mapped.verify_checksums()
+        refused = f"corpus file '{other}', section header: its tokens come from a vocabulary of 32000 tokens, " \
+                  "the model's has 512"
+        with pytest.raises(CorpusFileError, match="ngramspec_match_drafter_create_vocab: " + refused):
+            MatchDrafter(corpus_file=mapped, vocab_size=512)
+        with pytest.raises(CorpusFileError, match="ngramspec_batch_create_vocab: " + refused):
+            BatchSpeculator(max_sequences=1, corpus_file=mapped, vocab_size=512)
+        with pytest.raises(CorpusFileError, match="ngramspec_batch_create_tree_file: " + refused):
+            BatchSpeculator(max_sequences=1, corpus_file=mapped, vocab_size=512, tree=True)
+        with pytest.raises(CorpusFileError, match="tokenizer fingerprint 0x0000000000000abc, the model's is "
+                                                  "0x0000000000000abd"):
+            MatchDrafter(corpus_file=mapped, tokenizer_fingerprint=0xABD)
+        with pytest.raises(ValueError, match="vocab_size = -1 is invalid"):
+            MatchDrafter(corpus_file=mapped, vocab_size=-1)
+        assert mapped._users == 0  # the failed creates let go of it
+        MatchDrafter(corpus_file=mapped, vocab_size=32000, tokenizer_fingerprint=0xABC).close()
+
+    with MappedCorpus(tmp_path / "unknown.ngc") as mapped:
+        assert (mapped.vocab_size, mapped.tokenizer_fingerprint) == (0, 0)
+        with MatchDrafter(corpus_file=mapped, min_confidence=0, vocab_size=1000) as drafter:
+            drafter.update([7, 100, 101, 102])
+            assert drafter.predict(8).tolist() == [103]  # cut before 5000
+            assert drafter.out_of_vocabulary == 2
+        # A tree batch reads the corpus file too; both drop what lies outside the vocabulary.
+        for tree in (False, True):
+            for vocab in (0, 1000):
+                spec = BatchSpeculator(max_sequences=1, drafter={"min_confidence": 0}, corpus_file=mapped,
+                                       vocab_size=vocab, tree=tree)
+                spec.begin(9, [7, 100, 101], max_new_tokens=16, max_drafts=8)
+                if tree:
+                    spec.propose_trees([9])  # the prefill
+                    spec.accept_trees([9], [102], [0, 1])
+                    tokens, parents, _ = spec.propose_trees([9])
+                    assert parents[0] == -1
+                else:
+                    spec.propose([9])
+                    spec.accept([9], [102], [0, 1])
+                    tokens, _ = spec.propose([9])
+                assert tokens[0] == 103  # the file's continuation
+                assert bool((tokens >= 1000).any()) == (vocab == 0)
+                assert spec.stats.out_of_vocabulary == (2 if vocab else 0)
+                spec.close()

@@ -290,7 +290,9 @@ class Script {
     return c;
   }
 
-  // ngramspec_match_drafter_create, or with `with_file` ngramspec_match_drafter_create_file.
+  // ngramspec_match_drafter_create, or with `with_file` ngramspec_match_drafter_create_file (the
+  // second drafter slot: ngramspec_match_drafter_create_vocab, with a vocabulary of 2^32, every
+  // token inside it, so that it drafts what create_file's drafter would).
   void match_create(bool with_file) {
     const std::size_t s = slot();
     ngramspec_match_drafter_free(matches_[s]);
@@ -306,9 +308,12 @@ class Script {
     if (with_file) {
       file = in_.flag() ? files_[slot()] : nullptr;
       const int preference = corpus_preference(preference_valid);
-      ok = check_status(
-          ngramspec_match_drafter_create_file(with_config ? &config : nullptr, corpus, file, preference, where),
-          "ngramspec_match_drafter_create_file");
+      const ngramspec_match_config* c = with_config ? &config : nullptr;
+      ok = s == 0 ? check_status(ngramspec_match_drafter_create_file(c, corpus, file, preference, where),
+                                 "ngramspec_match_drafter_create_file")
+                  : check_status(ngramspec_match_drafter_create_vocab(c, corpus, file, preference, std::uint64_t{1} << 32,
+                                                                      0, where),
+                                 "ngramspec_match_drafter_create_vocab");
       if (!preference_valid && ok) fuzz_fail("a drafter was made with an invalid corpus preference");
     } else {
       ok = check_status(ngramspec_match_drafter_create(with_config ? &config : nullptr, corpus, where),
@@ -457,10 +462,13 @@ class Script {
     batch_ = nullptr;
     batch_corpus_ = nullptr;
     batch_file_ = nullptr;
+    batch_vocab_ = 0;
     sequences_.clear();
   }
 
-  // ngramspec_batch_create, or with `with_file` ngramspec_batch_create_file.
+  // ngramspec_batch_create, or with `with_file` ngramspec_batch_create_file, or (an odd
+  // max_record_tokens) ngramspec_batch_create_vocab with a vocabulary of max_record_tokens tokens,
+  // which cuts drafts of the larger ids.
   void batch_create(bool with_file) {
     drop_batch();
     ngramspec_batch_config config = ngramspec_batch_config_default();
@@ -485,13 +493,17 @@ class Script {
     ngramspec_batch* out = reinterpret_cast<ngramspec_batch*>(&sentinel_object_);
     ngramspec_batch** where = maybe_null(&out);
     const ngramspec_corpus_file* file = nullptr;
+    std::size_t vocab = 0;
     bool ok = false;
     if (with_file) {
       file = in_.flag() ? files_[slot()] : nullptr;
       bool preference_valid = true;
       const int preference = corpus_preference(preference_valid);
-      ok = check_status(ngramspec_batch_create_file(&config, corpus, file, preference, where),
-                        "ngramspec_batch_create_file");
+      vocab = config.max_record_tokens % 2 == 1 ? config.max_record_tokens : 0;
+      ok = vocab == 0 ? check_status(ngramspec_batch_create_file(&config, corpus, file, preference, where),
+                                     "ngramspec_batch_create_file")
+                      : check_status(ngramspec_batch_create_vocab(&config, corpus, file, preference, vocab, 0, where),
+                                     "ngramspec_batch_create_vocab");
       if (!preference_valid && ok) fuzz_fail("a batch was made with an invalid corpus preference");
     } else {
       ok = check_status(ngramspec_batch_create(&config, corpus, where), "ngramspec_batch_create");
@@ -504,6 +516,7 @@ class Script {
     batch_ = out;
     batch_corpus_ = corpus;
     batch_file_ = file;
+    batch_vocab_ = vocab;
     max_sequences_ = config.max_sequences;
     max_record_tokens_ = config.max_record_tokens;
     emitted_ = 0;
@@ -793,6 +806,9 @@ class Script {
     if (ok && (stats.emitted != emitted_ || stats.accepted > stats.drafted || stats.accepted > stats.emitted)) {
       fuzz_fail("the batch's stats disagree with what it emitted");
     }
+    if (ok && batch_vocab_ == 0 && stats.out_of_vocabulary != 0) {
+      fuzz_fail("a batch that knows no vocabulary dropped drafts outside one");
+    }
     if (!ok && stats.emitted != kSizeSentinel) fuzz_fail("a failed stats_get wrote its output");
     if (ngramspec_batch_size(batch_) != (batch_ == nullptr ? 0 : sequences_.size())) {
       fuzz_fail("the batch's size is not the sequences running");
@@ -933,9 +949,12 @@ class Script {
     const std::size_t size = ngramspec_corpus_size(corpus);
     const std::uint64_t records = ngramspec_corpus_records(corpus);
     const std::int64_t stamp = ngramspec_corpus_last_stamp(corpus);
-    const ngramspec_status status = ngramspec_corpus_load(corpus, p);
-    const bool ok = check_status(status, "ngramspec_corpus_load");
-    expect_valid(ok, corpus != nullptr && p != nullptr && on_disk_[f] == OnDisk::good, "ngramspec_corpus_load");
+    // The second file slot loads trusted: a file is good or not a corpus file at all, so both
+    // calls succeed on the same files.
+    const char* const name = f == 0 ? "ngramspec_corpus_load" : "ngramspec_corpus_load_trusted";
+    const ngramspec_status status = f == 0 ? ngramspec_corpus_load(corpus, p) : ngramspec_corpus_load_trusted(corpus, p);
+    const bool ok = check_status(status, name);
+    expect_valid(ok, corpus != nullptr && p != nullptr && on_disk_[f] == OnDisk::good, name);
     if (!ok) {
       if (corpus != nullptr && p != nullptr && status != NGRAMSPEC_ERROR_CORPUS_FILE) {
         fuzz_fail("a missing or bad corpus file is not NGRAMSPEC_ERROR_CORPUS_FILE");
@@ -1067,6 +1086,12 @@ class Script {
     // A mapping keeps the file it mapped, whatever has been written to its path since.
     expect_valid(check_status(ngramspec_corpus_file_verify(file), "ngramspec_corpus_file_verify"), file != nullptr,
                  "ngramspec_corpus_file_verify");
+    expect_valid(check_status(ngramspec_corpus_file_verify_checksums(file), "ngramspec_corpus_file_verify_checksums"),
+                 file != nullptr, "ngramspec_corpus_file_verify_checksums");
+    // The files are saved from live corpora, which record no vocabulary.
+    if (ngramspec_corpus_file_vocab_size(file) != 0 || ngramspec_corpus_file_tokenizer_fingerprint(file) != 0) {
+      fuzz_fail("a file saved from a live corpus records a vocabulary");
+    }
     if (file == nullptr && (ngramspec_corpus_file_size(file) != 0 || ngramspec_corpus_file_records(file) != 0 ||
                             ngramspec_corpus_file_bytes(file) != 0 || ngramspec_corpus_file_first_stamp(file) != 0 ||
                             ngramspec_corpus_file_last_stamp(file) != 0)) {
@@ -1111,6 +1136,7 @@ class Script {
   ngramspec_batch* batch_ = nullptr;
   const ngramspec_corpus* batch_corpus_ = nullptr;
   const ngramspec_corpus_file* batch_file_ = nullptr;
+  std::size_t batch_vocab_ = 0;  // the vocabulary its drafters know (0: unknown)
   std::size_t max_sequences_ = 0;
   std::size_t max_record_tokens_ = 0;
   std::uint64_t emitted_ = 0;

@@ -7,7 +7,8 @@
 // may repair what a mutation broke, so that the deeper code sees garbage content instead of a
 // refusal at the first checksum: 0x01 sets the header's file_bytes to the file's size, 0x02
 // recomputes the checksum of every section that the section table places inside the file, and
-// 0x04 recomputes the header checksum (after the other two). Bits 0x78 seed the choice of
+// 0x04 recomputes the header checksum (after the other two; where the version field places it:
+// a version 1 header keeps it at 312, a version 2 one at 376). Bits 0x78 seed the choice of
 // contexts. The file is then
 //  - mapped by MappedCorpus, which returns or throws CorpusFileError whose path() is the file
 //    and whose what() names it (and the section, when there is one);
@@ -21,7 +22,8 @@
 //    (each is stored once), and every draft equals NaiveCorpus's (support/reference_corpus.hpp)
 //    over the same records;
 //  - loaded by a SharedCorpus of 256 tokens that holds a record of its own: load() throws
-//    CorpusFileError exactly when mapping did, and then the corpus is unchanged (size, records,
+//    CorpusFileError exactly when mapping or verify_checksums() did (a version 1 file reads as
+//    recording no vocabulary), and then the corpus is unchanged (size, records,
 //    stamp, drafts); after loading a verified file it drafts as NaiveCorpus over the file's
 //    records with its capacity.
 //
@@ -316,6 +318,9 @@ std::vector<std::uint8_t> repaired(std::uint8_t flags, std::span<const std::uint
   if ((flags & 0x07) == 0 || bytes.size() < format::kHeaderBytes) return bytes;
   format::Header header;
   std::memcpy(&header, bytes.data(), sizeof header);
+  // A version 1 header keeps its checksum where version 2 keeps vocab_size (the bytes after it
+  // are the sections'): the checksum is written where the version field says.
+  const std::size_t checksum_at = format::checksum_offset(header.version);
   if ((flags & 0x01) != 0) header.file_bytes = bytes.size();
   if ((flags & 0x02) != 0) {
     for (format::SectionEntry& section : header.sections) {
@@ -324,11 +329,11 @@ std::vector<std::uint8_t> repaired(std::uint8_t flags, std::span<const std::uint
           std::span(bytes).subspan(static_cast<std::size_t>(section.offset), static_cast<std::size_t>(section.bytes))));
     }
   }
-  if ((flags & 0x04) != 0) {
-    header.header_checksum =
-        format::checksum(std::as_bytes(std::span(&header, 1)).first(offsetof(format::Header, header_checksum)));
-  }
   std::memcpy(bytes.data(), &header, sizeof header);
+  if ((flags & 0x04) != 0) {
+    const std::uint64_t checksum = format::checksum(std::as_bytes(std::span(bytes).first(checksum_at)));
+    std::memcpy(bytes.data() + checksum_at, &checksum, sizeof checksum);
+  }
   return bytes;
 }
 
@@ -392,6 +397,7 @@ void run_file(std::uint8_t flags, std::span<const std::uint8_t> input) {
   write_file(path, bytes);
 
   bool mapped = false;
+  bool checksums_hold = false;
   bool verified = false;
   std::vector<std::vector<Token>> contexts;
   std::size_t held = 0;
@@ -399,7 +405,17 @@ void run_file(std::uint8_t flags, std::span<const std::uint8_t> input) {
     MappedCorpus corpus(path);
     mapped = true;
     held = corpus.size();
+    if (corpus.format_version() == 1 && corpus.vocabulary() != CorpusVocabulary{}) {
+      fuzz_fail("a version 1 file reads as recording a vocabulary");
+    }
+    try {
+      corpus.verify_checksums();
+      checksums_hold = true;
+    } catch (const CorpusFileError& e) {
+      check_error(e, corpus.path());
+    }
     exercise_mapped(corpus, bytes, flags, contexts, verified);
+    if (verified && !checksums_hold) fuzz_fail("verify() passed a file whose checksums fail");
     // Moving keeps the mapping and leaves an empty corpus behind, which verify() refuses.
     const MappedCorpus moved(std::move(corpus));
     if (moved.size() != held || corpus.size() != 0 || corpus.records() != 0) {  // NOLINT(bugprone-use-after-move)
@@ -433,7 +449,10 @@ void run_file(std::uint8_t flags, std::span<const std::uint8_t> input) {
   } catch (const CorpusFileError& e) {
     check_error(e, path);
   }
-  if (loaded != mapped) fuzz_fail("SharedCorpus::load and MappedCorpus disagree on whether the file is readable");
+  // load() verifies the checksums: it takes exactly the files that map and whose checksums hold.
+  if (loaded != checksums_hold) {
+    fuzz_fail("SharedCorpus::load took a file whose checksums fail, or refused one that maps and whose checksums hold");
+  }
   if (!loaded) {
     if (shared.size() != size_before || shared.records() != records_before || shared.last_stamp() != stamp_before) {
       fuzz_fail("a failed SharedCorpus::load changed the corpus");

@@ -146,6 +146,24 @@ std::int64_t now_nanoseconds() {
       .count();
 }
 
+// "0x" and 16 hexadecimal digits, as the library writes fingerprints in its messages.
+std::string hex(std::uint64_t value) {
+  std::string text = "0x";
+  for (int shift = 60; shift >= 0; shift -= 4) text += "0123456789abcdef"[(value >> shift) & 0xfU];
+  return text;
+}
+
+std::string vocab_size_text(const CorpusVocabulary& v) { return v.size == 0 ? "unknown" : std::to_string(v.size); }
+std::string fingerprint_text(const CorpusVocabulary& v) {
+  return v.tokenizer_fingerprint == 0 ? "unset" : hex(v.tokenizer_fingerprint);
+}
+
+// A library message without the "ngramspec::Class::function: " that names where it was raised.
+std::string without_prefix(const std::string& message) {
+  const std::size_t colon = message.find(": ");
+  return message.starts_with("ngramspec::") && colon != std::string::npos ? message.substr(colon + 2) : message;
+}
+
 int run_build(const CorpusOptions& options, Clock::time_point start) {
   for (const std::string& input : options.inputs) {
     if (same_file(input, options.output)) {
@@ -184,8 +202,15 @@ int run_build(const CorpusOptions& options, Clock::time_point start) {
     throw std::invalid_argument("build: --first-stamp " + std::to_string(first_stamp) + ": the last of the " +
                                 std::to_string(pool.records()) + " records' stamps would exceed 2^63 - 1");
   }
-  CorpusBuilder builder(options.max_bytes);
-  for (std::size_t r = first; r < last; ++r) builder.add(pool.record(r), first_stamp + static_cast<std::int64_t>(r));
+  CorpusBuilder builder(options.max_bytes, options.vocabulary);
+  for (std::size_t r = first; r < last; ++r) {
+    try {
+      builder.add(pool.record(r), first_stamp + static_cast<std::int64_t>(r));
+    } catch (const std::invalid_argument& e) {  // a token outside --vocab-size: the input is at fault
+      throw std::runtime_error("build: input record " + std::to_string(r) + ": " + without_prefix(e.what()) +
+                               " (--vocab-size " + std::to_string(options.vocabulary.size) + ")");
+    }
+  }
   if (builder.records() == 0) {
     throw std::runtime_error("nothing to build: the records selected hold no tokens");
   }
@@ -196,16 +221,49 @@ int run_build(const CorpusOptions& options, Clock::time_point start) {
   return 0;
 }
 
+// The vocabulary a merge records: each part as given, else as the shards record it. Throws
+// std::runtime_error naming both sources when a shard records another.
+CorpusVocabulary merged_vocabulary(const CorpusVocabulary& given, const std::vector<std::string>& shards) {
+  CorpusVocabulary vocabulary = given;
+  std::string size_from = "--vocab-size";
+  std::string fingerprint_from = "--tokenizer-fingerprint";
+  for (const std::string& shard : shards) {
+    const CorpusVocabulary recorded = MappedCorpus(shard).vocabulary();  // a mapping reads only the header
+    if (recorded.size != 0 && vocabulary.size == 0) {
+      vocabulary.size = recorded.size;
+      size_from = "shard '" + shard + "'";
+    } else if (recorded.size != 0 && recorded.size != vocabulary.size) {
+      throw std::runtime_error("merge: shard '" + shard + "' records a vocabulary of " + std::to_string(recorded.size) +
+                               " tokens, " + size_from + " one of " + std::to_string(vocabulary.size) +
+                               ": shards of different tokenizers do not merge");
+    }
+    if (recorded.tokenizer_fingerprint != 0 && vocabulary.tokenizer_fingerprint == 0) {
+      vocabulary.tokenizer_fingerprint = recorded.tokenizer_fingerprint;
+      fingerprint_from = "shard '" + shard + "'";
+    } else if (recorded.tokenizer_fingerprint != 0 &&
+               recorded.tokenizer_fingerprint != vocabulary.tokenizer_fingerprint) {
+      throw std::runtime_error("merge: shard '" + shard + "' records tokenizer fingerprint " +
+                               hex(recorded.tokenizer_fingerprint) + ", " + fingerprint_from + " " +
+                               hex(vocabulary.tokenizer_fingerprint) + ": shards of different tokenizers do not merge");
+    }
+  }
+  return vocabulary;
+}
+
 int run_merge(const CorpusOptions& options, Clock::time_point start) {
   ProgressLines progress(options.quiet, start);
   std::uint64_t total_bytes = 0;
   for (const std::string& shard : options.inputs) total_bytes += file_size_or_zero(shard);
-  CorpusBuilder builder(options.max_bytes);
+  CorpusBuilder builder(options.max_bytes, merged_vocabulary(options.vocabulary, options.inputs));
   std::uint64_t bytes_done = 0;
   for (const std::string& shard : options.inputs) {
     const MappedCorpus corpus(shard);
     if (options.verify_shards) corpus.verify_checksums();
-    builder.add(corpus);
+    try {
+      builder.add(corpus);
+    } catch (const std::invalid_argument& e) {  // a token outside the vocabulary: the shard is at fault
+      throw std::runtime_error("merge: " + without_prefix(e.what()));
+    }
     bytes_done += corpus.file_bytes();
     const double done = static_cast<double>(bytes_done);
     const auto total = static_cast<double>(total_bytes);
@@ -255,6 +313,9 @@ std::string stamp_text(std::int64_t stamp) {
 int run_stats(const CorpusOptions& options) {
   const std::string& path = options.inputs.front();
   const MappedCorpus corpus(path);
+  // What the statistics describe is what the file held when written: a damaged body is refused.
+  corpus.verify_checksums();
+  const CorpusVocabulary& vocabulary = corpus.vocabulary();
   const auto orders = order_stats(corpus);
   const double per_token =
       corpus.size() == 0 ? 0.0 : static_cast<double>(corpus.file_bytes()) / static_cast<double>(corpus.size());
@@ -278,9 +339,12 @@ int run_stats(const CorpusOptions& options) {
 
   if (options.json) {
     std::printf("{\"file\": %s, \"tokens\": %zu, \"records\": %zu, \"file_bytes\": %llu, \"bytes_per_token\": %.3f, "
-                "\"first_stamp\": %lld, \"last_stamp\": %lld, \"orders\": [",
+                "\"format_version\": %u, \"vocab_size\": %llu, \"tokenizer_fingerprint\": %llu, "
+                "\"checksums\": \"verified\", \"first_stamp\": %lld, \"last_stamp\": %lld, \"orders\": [",
                 json_string(path).c_str(), corpus.size(), corpus.records(),
                 static_cast<unsigned long long>(corpus.file_bytes()), per_token,
+                static_cast<unsigned>(corpus.format_version()), static_cast<unsigned long long>(vocabulary.size),
+                static_cast<unsigned long long>(vocabulary.tokenizer_fingerprint),
                 static_cast<long long>(corpus.first_stamp()), static_cast<long long>(corpus.last_stamp()));
     for (std::size_t i = 0; i < orders.size(); ++i) {
       const OrderStats& o = orders[i];
@@ -310,6 +374,10 @@ int run_stats(const CorpusOptions& options) {
               per_token);
   std::printf("%-22s %s\n", "first stamp", stamp_text(corpus.first_stamp()).c_str());
   std::printf("%-22s %s\n", "last stamp", stamp_text(corpus.last_stamp()).c_str());
+  std::printf("%-22s %u\n", "format version", static_cast<unsigned>(corpus.format_version()));
+  std::printf("%-22s %s\n", "vocab size", vocab_size_text(vocabulary).c_str());
+  std::printf("%-22s %s\n", "tokenizer fingerprint", fingerprint_text(vocabulary).c_str());
+  std::printf("%-22s %s\n", "checksums", "verified");
   std::printf("\n%-5s %12s %12s %9s\n", "order", "n-grams", "occurrences", "hit rate");
   for (const OrderStats& o : orders) {
     std::printf("%-5zu %12llu %12llu %8.2f%%\n", o.order, static_cast<unsigned long long>(o.ngrams),
@@ -335,8 +403,9 @@ int run_verify(const CorpusOptions& options) {
     try {
       const MappedCorpus corpus(path);
       corpus.verify();
-      std::printf("%s: ok (%zu tokens, %zu records, %llu bytes)\n", path.c_str(), corpus.size(), corpus.records(),
-                  static_cast<unsigned long long>(corpus.file_bytes()));
+      std::printf("%s: ok (%zu tokens, %zu records, %llu bytes; vocab size %s, tokenizer fingerprint %s)\n",
+                  path.c_str(), corpus.size(), corpus.records(), static_cast<unsigned long long>(corpus.file_bytes()),
+                  vocab_size_text(corpus.vocabulary()).c_str(), fingerprint_text(corpus.vocabulary()).c_str());
       std::fflush(stdout);
     } catch (const std::exception& e) {
       all_ok = false;

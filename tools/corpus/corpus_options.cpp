@@ -61,6 +61,14 @@ output:
                        nanoseconds since the Unix epoch, so shards built at different times
                        are disjoint in time. Pass it for a reproducible file: the same inputs
                        and N give the same bytes.
+  --vocab-size N       the model's vocabulary size, recorded in OUT (1 to 4294967296): a
+                       token not below it is refused, naming it, and a drafter given another
+                       vocabulary size refuses OUT. Default: unknown (drafters that know the
+                       vocabulary then drop drafts outside it)
+  --tokenizer-fingerprint X
+                       a number you choose to name the tokenizer (decimal, or hexadecimal
+                       with 0x; not 0), recorded in OUT: a drafter given another refuses OUT.
+                       Default: unset
   --quiet              no progress lines on stderr (builds that take under a second print none)
 
 Prints one line on stdout: tokens and records held, tokens dropped over --max-bytes, the
@@ -86,6 +94,13 @@ options:
                        MiB, GiB; powers of 1024). Default: no cap (up to 4294967295 tokens)
   --no-verify          skip checking each shard's checksums before merging (by default a
                        corrupted shard fails the merge instead of spreading into OUT)
+  --vocab-size N       the vocabulary size recorded in OUT (1 to 4294967296). Default: the one
+                       the shards record; shards that record different ones (or another than
+                       this) are refused, naming both, as is a token not below it
+  --tokenizer-fingerprint X
+                       the tokenizer fingerprint recorded in OUT (decimal, or hexadecimal with
+                       0x; not 0). Default: the one the shards record; shards that record
+                       different ones (or another than this) are refused, naming both
   --quiet              no progress lines on stderr (merges that take under a second print none)
 
 Prints one line on stdout: tokens and records held, tokens dropped over --max-bytes, the
@@ -94,7 +109,8 @@ file's bytes, and the time taken.
 
 constexpr const char* kStatsUsage = R"(usage: ngramspec-corpus stats FILE [--queries STREAMS.tsv [--records START:END]] [--json]
 What the corpus file FILE holds: tokens, records, bytes (and per token), the stamps of its
-oldest and newest records, and for n-grams of 1, 2 and 3 tokens:
+oldest and newest records, its format version and the vocabulary it records (size and
+tokenizer fingerprint, or unknown), and for n-grams of 1, 2 and 3 tokens:
   n-grams       distinct n-grams stored in the file's table
   occurrences   n-grams lying inside one record, counted with repeats
   hit rate      the share of occurrences that repeat an earlier one: 1 - n-grams / occurrences
@@ -110,12 +126,17 @@ options:
   --records START:END  measure only these records of --queries: each bound an index or a
                        percentage, either may be empty (e.g. 50%:; default all)
   --json               one JSON object instead of the table
+
+Every section's checksum is verified first (every byte read once, at memory speed): a file
+damaged since it was written is refused, naming the section, and stats exits 1.
 )";
 
 constexpr const char* kVerifyUsage = R"(usage: ngramspec-corpus verify FILE [FILE ...]
 Reads every byte of each corpus file: each section's checksum, then the structure (records in
 order, start bits, every n-gram table entry where a lookup finds it). Takes about a second per
-GiB. Prints 'FILE: ok (N tokens, R records, B bytes)' for each good file on stdout and what is
+GiB. Prints 'FILE: ok (N tokens, R records, B bytes; vocab size V, tokenizer fingerprint F)'
+for each good file on stdout (V and F 'unknown' and 'unset' when the file records none; a token
+not below V is a failure) and what is
 wrong with each bad one (the file, its section and the problem) on stderr; exits 0 only when
 every file passes, 1 otherwise.
 )";
@@ -143,14 +164,20 @@ struct OptionSpec {
   std::string_view name;
   bool value;
 };
-constexpr std::array<OptionSpec, 7> kBuildOptions = {{{"--from", true},
+constexpr std::array<OptionSpec, 9> kBuildOptions = {{{"--from", true},
                                                       {"--format", true},
                                                       {"--field", true},
                                                       {"--records", true},
                                                       {"--max-bytes", true},
                                                       {"--first-stamp", true},
+                                                      {"--vocab-size", true},
+                                                      {"--tokenizer-fingerprint", true},
                                                       {"--quiet", false}}};
-constexpr std::array<OptionSpec, 3> kMergeOptions = {{{"--max-bytes", true}, {"--no-verify", false}, {"--quiet", false}}};
+constexpr std::array<OptionSpec, 5> kMergeOptions = {{{"--max-bytes", true},
+                                                      {"--no-verify", false},
+                                                      {"--vocab-size", true},
+                                                      {"--tokenizer-fingerprint", true},
+                                                      {"--quiet", false}}};
 constexpr std::array<OptionSpec, 3> kStatsOptions = {{{"--queries", true}, {"--records", true}, {"--json", false}}};
 
 std::span<const OptionSpec> options_of(Command command) {
@@ -186,6 +213,31 @@ std::int64_t parse_stamp(std::string_view option, std::string_view text) {
   if (ec != std::errc() || ptr != text.data() + text.size()) {
     throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) +
                                 " is not a whole number (a stamp, e.g. nanoseconds since the Unix epoch)");
+  }
+  return value;
+}
+
+// --vocab-size: 1 to 2^32 (tokens are 32-bit, so 2^32 admits every one).
+std::uint64_t parse_vocab_size(std::string_view text) {
+  std::uint64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size() || value == 0 || value > (std::uint64_t{1} << 32)) {
+    throw std::invalid_argument("--vocab-size: " + in_quotes(text) +
+                                " is not a vocabulary size: expected a whole number from 1 to 4294967296");
+  }
+  return value;
+}
+
+// --tokenizer-fingerprint: a nonzero 64-bit number, decimal or 0x hexadecimal.
+std::uint64_t parse_fingerprint(std::string_view text) {
+  const bool hexadecimal = text.starts_with("0x") || text.starts_with("0X");
+  const std::string_view digits = hexadecimal ? text.substr(2) : text;
+  std::uint64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, hexadecimal ? 16 : 10);
+  if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size() || value == 0) {
+    throw std::invalid_argument("--tokenizer-fingerprint: " + in_quotes(text) +
+                                " is not a fingerprint: expected a nonzero whole number below 2^64, decimal or "
+                                "hexadecimal with 0x");
   }
   return value;
 }
@@ -364,6 +416,10 @@ CorpusOptions parse_corpus_options(std::span<const std::string_view> args) {
       options.quiet = true;
     } else if (arg == "--no-verify") {
       options.verify_shards = false;
+    } else if (arg == "--vocab-size") {
+      options.vocabulary.size = parse_vocab_size(value);
+    } else if (arg == "--tokenizer-fingerprint") {
+      options.vocabulary.tokenizer_fingerprint = parse_fingerprint(value);
     } else if (arg == "--queries") {
       options.queries = std::string(value);
       if (options.queries.empty()) throw std::invalid_argument(prefix + "--queries: the file name is empty");

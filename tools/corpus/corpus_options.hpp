@@ -45,6 +45,9 @@ struct CorpusOptions {
   std::optional<std::int64_t> first_stamp;          ///< build: --first-stamp; none = the time now
   bool quiet = false;                               ///< build, merge: --quiet, no progress on stderr
   bool verify_shards = true;                        ///< merge: off with --no-verify
+  /// build, merge: --vocab-size and --tokenizer-fingerprint, recorded in OUT (0: unknown / unset;
+  /// merge then takes what the shards record).
+  CorpusVocabulary vocabulary;
   std::string queries;                              ///< stats: --queries, a streams TSV ("" = none)
   bool json = false;                                ///< stats: --json
 };

@@ -144,7 +144,7 @@ DrafterEntry entry(std::string name, Make make, bool has_gate = false, std::size
       if (shared->first == nullptr) shared->first = &stream;
       if (shared->first == &stream) {
         if (prime != nullptr) {
-          shared->corpus.load(prime->path());
+          shared->corpus.load(prime->path(), ChecksumCheck::skip);  // verified when opened
         } else {
           shared->corpus.clear();
         }
@@ -179,7 +179,7 @@ DrafterEntry entry(std::string name, Make make, bool has_gate = false, std::size
     const bool gate = request.policy == Policy::gate;
     std::optional<SharedCorpus> corpus;
     if (corpus_bytes != 0) corpus.emplace(corpus_bytes);
-    if (corpus && prime != nullptr) corpus->load(prime->path());
+    if (corpus && prime != nullptr) corpus->load(prime->path(), ChecksumCheck::skip);  // verified when opened
     SharedCorpus* const shared = corpus ? &*corpus : nullptr;
     return serve_records(
         streams, config, [&] { return make(*longest, request.k, static_cast<const SharedCorpus*>(shared), gate); },
@@ -208,7 +208,7 @@ DrafterEntry::Serve tree_server(const MatchConfig& config, std::shared_ptr<const
     if (request.policy != Policy::gate) tree.chain.min_confidence = 0;
     std::optional<SharedCorpus> corpus;
     if (corpus_bytes != 0) corpus.emplace(corpus_bytes);
-    if (corpus && prime != nullptr) corpus->load(prime->path());
+    if (corpus && prime != nullptr) corpus->load(prime->path(), ChecksumCheck::skip);  // verified when opened
     SharedCorpus* const shared = corpus ? &*corpus : nullptr;
     return serve_tree_records(
         streams, serving, [&] { return TreeDrafter(tree, nullptr, shared, file.get()); }, shared);

@@ -122,7 +122,9 @@ inputs (at least one):
   --corpus-file FILE   a corpus file (ngramspec-corpus build) that match:file=1 drafts from and
                        match:corpus=MIB,prime=1 loads into its live corpus. Without --drafter,
                        the default drafter reads it (match:file=1); with --drafter, at least one
-                       drafter must read it (else the replay is refused: the file would be unused)
+                       drafter must read it (else the replay is refused: the file would be unused).
+                       Its checksums are verified when it is opened (every byte read once): a
+                       file damaged since it was written is refused, naming the section
 drafters:
   --drafter NAME       repeatable; default match (MatchDrafter, the decoder's default), or
                        match:file=1 with --corpus-file. Drafters:
@@ -170,7 +172,9 @@ int run(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + (argc > 0 ? 1 : 0), argv + argc);
   ReplayOptions options = parse_replay_options(args);
   if (!options.help && !options.corpus_file.empty()) {
-    options.defaults.corpus_file = std::make_shared<const MappedCorpus>(options.corpus_file);
+    auto file = std::make_shared<const MappedCorpus>(options.corpus_file);
+    file->verify_checksums();  // a damaged body is refused here, naming the section, not replayed
+    options.defaults.corpus_file = std::move(file);
   }
   if (options.help) {
     std::printf(kUsage, drafter_names_help().c_str());

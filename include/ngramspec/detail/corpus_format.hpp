@@ -16,11 +16,15 @@
 namespace ngramspec::detail::corpus_format {
 
 inline constexpr std::array<char, 8> kMagic = {'N', 'G', 'S', 'P', 'C', 'O', 'R', 'P'};
-inline constexpr std::uint32_t kVersion = 1;
+// Version 2 adds the vocabulary (Header::vocab_size, tokenizer_fingerprint) to the header;
+// readers read both, a version 1 file's vocabulary being unknown (0). Writers write version 2.
+inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::uint32_t kFirstVersion = 1;
 inline constexpr std::uint32_t kByteOrderMark = 0x01020304U;
 inline constexpr std::uint32_t kTokenBytes = 4;
 inline constexpr std::uint32_t kMaxOrder = 3;
-inline constexpr std::size_t kHeaderBytes = 320;
+inline constexpr std::size_t kHeaderBytes = 384;     // version 2
+inline constexpr std::size_t kHeaderBytesV1 = 320;   // version 1: the fields up to the sections, then its checksum
 inline constexpr std::size_t kSectionAlign = 64;
 // Positions are stored in 32 bits.
 inline constexpr std::uint64_t kMaxTokens = 0xffffffffULL;
@@ -79,10 +83,22 @@ struct Header {
   std::int64_t last_stamp = 0;   // stamp of the newest record
   std::uint64_t file_bytes = 0;
   std::array<SectionEntry, kSections> sections{};
-  std::uint64_t header_checksum = 0;  // checksum() of every byte before it
+  // Version 2 from here (a version 1 header holds its checksum at offset 312, where vocab_size is).
+  std::uint64_t vocab_size = 0;             // tokens of the model's vocabulary; 0: unknown
+  std::uint64_t tokenizer_fingerprint = 0;  // a number the user chose to name the tokenizer; 0: unset
+  std::array<std::uint64_t, 6> reserved{};  // zero
+  std::uint64_t header_checksum = 0;        // checksum() of every byte before it
 };
 static_assert(sizeof(Header) == kHeaderBytes);
 static_assert(offsetof(Header, sections) == 72);
+static_assert(offsetof(Header, vocab_size) == kHeaderBytesV1 - 8);
+// Where each version keeps its header's checksum: after every other byte of its header.
+[[nodiscard]] constexpr std::size_t checksum_offset(std::uint32_t version) noexcept {
+  return version == kFirstVersion ? kHeaderBytesV1 - 8 : offsetof(Header, header_checksum);
+}
+[[nodiscard]] constexpr std::size_t header_bytes(std::uint32_t version) noexcept {
+  return version == kFirstVersion ? kHeaderBytesV1 : kHeaderBytes;
+}
 
 // The slot where a lookup of `key` starts in a table of `slots` slots: the top bits of the
 // key times the golden-ratio constant, scaled to the table (any size, not only powers of two).

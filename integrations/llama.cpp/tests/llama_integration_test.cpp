@@ -12,7 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <ngramspec/batch_speculator.hpp>
+#include <ngramspec/corpus_builder.hpp>
+#include <ngramspec/mapped_corpus.hpp>
 
 #include "llama_decoding.hpp"
 #include "llama_engine.hpp"
@@ -230,6 +234,72 @@ TEST(LlamaIntegration, ProgramRefusesBadInputWithAClearMessage) {
   out = run_program("--model " + kModel + " --curve 1 --curve-at 500", status);
   EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("--curve-at 500"), std::string::npos) << out;
+}
+
+// A corpus file of tokens outside the model's vocabulary (built from another tokenizer, or
+// damaged) never sends them to llama_decode: one that records another vocabulary is refused by
+// name before anything is decoded, and from one of unknown vocabulary only the drafts' prefixes
+// before a foreign token are verified, the rest dropped and counted, the output plain decoding's.
+TEST(LlamaIntegration, ACorpusFileOfForeignTokensIsRefusedOrItsTokensDropped) {
+  REQUIRE_MODEL();
+  Engine engine({kModel, 1, 2, 512, 0, false});
+  const auto vocab = static_cast<Token>(engine.vocab_size());
+  const std::vector<std::vector<Token>> prompts = tokenized(engine, kPrompts);
+  RunSettings settings;
+  settings.max_new_tokens = 48;
+  settings.stop_at_eog = false;
+  const RunResult plain = decode_plain(engine, prompts, settings);
+  // Plain decoding's outputs with every fourth token replaced by one outside the vocabulary:
+  // what a damaged file, or one built from a larger tokenizer, drafts.
+  const std::string stem = (std::filesystem::temp_directory_path() /
+                            ("ngramspec-llama-foreign-" + std::to_string(::getpid()))).string();
+  const std::string damaged = stem + "-unknown.ngc";
+  const std::string other = stem + "-32000.ngc";
+  CorpusBuilder builder;
+  for (std::size_t i = 0; i < plain.outputs.size(); ++i) {
+    std::vector<Token> record = plain.outputs[i];
+    for (std::size_t j = 3; j < record.size(); j += 4) record[j] = vocab + static_cast<Token>(j);
+    builder.add(record, static_cast<std::int64_t>(i));
+  }
+  static_cast<void>(builder.write(damaged));
+  CorpusBuilder larger(CorpusBuilder::kNoCap, CorpusVocabulary{32000, 0});
+  larger.add(std::vector<Token>{1, 2, 3}, 1);
+  static_cast<void>(larger.write(other));
+
+  {
+    const MappedCorpus file(damaged);
+    MatchConfig drafter;
+    drafter.min_confidence = 0;
+    drafter.vocab_size = vocab;
+    BatchSpeculator<MatchDrafter> speculator(BatchConfig{2, 0, 8192, std::nullopt}, drafter, nullptr, &file);
+    const RunResult spec = decode_speculative(engine, speculator, prompts, settings, 8);
+    EXPECT_EQ(spec.outputs, plain.outputs);
+    EXPECT_GT(spec.out_of_vocabulary, 0u);
+    EXPECT_GT(spec.accepted, 0u);
+
+    const MappedCorpus foreign(other);
+    const BatchConfig two{2, 0, 8192, std::nullopt};
+    const std::string refused = error_of([&] { BatchSpeculator<MatchDrafter>(two, drafter, nullptr, &foreign); });
+    EXPECT_NE(refused.find("corpus file '" + other + "'"), std::string::npos) << refused;
+    EXPECT_NE(refused.find("vocabulary of 32000 tokens, the model's has " + std::to_string(vocab)), std::string::npos)
+        << refused;
+  }
+
+  // The program: the same refusal, before decoding; and a damaged file's drops in its summary.
+  int status = 0;
+  std::string out = run_program("--model " + kModel + " --prompt hi --n 8 --threads 1 --corpus-file " + other, status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("corpus file '" + other + "'"), std::string::npos) << out;
+  EXPECT_NE(out.find("vocabulary of 32000 tokens"), std::string::npos) << out;
+  out = run_program("--model " + kModel + " --prompt 'Lily and Ben went to the park. Lily and Ben' --n 48 --threads 1 "
+                    "--ignore-eos --corpus-file " + damaged,
+                    status);
+  EXPECT_EQ(status, 0) << out;
+  const std::size_t at = out.find("out-of-vocabulary drafts dropped ");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_GT(std::stoull(out.substr(at + std::string("out-of-vocabulary drafts dropped ").size())), 0u) << out;
+  std::filesystem::remove(damaged);
+  std::filesystem::remove(other);
 }
 
 }  // namespace
