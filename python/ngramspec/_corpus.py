@@ -68,12 +68,13 @@ class _Attachable(Closable):
         self._release()
 
     def _draft(self, function: Callable[..., int], context: TokensLike, room: int) -> CorpusDraft:
+        handle = self._live("draft")
         array, pointer, n = tokens_arg(context, "context")
         out = np.empty(size_arg(room, "room"), np.uint32)
         # Out-parameters of this call's own: threads may draft from one corpus at once.
         count = ctypes.c_size_t(0)
         length = ctypes.c_size_t(0)
-        status = function(self._handle, pointer, n, out.ctypes.data, out.shape[0], ctypes.byref(count),
+        status = function(handle, pointer, n, out.ctypes.data, out.shape[0], ctypes.byref(count),
                           ctypes.byref(length))
         if status:
             raise_status(status)
@@ -142,17 +143,18 @@ class SharedCorpus(_Attachable):
         `stamp`: the record's time, any int64 that orders records in time (None: the time now, in
         nanoseconds since the Unix epoch). Stamps only increase: one not above the last record's
         is raised to one more than it. An empty record changes nothing."""
+        handle = self._live("append")
         array, pointer, count = tokens_arg(tokens)
         if stamp is None:
-            status = lib.ngramspec_corpus_append(self._handle, pointer, count)
+            status = lib.ngramspec_corpus_append(handle, pointer, count)
         else:
-            status = lib.ngramspec_corpus_append_stamped(self._handle, pointer, count, _stamp_arg(stamp))
+            status = lib.ngramspec_corpus_append_stamped(handle, pointer, count, _stamp_arg(stamp))
         if status:
             raise_status(status)
 
     def clear(self) -> None:
         """Removes every record."""
-        status = lib.ngramspec_corpus_clear(self._handle)
+        status = lib.ngramspec_corpus_clear(self._live("clear"))
         if status:
             raise_status(status)
 
@@ -167,8 +169,9 @@ class SharedCorpus(_Attachable):
         """Writes the records held, with their stamps, to a corpus file at `path`, replacing it
         atomically. Raises :class:`CorpusFileError` (naming the file and the problem) when the file
         cannot be written."""
+        handle = self._live("save")
         _, native = _path_arg(path)
-        status = lib.ngramspec_corpus_save(self._handle, native)
+        status = lib.ngramspec_corpus_save(handle, native)
         if status:
             raise_status(status)
 
@@ -176,8 +179,9 @@ class SharedCorpus(_Attachable):
         """Replaces what the corpus holds with the records of the corpus file at `path` (the most
         recent that fit its capacity), stamps kept. Raises :class:`CorpusFileError` (naming the
         file, the section and the problem), the corpus unchanged, when the file cannot be read."""
+        handle = self._live("load")
         _, native = _path_arg(path)
-        status = lib.ngramspec_corpus_load(self._handle, native)
+        status = lib.ngramspec_corpus_load(handle, native)
         if status:
             raise_status(status)
 
@@ -254,7 +258,7 @@ class MappedCorpus(_Attachable):
         """Reads every byte: each section's checksum, then the structure. Raises
         :class:`CorpusFileError` naming the section and what is wrong when the file was corrupted
         since it was written. About a second per GiB."""
-        status = lib.ngramspec_corpus_file_verify(self._handle)
+        status = lib.ngramspec_corpus_file_verify(self._live("verify"))
         if status:
             raise_status(status)
 
