@@ -34,6 +34,7 @@
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/draft_planner.hpp"
+#include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
@@ -90,19 +91,20 @@ struct ngramspec_batch {
   using TreeSpeculator = ngramspec::BatchSpeculator<ngramspec::TreeDrafter>;
 
   ngramspec_batch(const ngramspec::BatchConfig& config, const ngramspec::MatchConfig& drafter,
-                  ngramspec::SharedCorpus* corpus, const ngramspec::MappedCorpus* file)
-      : steps(config.max_sequences) {
+                  ngramspec::SharedCorpus* corpus, const ngramspec::MappedCorpus* file) {
     chain.emplace(config, drafter, corpus, file);
+    steps.resize(config.max_sequences);  // after the speculator has checked max_sequences
   }
   // A tree batch; its drafters share `shared_table` when it is not null.
   ngramspec_batch(const ngramspec::BatchConfig& config, const ngramspec::TreeConfig& drafter,
                   std::unique_ptr<ngramspec::TopKTable> shared_table, ngramspec::SharedCorpus* corpus,
                   const ngramspec::MappedCorpus* file)
-      : table(std::move(shared_table)), steps(config.max_sequences) {
+      : table(std::move(shared_table)) {
     ngramspec::TopKTable* const shared = table.get();
     tree.emplace(
         config, [&drafter, shared, corpus, file] { return ngramspec::TreeDrafter(drafter, shared, corpus, file); },
         corpus);
+    steps.resize(config.max_sequences);  // after the speculator has checked max_sequences
   }
 
   // Calls f with the speculator, whichever kind it is.
@@ -429,6 +431,18 @@ ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_conf
       table = std::make_unique<ngramspec::TopKTable>(t.vocab_size, t.top_k);
     } else {
       drafter.vocab_size = t.vocab_size;  // each drafter's own table, or none
+      // A table per sequence: their sum must fit the machine as one table must (TopKTable).
+      const std::size_t machine = ngramspec::detail::physical_memory_bytes();
+      if (t.vocab_size != 0 && t.vocab_size <= ngramspec::TopKTable::kMaxVocabSize && t.top_k >= 1 &&
+          t.top_k <= ngramspec::TopKTable::kMaxK && batch.max_sequences >= 1 &&
+          batch.max_sequences <= ngramspec::BatchConfig::kMaxSequences && machine != 0 &&
+          batch.max_sequences * ngramspec::TopKTable::bytes_for(t.vocab_size, t.top_k) > machine) {
+        return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                    "%s: max_sequences = %zu tables of their own (tree->shared_top_k = 0) of tree->vocab_size = %zu "
+                    "x tree->top_k = %zu take %zu bytes, more than this machine's memory (%zu bytes)",
+                    where, batch.max_sequences, t.vocab_size, t.top_k,
+                    batch.max_sequences * ngramspec::TopKTable::bytes_for(t.vocab_size, t.top_k), machine);
+      }
     }
     *out = new ngramspec_batch(batch, drafter, std::move(table), corpus != nullptr ? &corpus->corpus : nullptr,
                                file != nullptr ? &file->file : nullptr);

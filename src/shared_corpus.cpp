@@ -8,11 +8,10 @@
 #include <stdexcept>
 #include <string>
 
-#include <unistd.h>
-
 #include "ngramspec/allocation_error.hpp"
 #include "ngramspec/corpus_builder.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
+#include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 
 namespace ngramspec {
@@ -20,20 +19,6 @@ namespace {
 
 // The object itself and the rounding of the start bits to whole words come off the top.
 constexpr std::size_t kFixedBytes = sizeof(SharedCorpus) + sizeof(std::uint64_t);
-
-// The bytes of memory this machine has; 0 when the system does not say.
-std::size_t physical_memory_bytes() noexcept {
-#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_bytes = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page_bytes <= 0) return 0;
-  const auto p = static_cast<std::size_t>(pages);
-  const auto b = static_cast<std::size_t>(page_bytes);
-  return p > std::numeric_limits<std::size_t>::max() / b ? std::numeric_limits<std::size_t>::max() : p * b;
-#else
-  return 0;
-#endif
-}
 
 std::size_t capacity_for(std::size_t max_bytes) {
   const std::string value = "ngramspec::SharedCorpus: max_bytes = " + std::to_string(max_bytes);
@@ -52,7 +37,7 @@ std::size_t capacity_for(std::size_t max_bytes) {
   const std::size_t capacity = std::bit_floor(fits);
   // Refused up front: the tables are written as they are made, so a corpus larger than the
   // machine's memory would not fail its allocation but drive the machine out of memory.
-  const std::size_t machine = physical_memory_bytes();
+  const std::size_t machine = detail::physical_memory_bytes();
   if (machine != 0 && SharedCorpus::bytes_for(capacity) > machine) {
     throw std::invalid_argument(value + " is invalid: its " + std::to_string(capacity) + " tokens take " +
                                 std::to_string(SharedCorpus::bytes_for(capacity)) +

@@ -523,6 +523,12 @@ TEST(BatchSpeculator, BadCallsNameWhatIsWrongAndChangeNothing) {
 
   EXPECT_THAT(invalid_argument_message([] { BatchSpeculator<> bad(BatchConfig{.max_sequences = 0}); }),
               HasSubstr("max_sequences = 0 is invalid"));
+  // However large: nothing is sized by it before it is checked.
+  for (const std::size_t n : {BatchConfig::kMaxSequences + 1, std::size_t{1} << 62, SIZE_MAX}) {
+    EXPECT_EQ(invalid_argument_message([n] { BatchSpeculator<> bad(BatchConfig{.max_sequences = n}); }),
+              "ngramspec::BatchConfig: max_sequences = " + std::to_string(n) +
+                  " is invalid: must be between 1 and 1048576");
+  }
   EXPECT_THAT(invalid_argument_message([] { BatchSpeculator<> bad(BatchConfig{.max_sequences = 1, .max_pass_tokens = 1}); }),
               HasSubstr("max_pass_tokens = 1 is invalid"));
   DecodeOptions too_many;

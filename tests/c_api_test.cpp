@@ -756,20 +756,34 @@ TEST(CApiLimits, TheCostGrammarIsVerifyCostsWithFlatAndNoOverflow) {
 #endif
 #endif
 
-// Under a lowered address-space limit (ulimit -v), a corpus whose memory cannot be had is
-// NGRAMSPEC_ERROR_OUT_OF_MEMORY naming what was being made, never a crash or a bare bad_alloc.
-TEST(CApiLimits, ACorpusBeyondTheAddressSpaceLimitIsOutOfMemoryNamingIt) {
+// Runs `body` in a child process whose address space is limited to 1 GiB (the limit binds
+// nobody else); the child passes when `body` returns true, printing `body`'s complaint otherwise.
+template <class Body>
+void expect_in_child_under_1_gib(Body body) {
 #ifdef NGRAMSPEC_TEST_SANITIZED
+  (void)body;
   GTEST_SKIP() << "sanitizers reserve address space of their own; an address-space limit breaks them";
 #else
-  // In a child, so that the limit binds nobody else.
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     rlimit limit{};
     getrlimit(RLIMIT_AS, &limit);
-    limit.rlim_cur = rlim_t{1} << 30;  // 1 GiB: far above the test's own, far below the corpus
+    limit.rlim_cur = rlim_t{1} << 30;  // far above the test's own needs
     if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(2);
+    _exit(body() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+#endif
+}
+
+// Under a lowered address-space limit (ulimit -v), a corpus whose memory cannot be had is
+// NGRAMSPEC_ERROR_OUT_OF_MEMORY naming what was being made, never a crash or a bare bad_alloc.
+TEST(CApiLimits, ACorpusBeyondTheAddressSpaceLimitIsOutOfMemoryNamingIt) {
+  expect_in_child_under_1_gib([] {
     ngramspec_corpus* corpus = nullptr;
     const ngramspec_status status = ngramspec_corpus_create(SharedCorpus::bytes_for(std::size_t{1} << 26), &corpus);
     const std::string message = ngramspec_last_error();
@@ -777,13 +791,8 @@ TEST(CApiLimits, ACorpusBeyondTheAddressSpaceLimitIsOutOfMemoryNamingIt) {
                     message.find("ngramspec_corpus_create: out of memory: could not allocate ") == 0 &&
                     message.find(" bytes for a SharedCorpus") != std::string::npos;
     if (!ok) std::fprintf(stderr, "status %s, message \"%s\"\n", ngramspec_status_name(status), message.c_str());
-    _exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  EXPECT_EQ(WEXITSTATUS(status), 0);
-#endif
+    return ok;
+  });
 }
 
 TEST(CApiBatch, CreateRejectsBadConfigsNamingTheFieldAndValue) {
@@ -826,6 +835,28 @@ TEST(CApiBatch, CreateRejectsBadConfigsNamingTheFieldAndValue) {
   const BatchPtr batch = make_batch(nullptr);
   ASSERT_NE(batch, nullptr);
   EXPECT_GE(ngramspec_batch_memory_bytes(batch.get()), 64 * MatchDrafter(MatchConfig{}).memory_bytes());
+}
+
+// max_sequences beyond BatchConfig::kMaxSequences, however far (2^62 was INTERNAL: a vector
+// sized before the speculator checked it), is INVALID_ARGUMENT naming the value and the range,
+// for chain and tree batches alike.
+TEST(CApiBatch, AHugePoolIsARangeErrorNamingTheValue) {
+  for (const std::size_t n : {BatchConfig::kMaxSequences + 1, std::size_t{1} << 32, std::size_t{1} << 62,
+                              std::numeric_limits<std::size_t>::max() / 2, std::numeric_limits<std::size_t>::max()}) {
+    SCOPED_TRACE(n);
+    ngramspec_batch_config config = ngramspec_batch_config_default();
+    config.max_sequences = n;
+    const std::string message = "max_sequences = " + std::to_string(n) + " is invalid: must be between 1 and 1048576";
+    ngramspec_batch* out = sentinel_handle<ngramspec_batch>();
+    EXPECT_INVALID(ngramspec_batch_create(&config, nullptr, &out), "ngramspec_batch_create: ", message);
+    EXPECT_INVALID(ngramspec_batch_create_tree(&config, nullptr, nullptr, &out), "ngramspec_batch_create_tree: ",
+                   message);
+    ngramspec_tree_config own = ngramspec_tree_config_default();
+    own.vocab_size = 512;
+    own.shared_top_k = 0;
+    EXPECT_INVALID(ngramspec_batch_create_tree(&config, &own, nullptr, &out), "ngramspec_batch_create_tree: ", message);
+    EXPECT_EQ(out, sentinel_handle<ngramspec_batch>());
+  }
 }
 
 // Two batches in lockstep, the second also taking every kind of bad call between its propose
@@ -1696,6 +1727,39 @@ TEST(CApiTrees, TreesNeverProposePastMaxContext) {
   // The trees were bushy and filled the room to its end: the bound, not a small tree, held them.
   EXPECT_GT(bushy_passes, 0U);
   EXPECT_EQ(deepest_end, kMaxContext - 1);
+}
+
+// Top-k tables are sized before anything is allocated: a vocabulary beyond
+// TopKTable::kMaxVocabSize (2e8 took 6.5 GB and most of a minute) is refused naming it, shared
+// or one per sequence, and so are tables of their own whose sum is more than the machine's
+// memory, naming the pool, the vocabulary and top_k.
+TEST(CApiTrees, ATopKTableTooLargeIsRefusedNamingItBeforeAllocating) {
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  config.max_sequences = 4;
+  ngramspec_batch* out = sentinel_handle<ngramspec_batch>();
+  for (const int shared : {1, 0}) {
+    for (const std::size_t vocab : {TopKTable::kMaxVocabSize + 1, std::size_t{200000000},
+                                    std::numeric_limits<std::size_t>::max()}) {
+      SCOPED_TRACE(vocab);
+      ngramspec_tree_config tree = ngramspec_tree_config_default();
+      tree.vocab_size = vocab;
+      tree.shared_top_k = shared;
+      EXPECT_INVALID(ngramspec_batch_create_tree(&config, &tree, nullptr, &out), "ngramspec_batch_create_tree: ",
+                     "vocab_size = " + std::to_string(vocab) + " is out of range: it must be 1 .. kMaxVocabSize = " +
+                         "16777216");
+    }
+  }
+  ngramspec_batch_config pool = ngramspec_batch_config_default();
+  pool.max_sequences = BatchConfig::kMaxSequences;
+  ngramspec_tree_config own = ngramspec_tree_config_default();
+  own.vocab_size = std::size_t{1} << 20;
+  own.shared_top_k = 0;
+  EXPECT_INVALID(ngramspec_batch_create_tree(&pool, &own, nullptr, &out), "ngramspec_batch_create_tree: ",
+                 "max_sequences = 1048576 tables of their own (tree->shared_top_k = 0) of tree->vocab_size = 1048576 "
+                 "x tree->top_k = 8 take " +
+                     std::to_string(BatchConfig::kMaxSequences * TopKTable::bytes_for(own.vocab_size, 8)) +
+                     " bytes, more than this machine's memory");
+  EXPECT_EQ(out, sentinel_handle<ngramspec_batch>());
 }
 
 TEST(CApiTrees, BadCallsNameWhatIsWrongChangeNothingAndTheBatchGoesOn) {
@@ -2764,6 +2828,27 @@ TEST(CApiAllocation, HotCallsAllocateNothingOnceWarm) {
   ngramspec_batch_stats stats{};
   ASSERT_C_OK(ngramspec_batch_stats_get(batch.get(), &stats));
   EXPECT_GT(stats.accepted, 0U);
+}
+
+// Under a lowered address-space limit, a top-k table whose memory cannot be had is
+// NGRAMSPEC_ERROR_OUT_OF_MEMORY naming it, never a crash.
+TEST(CApiLimits, ATopKTableBeyondTheAddressSpaceLimitIsOutOfMemoryNamingIt) {
+  expect_in_child_under_1_gib([] {
+    ngramspec_batch_config config = ngramspec_batch_config_default();
+    config.max_sequences = 1;
+    ngramspec_tree_config tree = ngramspec_tree_config_default();
+    tree.vocab_size = TopKTable::kMaxVocabSize;  // 2 GiB of rows with kMaxK
+    tree.top_k = TopKTable::kMaxK;
+    ngramspec_batch* batch = nullptr;
+    const ngramspec_status status = ngramspec_batch_create_tree(&config, &tree, nullptr, &batch);
+    const std::string message = ngramspec_last_error();
+    const bool ok = status == NGRAMSPEC_ERROR_OUT_OF_MEMORY && batch == nullptr &&
+                    message == "ngramspec_batch_create_tree: out of memory: could not allocate " +
+                                   std::to_string(TopKTable::bytes_for(tree.vocab_size, tree.top_k)) +
+                                   " bytes for a TopKTable (its rows)";
+    if (!ok) std::fprintf(stderr, "status %s, message \"%s\"\n", ngramspec_status_name(status), message.c_str());
+    return ok;
+  });
 }
 
 // ---- Out of memory -------------------------------------------------------------------------------

@@ -1204,6 +1204,46 @@ TEST(ReplayOptions, BadBatchCostAndPolicyValuesNameTheValue) {
   }
 }
 
+// An option that takes one value is refused when given twice (the first value would be dropped
+// without a word), and so is a list that names an item twice (its rows would print twice); the
+// repeatable options (--streams, --synthetic, --drafter, --cost) take several distinct values.
+TEST(ReplayOptions, OptionsGivenTwiceAndListsNamingAnItemTwiceAreRefusedByName) {
+  const std::vector<std::pair<std::vector<std::string_view>, std::string>> cases = {
+      {{"--k", "4", "--k", "8"}, "--k is given twice"},
+      {{"--tree-nodes", "4", "--tree-nodes", "8"}, "--tree-nodes is given twice"},
+      {{"--batch", "1", "--batch", "2"}, "--batch is given twice"},
+      {{"--policy", "gate", "--policy", "cost"}, "--policy is given twice"},
+      {{"--length", "64", "--length", "64"}, "--length is given twice"},
+      {{"--seed", "1", "--seed", "2"}, "--seed is given twice"},
+      {{"--records", "0:1", "--records", "1:2"}, "--records is given twice"},
+      {{"--corpus-file", "a", "--corpus-file", "b"}, "--corpus-file is given twice"},
+      {{"--expect-al", "1", "--expect-al", "1"}, "--expect-al is given twice"},
+      {{"--json", "--json"}, "--json is given twice"},
+      {{"--categories", "--categories"}, "--categories is given twice"},
+      {{"--k", "4,4"}, "--k: '4' is given twice"},
+      {{"--k", "1,4,04"}, "--k: '04' is given twice"},
+      {{"--tree-nodes", "64,64,64"}, "--tree-nodes: '64' is given twice"},
+      {{"--batch", "1,32,1"}, "--batch: '1' is given twice"},
+      {{"--drafter", "match", "--drafter", "ngram", "--drafter", "match"}, "--drafter: 'match' is given twice"},
+      {{"--synthetic", "random"}, "--synthetic: 'random' is given twice"},
+      {{"--streams", "a.tsv", "--streams", "a.tsv"}, "--streams: 'a.tsv' is given twice"},
+  };
+  for (const auto& [given, expected] : cases) {
+    std::vector<std::string_view> args = {"--synthetic", "random"};
+    args.insert(args.end(), given.begin(), given.end());
+    SCOPED_TRACE(expected);
+    EXPECT_EQ(message_of<std::invalid_argument>([&] { (void)parse_args(args); }), expected);
+  }
+  // Distinct values of the repeatable options are lists, as before.
+  const replay::ReplayOptions options = parse_args({"--synthetic", "random", "--synthetic", "periodic:8", "--drafter",
+                                                    "match", "--drafter", "ngram", "--cost", "knee:8", "--cost", "flat",
+                                                    "--k", "1,4"});
+  EXPECT_EQ(options.synthetic_specs.size(), 2u);
+  EXPECT_EQ(options.drafter_names, (std::vector<std::string>{"match", "ngram"}));
+  EXPECT_EQ(options.costs.size(), 2u);
+  EXPECT_EQ(options.ks, (std::vector<std::size_t>{1, 4}));
+}
+
 // --- the report: costs, format_json, format_table ------------------------------
 
 // Costs whose sums would overflow a double are refused before the replay, naming the cost.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -278,6 +279,25 @@ TEST(TopKTable, RecordsRowsAndRefusesBadShapesChangingNothing) {
   EXPECT_EQ(invalid_argument_message([] { TopKTable t(0, 2); }), "ngramspec: TopKTable: the vocabulary size is 0");
   table.clear();
   EXPECT_TRUE(table.row(1).empty());
+}
+
+// A vocabulary beyond kMaxVocabSize is refused naming the value and the limit before anything
+// is allocated, however large (2e8 took 6.5 GB and most of a minute to fill), and so is a
+// TreeDrafter's own table of that size.
+TEST(TopKTable, RefusesAVocabularyBeyondItsLimitBeforeAllocating) {
+  const std::string limit = " is out of range: it must be 1 .. kMaxVocabSize = 16777216";
+  for (const std::size_t vocab : {TopKTable::kMaxVocabSize + 1, std::size_t{200000000}, std::size_t{1} << 40,
+                                  std::numeric_limits<std::size_t>::max()}) {
+    EXPECT_EQ(invalid_argument_message([&] { TopKTable t(vocab, 8); }),
+              "ngramspec: TopKTable: vocab_size = " + std::to_string(vocab) + limit);
+    TreeConfig config;
+    config.vocab_size = vocab;
+    EXPECT_EQ(invalid_argument_message([&] { TreeDrafter d(config); }),
+              "ngramspec: TopKTable: vocab_size = " + std::to_string(vocab) + limit);
+  }
+  EXPECT_EQ(TopKTable::bytes_for(TopKTable::kMaxVocabSize, TopKTable::kMaxK), (std::size_t{1} << 24) * 129);
+  const TopKTable largest_row(1000, TopKTable::kMaxK);
+  EXPECT_EQ(largest_row.memory_bytes(), TopKTable::bytes_for(1000, TopKTable::kMaxK) + sizeof(TopKTable));
 }
 
 }  // namespace

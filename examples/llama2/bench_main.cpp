@@ -2,15 +2,19 @@
 // speculation buys end to end, with a fixed draft cap and sized by the measured verify cost, on a
 // random-weight memory-bound model and on the stories260K checkpoint. Prints tables; medians of several runs.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
+#include "command_line.hpp"
 #include "llama2_generate.hpp"
 #include "llama2_model.hpp"
 #include "llama2_tokenizer.hpp"
@@ -153,34 +157,68 @@ struct Args {
   bool large = true;
 };
 
+constexpr const char* kUsage =
+    "usage: ngramspec-llama2-bench [--models DIR] [--runs R] [--steps N] [--k K] [--cost-k K]\n"
+    "                              [--tree-nodes N] [--no-large]\n"
+    "  --runs R        timed runs of each variant, 1 to 1000 (default 7)\n"
+    "  --steps N       most tokens generated per run on stories260K, 1 to 16777216\n"
+    "                  (default 256; generation also stops at the model's seq_len)\n"
+    "  --k K           the fixed draft cap compared on stories260K, 1 to 1024 (default 4)\n"
+    "  --cost-k K      the draft cap of the cost-aware runs, 1 to 1024 (default 16)\n"
+    "  --tree-nodes N  the node budget of the cost-aware tree runs, with the model's top-8 recycled,\n"
+    "                  0 to 1024 (default 16; 0: no tree runs)\n"
+    "Each option at most once.\n";
+
+[[noreturn]] void usage_error(const std::string& what) {
+  std::fprintf(stderr, "ngramspec-llama2-bench: %s\n%s", what.c_str(), kUsage);
+  std::exit(2);
+}
+
+// Digits only, within [low, high]: no sign, spaces or suffix.
+std::size_t parse_count(std::string_view flag, std::string_view text, std::size_t low, std::size_t high) {
+  std::size_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size() || value < low || value > high) {
+    usage_error(std::string(flag) + " wants a whole number from " + std::to_string(low) + " to " +
+                std::to_string(high) + ", got '" + std::string(text) + "'");
+  }
+  return value;
+}
+
 Args parse(int argc, char** argv) {
   Args args;
+  ngramspec::cli::GivenOptions given;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (flag == "--models" && has_value) {
-      args.models = argv[++i];
-    } else if (flag == "--runs" && has_value) {
-      args.runs = std::max(1, std::atoi(argv[++i]));
-    } else if (flag == "--steps" && has_value) {
-      args.steps = static_cast<std::size_t>(std::max(1, std::atoi(argv[++i])));
-    } else if (flag == "--k" && has_value) {
-      args.k = static_cast<std::size_t>(std::max(1, std::atoi(argv[++i])));
-    } else if (flag == "--cost-k" && has_value) {
-      args.cost_k = static_cast<std::size_t>(std::max(1, std::atoi(argv[++i])));
-    } else if (flag == "--tree-nodes" && has_value) {
-      args.tree_nodes = static_cast<std::size_t>(std::max(0, std::atoi(argv[++i])));
+    const auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) usage_error(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    try {
+      given.once(flag);
+    } catch (const std::invalid_argument& e) {
+      usage_error(e.what());
+    }
+    if (flag == "--models") {
+      args.models = std::string(value());
+    } else if (flag == "--runs") {
+      args.runs = static_cast<int>(parse_count(flag, value(), 1, 1000));
+    } else if (flag == "--steps") {
+      args.steps = parse_count(flag, value(), 1, std::size_t{1} << 24);
+    } else if (flag == "--k") {
+      args.k = parse_count(flag, value(), 1, ngramspec::kMaxDraftsPerPass);
+    } else if (flag == "--cost-k") {
+      args.cost_k = parse_count(flag, value(), 1, ngramspec::kMaxDraftsPerPass);
+    } else if (flag == "--tree-nodes") {
+      args.tree_nodes = parse_count(flag, value(), 0, ngramspec::kMaxDraftsPerPass);
     } else if (flag == "--no-large") {
       args.large = false;
     } else {
-      std::fprintf(stderr,
-                   "usage: ngramspec-llama2-bench [--models DIR] [--runs R] [--steps N] [--k K] [--cost-k K]\n"
-                   "                              [--tree-nodes N] [--no-large]\n"
-                   "  --k K           the fixed draft cap compared on stories260K (default 4)\n"
-                   "  --cost-k K      the draft cap of the cost-aware runs (default 16)\n"
-                   "  --tree-nodes N  the node budget of the cost-aware tree runs, with the model's top-8 recycled\n"
-                   "                  (default 16; 0: no tree runs)\n");
-      std::exit(2);
+      usage_error("unknown argument '" + std::string(flag) + "'");
     }
   }
   return args;

@@ -5,13 +5,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "command_line.hpp"
 #include "generate_options.hpp"
 #include "llama2_generate.hpp"
 #include "llama2_model.hpp"
@@ -46,7 +46,8 @@ constexpr const char* kUsage =
     "                  runs use the same cost model)\n"
     "  --temperature T sample at temperature T (default 0: greedy); --top-k K (0 = off), --top-p P and\n"
     "                  --min-p P filter the distribution; --seed S keys the randomness (default 0), so the same\n"
-    "                  seed gives the same text with and without speculation\n";
+    "                  seed gives the same text with and without speculation\n"
+    "Each option at most once.\n";
 
 // Exit code 2 and the usage for any mistake on the command line, 0 after --help.
 ngramspec::llama2::GenerateOptions parse(int argc, char** argv) {
@@ -94,18 +95,6 @@ void report(const char* label, const Run& run, bool trees) {
   std::printf("\n");
 }
 
-std::vector<std::string> read_prompts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read the prompts file '" + path + "'");
-  std::vector<std::string> prompts;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) prompts.push_back(line);
-  }
-  if (prompts.empty()) throw std::runtime_error("the prompts file '" + path + "' holds no prompt");
-  return prompts;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,12 +103,25 @@ int main(int argc, char** argv) {
     using namespace ngramspec::llama2;
     const bool trees = args.tree_nodes != 0;
     const std::size_t width = trees ? args.tree_nodes : args.k;  // most drafts a pass carries
+    // The prompts first: a bad --prompts file is refused before the model is read.
+    const std::vector<std::string> texts = args.prompts_file.empty()
+                                               ? std::vector<std::string>{args.prompt}
+                                               : ngramspec::cli::read_prompt_lines(args.prompts_file);
     Transformer model = Transformer::load(args.model, std::max(width + 1, Transformer::kDefaultMaxBatch));
     const Tokenizer tokenizer(args.tokenizer, model.vocab_size());
-    const std::vector<std::string> texts =
-        args.prompts_file.empty() ? std::vector<std::string>{args.prompt} : read_prompts(args.prompts_file);
     std::vector<std::vector<ngramspec::Token>> prompts;
-    for (const std::string& text : texts) prompts.push_back(tokenizer.encode(text));
+    for (const std::string& text : texts) {
+      prompts.push_back(tokenizer.encode(text));
+      // Refused before anything runs: a prompt the model's context cannot hold never decodes.
+      if (prompts.back().size() > model.config().seq_len) {
+        throw std::invalid_argument(
+            (args.prompts_file.empty() ? std::string("--prompt")
+                                       : "prompt " + std::to_string(prompts.size()) + " of --prompts '" +
+                                             args.prompts_file + "'") +
+            " is " + std::to_string(prompts.back().size()) +
+            " tokens (BOS included), more than the model's seq_len of " + std::to_string(model.config().seq_len));
+      }
+    }
 
     // The cost model of whichever run speculates: measured here (at the middle of the first request), given, or
     // none.

@@ -6,6 +6,7 @@
 #include <string>
 #include <system_error>
 
+#include "command_line.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/top_k_table.hpp"
 
@@ -54,8 +55,10 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   bool has_prompt = false;
   bool has_k = false;
   bool has_recycle = false;
+  cli::GivenOptions given;  // every option takes one value or is one switch
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view flag = args[i];
+    if (flag != "--help" && flag != "-h") given.once(flag);
     const auto value = [&]() -> std::string_view {
       if (i + 1 >= args.size()) throw std::invalid_argument(std::string(flag) + " needs a value");
       return args[++i];

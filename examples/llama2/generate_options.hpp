@@ -44,9 +44,9 @@ struct GenerateOptions {
 };
 
 /// Parses the arguments after the program name. Throws std::invalid_argument naming the option
-/// and the value for an unknown option, a missing or malformed value (a number with a sign,
-/// spaces, trailing characters, out of range, or not finite), a missing required option, or
-/// options that fail their checks. Stops at --help, returning what it parsed with `help` set.
+/// and the value for an unknown option, an option given twice, a missing or malformed value (a
+/// number with a sign, spaces, trailing characters, out of range, or not finite), a missing
+/// required option, or options that fail their checks. Stops at --help, returning what it parsed with `help` set.
 [[nodiscard]] GenerateOptions parse_generate_options(std::span<const std::string_view> args);
 
 }  // namespace ngramspec::llama2

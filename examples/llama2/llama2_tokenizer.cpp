@@ -1,6 +1,7 @@
 #include "llama2_tokenizer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -35,6 +36,8 @@ Tokenizer::Tokenizer(const std::filesystem::path& path, std::size_t vocab_size) 
       throw bad("ends after " + std::to_string(id) + " tokens, but the model's vocabulary has " +
                 std::to_string(vocab_size));
     }
+    // Merging orders pieces by score: a NaN has no place in that order.
+    if (std::isnan(score)) throw bad("token " + std::to_string(id) + " has a score that is not a number (NaN)");
     if (length < 0 || length > max_token_length) {
       throw bad("token " + std::to_string(id) + " has length " + std::to_string(length) + ", outside 0.." +
                 std::to_string(max_token_length));
@@ -84,26 +87,67 @@ std::vector<Token> Tokenizer::encode(std::string_view text) const {
     }
     i = end;
   }
-  // Merge the best-scoring adjacent pair until no adjacent pair forms a known piece. O(n^2), fine for prompts.
-  std::string merged;
-  for (;;) {
-    float best_score = 0.0f;
-    int best_id = -1;
-    std::size_t best_at = 0;
-    for (std::size_t i = 1; i + 1 < tokens.size(); ++i) {  // never merge across BOS
-      merged = pieces_[tokens[i]];
-      merged += pieces_[tokens[i + 1]];
-      const int id = lookup(merged);
-      if (id >= 0 && (best_id < 0 || scores_[static_cast<std::size_t>(id)] > best_score)) {
-        best_score = scores_[static_cast<std::size_t>(id)];
-        best_id = id;
-        best_at = i;
-      }
-    }
-    if (best_id < 0) break;
-    tokens[best_at] = static_cast<Token>(best_id);
-    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
+  // Merge the best-scoring adjacent pair until no adjacent pair forms a known piece, the leftmost of the best on
+  // ties. Every adjacent pair that forms a piece waits in a heap keyed by (score, position); a merge links its two
+  // symbols into one (a doubly linked list over the symbols, so nothing shifts) and offers the two new pairs it
+  // makes. An entry whose pair has since changed is stale and skipped when it comes up: the pair it names is
+  // checked against the list. O(n log n) in the text's length, where rescanning every pair each round is O(n^2).
+  const std::size_t first = 1;  // never merge across BOS
+  const std::size_t end = tokens.size();
+  if (end - first < 2) return tokens;
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> next(end);
+  std::vector<std::size_t> prev(end);
+  for (std::size_t i = first; i < end; ++i) {
+    next[i] = i + 1 < end ? i + 1 : kNone;
+    prev[i] = i > first ? i - 1 : kNone;
   }
+  struct Candidate {
+    float score;
+    std::size_t left;   // the pair's symbols; `left` is also its position (symbols never move)
+    std::size_t right;
+    Token left_token;   // what the two held when the pair was offered
+    Token right_token;
+    Token merged;
+  };
+  // The heap's top is the highest score, the leftmost on ties.
+  const auto later = [](const Candidate& a, const Candidate& b) {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  };
+  std::vector<Candidate> heap;
+  heap.reserve(end);
+  std::string merged;
+  const auto offer = [&](std::size_t left) {
+    if (left == kNone || next[left] == kNone) return;
+    const std::size_t right = next[left];
+    merged = pieces_[tokens[left]];
+    merged += pieces_[tokens[right]];
+    const int id = lookup(merged);
+    if (id < 0) return;
+    heap.push_back({scores_[static_cast<std::size_t>(id)], left, right, tokens[left], tokens[right],
+                    static_cast<Token>(id)});
+    std::push_heap(heap.begin(), heap.end(), later);
+  };
+  for (std::size_t i = first; i + 1 < end; ++i) offer(i);
+  std::vector<bool> merged_away(end, false);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const Candidate c = heap.back();
+    heap.pop_back();
+    if (merged_away[c.left] || next[c.left] != c.right || tokens[c.left] != c.left_token ||
+        tokens[c.right] != c.right_token) {
+      continue;  // stale: a merge since has changed this pair
+    }
+    tokens[c.left] = c.merged;
+    merged_away[c.right] = true;
+    next[c.left] = next[c.right];
+    if (next[c.right] != kNone) prev[next[c.right]] = c.left;
+    offer(prev[c.left]);
+    offer(c.left);
+  }
+  std::size_t kept = first;
+  for (std::size_t i = first; i != kNone; i = next[i]) tokens[kept++] = tokens[i];
+  tokens.resize(kept);
   return tokens;
 }
 

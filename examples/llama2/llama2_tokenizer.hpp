@@ -25,12 +25,14 @@ inline constexpr Token kEos = 2;
 class Tokenizer {
  public:
   /// Reads `path` for a vocabulary of `vocab_size` tokens. Throws std::runtime_error when the file
-  /// cannot be opened, std::invalid_argument when it does not hold exactly vocab_size tokens.
+  /// cannot be opened, std::invalid_argument when it does not hold exactly vocab_size tokens or a
+  /// score is NaN.
   Tokenizer(const std::filesystem::path& path, std::size_t vocab_size);
 
   /// BOS, then `text` with a leading space (if not empty), split into UTF-8 characters (bytes without
   /// a token of their own become byte-fallback tokens <0xHH>), then merged pair by pair, always the
-  /// adjacent pair whose merged piece has the highest score (the leftmost on ties).
+  /// adjacent pair whose merged piece has the highest score (the leftmost on ties). O(n log n) in the
+  /// text's length n.
   [[nodiscard]] std::vector<Token> encode(std::string_view text) const;
   /// The text of `tokens` as they follow `previous`: byte-fallback tokens become their byte, and the
   /// leading space of the piece after BOS is dropped.

@@ -674,29 +674,50 @@ def check_tree_invariance(model: Transformer, tokens: list[int], seed: int = 1) 
 # ---- The program ---------------------------------------------------------------------------------
 
 
+class _Once(argparse.Action):
+    """Stores an option's value (or True, for a switch), refusing the option a second time: argparse
+    would keep the last value without a word."""
+
+    def __init__(self, option_strings: list[str], dest: str, switch: bool = False, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0 if switch else None, **kwargs)  # type: ignore[arg-type]
+        self.switch = switch
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        given = namespace.__dict__.setdefault("_given", set())
+        if self.dest in given:
+            parser.error(f"{option_string} is given twice")
+        given.add(self.dest)
+        setattr(namespace, self.dest, True if self.switch else values)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Batched llama2 inference in PyTorch, plain and with ngramspec's BatchSpeculator; checks that "
                     "the outputs are identical and prints tokens per pass and the speedup.")
-    parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
+    parser.add_argument("--models", type=Path, default=DEFAULT_MODELS, action=_Once,
                         help="folder with stories260K.bin, tok512.bin and stories260K_greedy256.ids "
                              "(default: ../shared/models beside the repository, or $NGRAMSPEC_SHARED_DIR/models)")
     parser.add_argument("--prompt", action="append", help="a prompt (repeatable; default: six prompts, the first "
-                                                          "empty, which the golden output checks)")
-    parser.add_argument("--steps", type=int, default=256, help="most tokens generated per request (default 256)")
-    parser.add_argument("--batch", type=int, default=4, help="requests running at once (default 4)")
-    parser.add_argument("--k", type=int, default=8, help="most drafts per request and pass (default 8)")
-    parser.add_argument("--tree-nodes", type=int, default=0,
+                                                          "empty, which the golden output checks); every other "
+                                                          "option at most once")
+    parser.add_argument("--steps", type=int, default=256, action=_Once,
+                        help="most tokens generated per request (default 256)")
+    parser.add_argument("--batch", type=int, default=4, action=_Once, help="requests running at once (default 4)")
+    parser.add_argument("--k", type=int, default=8, action=_Once,
+                        help="most drafts per request and pass (default 8)")
+    parser.add_argument("--tree-nodes", type=int, default=0, action=_Once,
                         help="also decode through a tree batch verifying up to N nodes per request and pass, "
                              "and print its figures beside the chains' (default 0: chains only)")
-    parser.add_argument("--cost", default="measure",
+    parser.add_argument("--cost", default="measure", action=_Once,
                         help="what a pass costs: measure (default: time this forward at start), none (no cost "
                              "model: MatchDrafter's gate decides), or an ngramspec spec, knee:N or table:T=C,...")
-    parser.add_argument("--repeats", type=int, default=2,
+    parser.add_argument("--repeats", type=int, default=2, action=_Once,
                         help="timed runs of each decoding, alternating (default 2: plain, spec, spec, plain)")
-    parser.add_argument("--check-invariance", action="store_true",
+    parser.add_argument("--check-invariance", action=_Once, switch=True, default=False,
                         help="also check that a pass of many tokens gives bitwise what one-token passes give")
     args = parser.parse_args(argv)
+    vars(args).pop("_given", None)
     for name in ("steps", "batch", "k", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")

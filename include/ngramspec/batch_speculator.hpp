@@ -37,8 +37,12 @@ using SequenceId = std::uint64_t;
 
 /// Configuration of a BatchSpeculator; validated once, by the constructor.
 struct BatchConfig {
-  /// Sequences running at once. The pool holds this many drafters, made at construction, so
-  /// memory is fixed (memory_bytes() reports it): MatchDrafter's defaults take 891 KiB each.
+  /// Most max_sequences: 2^20.
+  static constexpr std::size_t kMaxSequences = std::size_t{1} << 20;
+
+  /// Sequences running at once, 1 .. kMaxSequences. The pool holds this many drafters, made at
+  /// construction, so memory is fixed (memory_bytes() reports it): MatchDrafter's defaults take
+  /// 891 KiB each.
   std::size_t max_sequences = 64;
   /// Most tokens one verify pass carries, the engine's token budget (every sequence's last
   /// token, drafts and any prefill); 0: no limit beyond the drafts buffer given to propose().
@@ -695,7 +699,7 @@ class BatchSpeculator {
     }
     return config;
   }
-  static constexpr std::size_t kMaxSequences = std::size_t{1} << 20;
+  static constexpr std::size_t kMaxSequences = BatchConfig::kMaxSequences;
 
   static std::string name(SequenceId id) { return "sequence " + std::to_string(id); }
 

@@ -272,7 +272,7 @@ NGRAMSPEC_API size_t ngramspec_ngram_predictor_memory_bytes(const ngramspec_ngra
  * - accept's offsets run from offsets[0] == 0 to offsets[n_ids] == n_model_tokens, never decreasing. */
 
 typedef struct ngramspec_batch_config {
-  size_t max_sequences;     /* sequences running at once; one drafter each, made at creation (default 64) */
+  size_t max_sequences;     /* sequences running at once, 1..2^20; one drafter each, made at creation (default 64) */
   size_t max_pass_tokens;   /* most tokens one verify pass carries; 0: no limit (default 0) */
   size_t max_record_tokens; /* output tokens of a sequence kept for the corpus, up to 2^28 (default 8192) */
   const char* cost;         /* the verify cost, "flat", "knee:N" or "table:T=C,..." (copied; VerifyCost::parse);
@@ -412,8 +412,8 @@ typedef struct ngramspec_tree_config {
   size_t struct_size;     /* sizeof(ngramspec_tree_config) */
   size_t successor_slots; /* continuations kept per context order, a power of two (default 4096) */
   size_t max_children;    /* most children a node offers, 1..16 (default 8) */
-  size_t vocab_size;      /* the model's vocabulary, to recycle its top-k (0: no recycling; default 0); it
-                             also bounds the spine's drafts */
+  size_t vocab_size;      /* the model's vocabulary, to recycle its top-k, up to 2^24 (0: no recycling;
+                             default 0); it also bounds the spine's drafts */
   size_t top_k;           /* top tokens kept after each token, 1..32 (default 8) */
   int shared_top_k;       /* nonzero: one top-k table (vocab_size x top_k tokens) that every drafter of the
                              batch shares and learns from (default 1); zero: one per drafter */
@@ -425,7 +425,10 @@ typedef struct ngramspec_tree_config {
 NGRAMSPEC_API ngramspec_tree_config ngramspec_tree_config_default(void);
 /* A batch speculator (as ngramspec_batch_create) whose drafters draft trees with `tree` (NULL: the
  * defaults): their chain (spine) is config's MatchDrafter. Every call of ngramspec_batch_* works on
- * it; propose and accept step it with chains (the spine alone). */
+ * it; propose and accept step it with chains (the spine alone). Its top-k tables take
+ * vocab_size x (4 x top_k + 1) bytes each (one, or max_sequences with shared_top_k 0): more than
+ * the machine's memory is NGRAMSPEC_ERROR_INVALID_ARGUMENT, an allocation that fails
+ * NGRAMSPEC_ERROR_OUT_OF_MEMORY. */
 NGRAMSPEC_API ngramspec_status ngramspec_batch_create_tree(const ngramspec_batch_config* config,
                                                            const ngramspec_tree_config* tree,
                                                            ngramspec_corpus* corpus, ngramspec_batch** out);

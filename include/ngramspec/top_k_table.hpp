@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "ngramspec/allocation_error.hpp"
+#include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/token.hpp"
 
 namespace ngramspec {
@@ -23,9 +25,12 @@ namespace ngramspec {
 /// now, even where the text never repeated.
 ///
 /// Memory is fixed at construction: vocab_size × k tokens (32,000 × 8 is 1 MiB) plus a byte a
-/// row. record() and lookups never allocate. One table per sequence (the TreeDrafter's own),
-/// or one shared by the sequences of a batch, which then learn from each other (and keep
-/// what they learnt across requests; reset_drafter does not clear a shared table).
+/// row, bytes_for(vocab_size, k). record() and lookups never allocate. One table per sequence
+/// (the TreeDrafter's own), or one shared by the sequences of a batch, which then learn from
+/// each other (and keep what they learnt across requests; reset_drafter does not clear a
+/// shared table). A vocabulary is at most kMaxVocabSize tokens (a table of at most 2 GiB), and
+/// a table larger than the machine's memory is refused before anything is allocated, as a
+/// SharedCorpus is.
 ///
 /// Thread safety: none inside; a table shared by several sequences must be used from one
 /// thread at a time (BatchSpeculator's step is).
@@ -33,22 +38,41 @@ class TopKTable {
  public:
   /// Most tokens a row keeps.
   static constexpr std::size_t kMaxK = 32;
+  /// Largest vocabulary: 2^24 tokens, 64 times the largest vocabularies in use; a table of
+  /// kMaxVocabSize × kMaxK tokens takes 2 GiB.
+  static constexpr std::size_t kMaxVocabSize = std::size_t{1} << 24;
+
+  /// Bytes a table of `vocab_size` rows of `k` tokens holds: the rows and a byte a row (exact
+  /// for vocab_size <= kMaxVocabSize and k <= kMaxK, where nothing overflows).
+  [[nodiscard]] static constexpr std::size_t bytes_for(std::size_t vocab_size, std::size_t k) noexcept {
+    return vocab_size * (k * sizeof(Token) + 1);
+  }
 
   /// A table for token ids 0 .. vocab_size - 1, `k` tokens a row. Throws
-  /// std::invalid_argument for a vocabulary of 0, k outside 1 .. kMaxK, or a table whose size
-  /// overflows.
+  /// std::invalid_argument naming the value for a vocabulary of 0 or above kMaxVocabSize, k
+  /// outside 1 .. kMaxK, or a table larger than the machine's physical memory; AllocationError
+  /// (a std::bad_alloc) when its memory cannot be allocated.
   TopKTable(std::size_t vocab_size, std::size_t k) : vocab_(vocab_size), k_(k) {
     if (vocab_size == 0) throw std::invalid_argument("ngramspec: TopKTable: the vocabulary size is 0");
     if (k == 0 || k > kMaxK) {
       throw std::invalid_argument("ngramspec: TopKTable: k = " + std::to_string(k) + "; it must be 1 .. " +
                                   std::to_string(kMaxK));
     }
-    if (vocab_size > (std::size_t{1} << 32) || vocab_size > SIZE_MAX / sizeof(Token) / k) {
-      throw std::invalid_argument("ngramspec: TopKTable: a vocabulary of " + std::to_string(vocab_size) +
-                                  " tokens is too large");
+    if (vocab_size > kMaxVocabSize) {
+      throw std::invalid_argument("ngramspec: TopKTable: vocab_size = " + std::to_string(vocab_size) +
+                                  " is out of range: it must be 1 .. kMaxVocabSize = " + std::to_string(kMaxVocabSize));
     }
-    rows_.assign(vocab_size * k, 0);
-    filled_.assign(vocab_size, 0);
+    const std::size_t bytes = bytes_for(vocab_size, k);
+    const std::size_t machine = detail::physical_memory_bytes();
+    if (machine != 0 && bytes > machine) {
+      throw std::invalid_argument("ngramspec: TopKTable: vocab_size = " + std::to_string(vocab_size) + " x k = " +
+                                  std::to_string(k) + " takes " + std::to_string(bytes) +
+                                  " bytes, more than this machine's memory (" + std::to_string(machine) + " bytes)");
+    }
+    detail::allocating("a TopKTable (its rows)", bytes, [&] {
+      rows_.assign(vocab_size * k, 0);
+      filled_.assign(vocab_size, 0);
+    });
   }
 
   /// Records a pass: `top[i * k() .. (i + 1) * k())`, best first, the model's top tokens after

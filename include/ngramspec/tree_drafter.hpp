@@ -23,8 +23,8 @@ struct TreeConfig {
   /// order (a power of two; a context hashes to one slot, and a newer context takes it over).
   std::size_t successor_slots = 4096;
   /// Vocabulary of the model, for a top-k table of the drafter's own (0: none; recycling then
-  /// needs a shared table passed to the constructor). When chain.vocab_size is 0 it also bounds
-  /// the spine (MatchConfig::vocab_size); the two may not disagree.
+  /// needs a shared table passed to the constructor); at most TopKTable::kMaxVocabSize. When
+  /// chain.vocab_size is 0 it also bounds the spine (MatchConfig::vocab_size); the two may not disagree.
   std::size_t vocab_size = 0;
   /// Tokens per row of the drafter's own top-k table: how many of the model's top tokens after
   /// each token it keeps (1 .. TopKTable::kMaxK).

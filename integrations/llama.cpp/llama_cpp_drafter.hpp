@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "llama_drafter_spec.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/token.hpp"
 
@@ -15,44 +16,6 @@
 struct common_speculative;
 
 namespace ngramspec::llama_cpp {
-
-/// llama.cpp's n-gram drafting types (common_speculative_type), the ones that need no draft model.
-enum class NGramType {
-  simple,   ///< "ngram-simple": the latest earlier occurrence of the last n tokens, the m after it
-  map_k,    ///< "ngram-map-k": the same through a map of keys, drafting as long as the key's last acceptance
-  map_k4v,  ///< "ngram-map-k4v": keys with up to 4 values, drafting the dominant value
-  mod,      ///< "ngram-mod": a hashed table of n_match-grams to their next token, chained
-  cache,    ///< "ngram-cache": 1- to 4-gram counts of the context (llama-lookup's cache), 8 drafts at most
-};
-
-/// llama.cpp's name of `type` ("ngram-simple", ...).
-[[nodiscard]] std::string_view type_name(NGramType type) noexcept;
-
-/// Configuration of a LlamaCppDrafter. The defaults are llama.cpp's (common_params_speculative
-/// at the pinned commit; a test holds them equal). Each field applies to the types named.
-struct LlamaCppDrafterConfig {
-  NGramType type = NGramType::mod;  ///< which of llama.cpp's drafters runs
-  std::uint16_t n = 12;             ///< simple, map-k, map-k4v: tokens of the lookup n-gram (size_n), 1-1024
-  std::uint16_t m = 48;             ///< simple, map-k, map-k4v: tokens of the drafted m-gram (size_m), 1-1024
-  std::uint16_t min_hits = 1;       ///< map-k4v: sightings of a key before it drafts, >= 1
-  std::int32_t n_match = 24;        ///< mod: tokens of the lookup n-gram, 1-1024
-  std::int32_t n_max = 64;          ///< mod: most tokens one draft chains, 0-1024
-  std::int32_t n_min = 48;          ///< mod: a chain that stops before this many tokens drafts nothing, 0-1024
-  /// On construction, lower llama.cpp's common log threshold (process-wide) to errors, so its
-  /// drafters' warnings and notes are not printed; errors still are. false: leave it as it is.
-  bool quiet_logs = true;
-};
-
-/// Parses "TYPE[:key=value,...]": TYPE is one of llama.cpp's n-gram type names; the keys are
-/// n, m (all but ngram-mod and ngram-cache), min_hits (ngram-map-k4v), n_match, n_max, n_min
-/// (ngram-mod); ngram-cache takes none. Throws std::invalid_argument naming the spec and what is
-/// wrong: an unknown type or key, a key the type does not use, a bad or out-of-range value. The
-/// message begins with `source` when given (what the user typed, e.g. "drafter 'llama.cpp:...'"),
-/// else with "llama.cpp drafter 'SPEC'".
-[[nodiscard]] LlamaCppDrafterConfig parse_spec(std::string_view spec, std::string_view source = {});
-
-/// The type and its parameters, without spaces: "llama.cpp:ngram-simple(n=12,m=48)".
-[[nodiscard]] std::string describe(const LlamaCppDrafterConfig& config);
 
 /// Lowers the threshold of llama.cpp's common log to errors (warnings, notes and debug output
 /// are dropped; errors still print) and routes libllama's own log (llama_log_set) to standard

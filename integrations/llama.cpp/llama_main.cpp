@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -17,6 +16,7 @@
 #include <ngramspec/mapped_corpus.hpp>
 #include <ngramspec/shared_corpus.hpp>
 
+#include "command_line.hpp"
 #include "llama_cost.hpp"
 #include "llama_decoding.hpp"
 #include "llama_engine.hpp"
@@ -32,15 +32,7 @@ using namespace ngramspec::llama_cpp;
 
 std::vector<std::string> read_prompts(const LlamaOptions& o) {
   if (o.prompt) return {*o.prompt};
-  std::ifstream in(o.prompts_file);
-  if (!in) throw std::runtime_error("cannot open --prompts file '" + o.prompts_file + "'");
-  std::vector<std::string> prompts;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) prompts.push_back(line);
-  }
-  if (prompts.empty()) throw std::runtime_error("--prompts file '" + o.prompts_file + "' holds no prompt (one a line)");
-  return prompts;
+  return cli::read_prompt_lines(o.prompts_file);
 }
 
 #if NGRAMSPEC_LLAMA_CPP_DRAFTERS
@@ -189,9 +181,10 @@ int curve_mode(const LlamaOptions& o) {
 
 int run(const LlamaOptions& o) {
   if (!o.curve.empty()) return curve_mode(o);
+  // The prompts first: a bad --prompts file is refused before the model is loaded.
+  const std::vector<std::string> texts = read_prompts(o);
   EngineConfig config{o.model, o.threads, o.parallel, o.context, 0, o.verbose};
   Engine engine(config);
-  const std::vector<std::string> texts = read_prompts(o);
   std::vector<std::vector<Token>> prompts;
   for (const std::string& t : texts) prompts.push_back(engine.tokenize(t, true));
   llama_cpp::detail::prompt_limit_check(engine, prompts);

@@ -10,6 +10,9 @@
 
 #include <ngramspec/decode_step.hpp>
 
+#include "command_line.hpp"
+#include "llama_drafter_spec.hpp"
+
 namespace ngramspec::llama_cpp {
 namespace {
 
@@ -68,22 +71,27 @@ const char* llama_usage() noexcept {
          "                     --repeats alternating runs)\n"
          "  --compare          plain, ngramspec and llama.cpp's own n-gram drafters (through its\n"
          "                     common_speculative code) on the same prompts in one run: one table\n"
-         "  --llama-drafter S  with --compare: a llama.cpp drafter to run, TYPE[:key=value,...] (repeatable;\n"
-         "                     default: every n-gram type at its defaults and at settings that draft on short texts)\n"
+         "  --llama-drafter S  with --compare: a llama.cpp drafter to run, TYPE[:key=value,...] (repeatable, each\n"
+         "                     drafter once; default: every n-gram type at its defaults and at settings that\n"
+         "                     draft on short texts)\n"
          "  --repeats N        timed rounds of --check, --compare and --curve (default 3)\n"
          "  --curve 1,4,16     measure the cost of passes of 1 .. --curve-tokens (default 17) tokens per sequence,\n"
          "                     at position --curve-at (default 256) of each sequence,\n"
          "                     for each number of sequences given, print the table, and exit\n"
          "  --json             print the result as JSON\n"
-         "  --verbose          show llama.cpp's log\n";
+         "  --verbose          show llama.cpp's log\n"
+         "Every option but --llama-drafter at most once.\n";
 }
 
 LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   LlamaOptions o;
   std::vector<std::string_view> given;  // every option, to refuse the ones the chosen mode would not read
+  cli::GivenOptions once;               // every option but --llama-drafter (repeatable) is given once
+  std::vector<std::string> drafters;    // describe() of each --llama-drafter, to refuse one named twice
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view flag = args[i];
     given.push_back(flag);
+    if (flag != "--llama-drafter" && flag != "--help" && flag != "-h") once.once(flag);
     const auto value = [&]() -> std::string_view {
       if (i + 1 >= args.size()) throw std::invalid_argument(std::string(flag) + " needs a value");
       return args[++i];
@@ -139,7 +147,12 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
     } else if (flag == "--compare") {
       o.compare = true;
     } else if (flag == "--llama-drafter") {
-      o.llama_drafters.emplace_back(value());
+      // Checked now, before anything is loaded: a bad spec is a mistake on the command line.
+      const std::string_view spec = value();
+      const std::string described = describe(parse_spec(spec, "--llama-drafter '" + std::string(spec) + "'"));
+      cli::refuse_repeated_item(flag, drafters, described, spec);
+      drafters.push_back(described);
+      o.llama_drafters.emplace_back(spec);
     } else if (flag == "--repeats") {
       o.repeats = parse_count(flag, value(), 1, 1000);
     } else if (flag == "--corpus") {
@@ -151,7 +164,10 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       std::size_t start = 0;
       while (start <= text.size()) {
         const std::size_t comma = std::min(text.find(',', start), text.size());
-        o.curve.push_back(parse_count(flag, text.substr(start, comma - start), 1, 256));
+        const std::string_view item = text.substr(start, comma - start);
+        const std::size_t sequences = parse_count(flag, item, 1, 256);
+        cli::refuse_repeated_item(flag, o.curve, sequences, item);
+        o.curve.push_back(sequences);
         start = comma + 1;
       }
     } else if (flag == "--curve-at") {

@@ -34,7 +34,7 @@ struct LlamaOptions {
   bool speculate = true;             ///< false with --no-speculate
   bool check = false;                ///< --check
   bool compare = false;              ///< --compare
-  std::vector<std::string> llama_drafters;  ///< --llama-drafter SPEC (repeatable): what --compare runs of llama.cpp's
+  std::vector<std::string> llama_drafters;  ///< --llama-drafter SPEC (repeatable, checked): drafters --compare runs
   std::size_t repeats = 3;           ///< --repeats: timed rounds of --check and --compare
   std::size_t corpus_mib = 0;        ///< --corpus MIB: a SharedCorpus across prompts
   std::string corpus_file;           ///< --corpus-file FILE: a corpus file (ngramspec-corpus build)
@@ -49,7 +49,9 @@ struct LlamaOptions {
 };
 
 /// Parses the arguments after the program name. Throws std::invalid_argument naming the option
-/// and the value for anything unknown, missing, malformed or out of range.
+/// and the value for anything unknown, missing, malformed or out of range, an option given twice
+/// (but --llama-drafter, which is repeatable), a list that names an item twice, and a
+/// --llama-drafter spec that parse_spec() refuses: all before any model is loaded.
 [[nodiscard]] LlamaOptions parse_llama_options(std::span<const std::string_view> args);
 
 /// The usage text.

@@ -173,6 +173,8 @@ def size_arg(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     value = int(value)
-    if value < 0 or value > 0xFFFFFFFFFFFFFFFF:
+    if value < 0:
         raise ValueError(f"{what} = {value} is invalid: it must be a non-negative integer")
+    if value > 0xFFFFFFFFFFFFFFFF:
+        raise ValueError(f"{what} = {value} is out of range: it must be from 0 to 2**64 - 1 (a size_t)")
     return value

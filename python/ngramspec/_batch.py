@@ -127,6 +127,7 @@ class BatchSpeculator(Closable):
         """A speculator with a pool of `max_sequences` MatchDrafters, made now (memory is fixed).
 
         `max_pass_tokens`: the most tokens one verify pass carries (0: no limit).
+        `max_sequences`: sequences running at once, 1 to 2**20.
         `max_record_tokens`: output tokens of a sequence kept for the corpus (up to 2**28).
         `cost`: what a verify pass costs, ``"flat"``, ``"knee:N"`` or ``"table:T=C,..."`` (the
         grammar of the C++ VerifyCost::parse; only ratios matter, and a cost more than 1e200 times
@@ -143,7 +144,7 @@ class BatchSpeculator(Closable):
         `tree`: True, or a dict of tree settings, pools TreeDrafters whose spine is `drafter` (see
         :meth:`propose_trees`): ``successor_slots`` (a power of two, default 4096),
         ``max_children`` (1..16, default 8), ``vocab_size`` (the model's vocabulary, to recycle its
-        top-k; 0, the default: none), ``top_k`` (1..32, default 8), ``shared_top_k`` (default
+        top-k, up to 2**24; 0, the default: none), ``top_k`` (1..32, default 8), ``shared_top_k`` (default
         True: one table that every drafter shares), ``carry_over`` and ``enrich_counts`` (default
         False; TreeConfig's settings of those names). A tree batch reads `corpus_file` too (its
         drafters' spine drafts from it).
@@ -228,6 +229,7 @@ class BatchSpeculator(Closable):
         Raises ValueError (the library's message) when the id is running, every pooled drafter is
         taken, or the prompt is empty or longer than max_context. A sequence that may emit nothing
         (max_new_tokens 0) starts finished."""
+        handle = self._live("begin")
         prompt_array, prompt_pointer, prompt_length = tokens_arg(prompt, "prompt")
         if stop_tokens is None:
             stop_tokens = ()
@@ -245,7 +247,7 @@ class BatchSpeculator(Closable):
         options.max_context = size_arg(max_context, "max_context")
         options.speculate = 1 if speculate else 0
         options.max_drafts = size_arg(max_drafts, "max_drafts")
-        status = lib.ngramspec_batch_begin(self._handle, _id(seq_id), prompt_pointer, prompt_length,
+        status = lib.ngramspec_batch_begin(handle, _id(seq_id), prompt_pointer, prompt_length,
                                            ctypes.byref(options))
         if status:
             raise_status(status)
@@ -255,13 +257,13 @@ class BatchSpeculator(Closable):
     def finish(self, seq_id: int) -> None:
         """Ends sequence `seq_id`, finished or not: appends its output to the corpus, when there is
         one, and returns its drafter to the pool. ValueError for an id that is not running."""
-        status = lib.ngramspec_batch_finish(self._handle, _id(seq_id))
+        status = lib.ngramspec_batch_finish(self._live("finish"), _id(seq_id))
         if status:
             raise_status(status)
 
     def cancel(self, seq_id: int) -> None:
         """Ends sequence `seq_id` without adding it to the corpus. ValueError for an id that is not running."""
-        status = lib.ngramspec_batch_cancel(self._handle, _id(seq_id))
+        status = lib.ngramspec_batch_cancel(self._live("cancel"), _id(seq_id))
         if status:
             raise_status(status)
 
@@ -298,7 +300,7 @@ class BatchSpeculator(Closable):
         if offsets.shape[0] < n + 1:
             offsets = self._offsets = np.empty(max(n + 1, 2 * offsets.shape[0]), np.uintp)
             self._offsets_address = offsets.ctypes.data
-        status = self._propose_c(self._handle, ids_pointer, n, self._drafts_address, drafts.shape[0],
+        status = self._propose_c(self._live("propose"), ids_pointer, n, self._drafts_address, drafts.shape[0],
                                  self._offsets_address, extra_tokens, self._count_address)
         if status:
             raise_status(status)
@@ -314,7 +316,7 @@ class BatchSpeculator(Closable):
         offsets = out_offsets(offsets, "offsets")
         if offsets.size != n + 1:
             raise ValueError(f"offsets has {offsets.size} elements; it needs len(ids) + 1 = {n + 1}")
-        status = self._propose_c(self._handle, ids_pointer, n, drafts.ctypes.data, drafts.size,
+        status = self._propose_c(self._live("propose_into"), ids_pointer, n, drafts.ctypes.data, drafts.size,
                                  offsets.ctypes.data, size_arg(extra_tokens, "extra_tokens"), self._count_address)
         if status:
             raise_status(status)
@@ -340,7 +342,7 @@ class BatchSpeculator(Closable):
         if steps.shape[0] < n:
             steps = self._steps = np.empty(max(n, 2 * steps.shape[0]), STEP_DTYPE)
             self._steps_address = steps.ctypes.data
-        status = self._accept_c(self._handle, ids_pointer, n, tokens_pointer, n_tokens, offsets_pointer,
+        status = self._accept_c(self._live("accept"), ids_pointer, n, tokens_pointer, n_tokens, offsets_pointer,
                                 self._steps_address)
         if status:
             raise_status(status)
@@ -374,7 +376,7 @@ class BatchSpeculator(Closable):
             self._offsets = np.empty(max(n + 1, 2 * self._offsets.shape[0]), np.uintp)
             self._offsets_address = self._offsets.ctypes.data
         tokens, parents, offsets = self._drafts, self._parents, self._offsets
-        status = lib.ngramspec_batch_propose_trees(self._handle, ids_pointer, n, self._drafts_address,
+        status = lib.ngramspec_batch_propose_trees(self._live("propose_trees"), ids_pointer, n, self._drafts_address,
                                                    parents.ctypes.data, tokens.shape[0], self._offsets_address,
                                                    extra_tokens, self._count_address)
         if status:
@@ -411,7 +413,7 @@ class BatchSpeculator(Closable):
         kept = self._kept
         if kept.shape[0] < n_tokens:
             kept = self._kept = np.empty(max(n_tokens, 2 * kept.shape[0]), np.uintp)
-        status = lib.ngramspec_batch_accept_trees(self._handle, ids_pointer, n, tokens_pointer, n_tokens,
+        status = lib.ngramspec_batch_accept_trees(self._live("accept_trees"), ids_pointer, n, tokens_pointer, n_tokens,
                                                   offsets_pointer, top_pointer, n_top, self._steps_address,
                                                   kept.ctypes.data, kept.shape[0])
         if status:
@@ -425,7 +427,7 @@ class BatchSpeculator(Closable):
 
     @property
     def top_k(self) -> int:
-        """Top tokens per pass entry that :meth:`accept_trees` takes (0: none, or a chain batch)."""
+        """Top tokens per pass entry that :meth:`accept_trees` takes (0: none, a chain batch, or closed)."""
         return int(lib.ngramspec_batch_top_k(self._handle))
 
     # ---- State -----------------------------------------------------------------------------
@@ -433,7 +435,7 @@ class BatchSpeculator(Closable):
     @property
     def memory_bytes(self) -> int:
         """Bytes the native speculator holds: its drafters, records and scratch (fixed at creation
-        but for the scratch, which grows with the largest batch)."""
+        but for the scratch, which grows with the largest batch; 0 once closed)."""
         return int(lib.ngramspec_batch_memory_bytes(self._handle))
 
     @property
@@ -441,7 +443,7 @@ class BatchSpeculator(Closable):
         """Running totals: propose calls, drafts verified, drafts accepted, tokens emitted, and draft
         tokens dropped outside the vocabulary."""
         out = _CBatchStats()
-        status = lib.ngramspec_batch_stats_get(self._handle, ctypes.byref(out))
+        status = lib.ngramspec_batch_stats_get(self._live("stats"), ctypes.byref(out))
         if status:
             raise_status(status)
         return BatchStats(int(out.proposals), int(out.drafted), int(out.accepted), int(out.emitted),
@@ -507,7 +509,7 @@ def _tree_config(tree: Any) -> _CTreeConfig | None:
                 raise TypeError(f"tree setting {name} must be a bool, not {type(value).__name__}")
             setattr(config, name, 1 if value else 0)
         else:
-            setattr(config, name, size_arg(value, name))
+            setattr(config, name, size_arg(value, f"tree setting {name}"))
     return config
 
 

@@ -68,12 +68,13 @@ class _Attachable(Closable):
         self._release()
 
     def _draft(self, function: Callable[..., int], context: TokensLike, room: int) -> CorpusDraft:
+        handle = self._live("draft")
         array, pointer, n = tokens_arg(context, "context")
         out = np.empty(size_arg(room, "room"), np.uint32)
         # Out-parameters of this call's own: threads may draft from one corpus at once.
         count = ctypes.c_size_t(0)
         length = ctypes.c_size_t(0)
-        status = function(self._handle, pointer, n, out.ctypes.data, out.shape[0], ctypes.byref(count),
+        status = function(handle, pointer, n, out.ctypes.data, out.shape[0], ctypes.byref(count),
                           ctypes.byref(length))
         if status:
             raise_status(status)
@@ -142,17 +143,18 @@ class SharedCorpus(_Attachable):
         `stamp`: the record's time, any int64 that orders records in time (None: the time now, in
         nanoseconds since the Unix epoch). Stamps only increase: one not above the last record's
         is raised to one more than it. An empty record changes nothing."""
+        handle = self._live("append")
         array, pointer, count = tokens_arg(tokens)
         if stamp is None:
-            status = lib.ngramspec_corpus_append(self._handle, pointer, count)
+            status = lib.ngramspec_corpus_append(handle, pointer, count)
         else:
-            status = lib.ngramspec_corpus_append_stamped(self._handle, pointer, count, _stamp_arg(stamp))
+            status = lib.ngramspec_corpus_append_stamped(handle, pointer, count, _stamp_arg(stamp))
         if status:
             raise_status(status)
 
     def clear(self) -> None:
         """Removes every record."""
-        status = lib.ngramspec_corpus_clear(self._handle)
+        status = lib.ngramspec_corpus_clear(self._live("clear"))
         if status:
             raise_status(status)
 
@@ -167,8 +169,9 @@ class SharedCorpus(_Attachable):
         """Writes the records held, with their stamps, to a corpus file at `path`, replacing it
         atomically. Raises :class:`CorpusFileError` (naming the file and the problem) when the file
         cannot be written."""
+        handle = self._live("save")
         _, native = _path_arg(path)
-        status = lib.ngramspec_corpus_save(self._handle, native)
+        status = lib.ngramspec_corpus_save(handle, native)
         if status:
             raise_status(status)
 
@@ -180,11 +183,12 @@ class SharedCorpus(_Attachable):
         it was written is refused and a later :meth:`save` cannot write its damage out under fresh
         checksums; ``verify_checksums=False`` trusts the body (a file this process just wrote) and
         checks only the header."""
+        handle = self._live("load")
         if not isinstance(verify_checksums, bool):
             raise TypeError(f"verify_checksums must be a bool, not {type(verify_checksums).__name__}")
         _, native = _path_arg(path)
         load = lib.ngramspec_corpus_load if verify_checksums else lib.ngramspec_corpus_load_trusted
-        status = load(self._handle, native)
+        status = load(handle, native)
         if status:
             raise_status(status)
 
@@ -261,7 +265,7 @@ class MappedCorpus(_Attachable):
         """Reads every byte: each section's checksum, then the structure. Raises
         :class:`CorpusFileError` naming the section and what is wrong when the file was corrupted
         since it was written. About a second per GiB."""
-        status = lib.ngramspec_corpus_file_verify(self._handle)
+        status = lib.ngramspec_corpus_file_verify(self._live("verify"))
         if status:
             raise_status(status)
 
@@ -269,7 +273,7 @@ class MappedCorpus(_Attachable):
         """Each section's checksum alone, every byte read once at memory speed (what
         :meth:`SharedCorpus.load` checks). Raises :class:`CorpusFileError` naming the section whose
         checksum does not match."""
-        status = lib.ngramspec_corpus_file_verify_checksums(self._handle)
+        status = lib.ngramspec_corpus_file_verify_checksums(self._live("verify_checksums"))
         if status:
             raise_status(status)
 

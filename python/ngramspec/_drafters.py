@@ -41,14 +41,14 @@ class _Drafter(Closable):
         A C-contiguous uint32 or int32 array is read in place; lists and other arrays are
         converted first."""
         array, pointer, count = tokens_arg(tokens)
-        status = self._update(self._handle, pointer, count)
+        status = self._update(self._live("update"), pointer, count)
         if status:
             raise_status(status)
 
     def predict(self, max_drafts: int = 4) -> npt.NDArray[np.uint32]:
         """Up to `max_drafts` drafted tokens to follow what it observed (a new uint32 array; may be empty)."""
         out = np.empty(size_arg(max_drafts, "max_drafts"), np.uint32)
-        status = self._predict(self._handle, out.ctypes.data, out.shape[0], None, self._count_address)
+        status = self._predict(self._live("predict"), out.ctypes.data, out.shape[0], None, self._count_address)
         if status:
             raise_status(status)
         return out[: self._count.value]
@@ -60,8 +60,8 @@ class _Drafter(Closable):
         capacity = size_arg(max_drafts, "max_drafts")
         out = np.empty(capacity, np.uint32)
         probabilities = np.empty(capacity, np.float32)
-        status = self._predict(self._handle, out.ctypes.data, capacity, probabilities.ctypes.data,
-                               self._count_address)
+        status = self._predict(self._live("predict_with_probabilities"), out.ctypes.data, capacity,
+                               probabilities.ctypes.data, self._count_address)
         if status:
             raise_status(status)
         n = self._count.value
@@ -80,20 +80,21 @@ class _Drafter(Closable):
             if probabilities.size < capacity:
                 raise ValueError(f"probabilities has room for {probabilities.size} values; out has {capacity}")
             probability_pointer = probabilities.ctypes.data
-        status = self._predict(self._handle, out.ctypes.data, capacity, probability_pointer, self._count_address)
+        status = self._predict(self._live("predict_into"), out.ctypes.data, capacity, probability_pointer,
+                               self._count_address)
         if status:
             raise_status(status)
         return self._count.value
 
     def reset(self) -> None:
         """Forgets everything observed (its memory stays allocated, for the next sequence)."""
-        status = self._reset(self._handle)
+        status = self._reset(self._live("reset"))
         if status:
             raise_status(status)
 
     @property
     def memory_bytes(self) -> int:
-        """Bytes it holds (fixed at creation)."""
+        """Bytes it holds (fixed at creation; 0 once closed)."""
         return int(self._memory(self._handle))
 
     @property

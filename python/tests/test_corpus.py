@@ -48,8 +48,16 @@ def test_calls_on_a_closed_corpus_raise() -> None:
     corpus = ngramspec.SharedCorpus(1 << 16)
     corpus.close()
     corpus.close()  # again: nothing
-    with pytest.raises(ValueError):
-        corpus.append([1, 2, 3])
+    calls = {
+        "append": lambda: corpus.append([1, 2, 3]),
+        "clear": lambda: corpus.clear(),
+        "draft": lambda: corpus.draft([1, 2]),
+        "save": lambda: corpus.save("unused.ngc"),
+        "load": lambda: corpus.load("unused.ngc"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=f"^ngramspec.SharedCorpus.{name}: the SharedCorpus is closed$"):
+            call()
     assert corpus.size == 0
 
 

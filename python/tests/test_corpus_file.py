@@ -225,8 +225,10 @@ def test_bad_arguments_raise_type_and_value_errors(tmp_path: Path) -> None:
         assert mapped._users == 0  # the failed creates let go of it
     with pytest.raises(ValueError, match="closed"):
         MatchDrafter(corpus_file=mapped)
-    with pytest.raises(ValueError, match="file is NULL"):
+    with pytest.raises(ValueError, match="^ngramspec.MappedCorpus.verify: the MappedCorpus is closed$"):
         mapped.verify()
+    with pytest.raises(ValueError, match="^ngramspec.MappedCorpus.draft: the MappedCorpus is closed$"):
+        mapped.draft([1, 2])
     assert mapped.size == 0 and "closed" in repr(mapped)
 
 
@@ -312,7 +314,8 @@ def test_drafters_and_batches_keep_the_file_mapped_past_close(tmp_path: Path) ->
     batch = BatchSpeculator(max_sequences=2, corpus_file=mapped)
     mapped.close()  # the mapping stays until the drafter and the batch are done with it
     assert mapped._native is not None
-    with pytest.raises(ValueError, match="file is NULL"):  # its own calls are over
+    # Its own calls are over.
+    with pytest.raises(ValueError, match="^ngramspec.MappedCorpus.draft: the MappedCorpus is closed$"):
         mapped.draft([100, 101])
     drafter.update([7, 100, 101, 102])
     assert drafter.predict(4).tolist() == [103, 104, 105, 106]  # copied from the file

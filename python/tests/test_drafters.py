@@ -156,11 +156,19 @@ def test_a_closed_drafter_raises(make) -> None:  # type: ignore[no-untyped-def]
     with make() as drafter:
         drafter.update([1, 2, 3])
     drafter.close()  # again: nothing
-    with pytest.raises(ValueError):
-        drafter.update([1, 2, 3])
-    with pytest.raises(ValueError):
-        drafter.predict(4)
-    assert "closed" in repr(drafter)
+    assert drafter.closed
+    name = type(drafter).__name__
+    calls = {
+        "update": lambda: drafter.update([1, 2, 3]),
+        "predict": lambda: drafter.predict(4),
+        "predict_with_probabilities": lambda: drafter.predict_with_probabilities(4),
+        "predict_into": lambda: drafter.predict_into(np.empty(4, np.uint32)),
+        "reset": lambda: drafter.reset(),
+    }
+    for call_name, call in calls.items():
+        with pytest.raises(ValueError, match=f"^ngramspec.{name}.{call_name}: the {name} is closed$"):
+            call()
+    assert "closed" in repr(drafter) and drafter.memory_bytes == 0
 
 
 def test_a_gateless_drafter_drafts_more() -> None:

@@ -150,3 +150,41 @@ def test_bad_calls_are_errors_with_the_library_message() -> None:
     assert list(steps["emitted"]) == [1, 1] and list(kept) == [0, 0]
     tokens, parents, offsets = spec.propose_trees([1, 2])
     assert len(tokens) > 0 and parents[0] == -1
+
+
+def test_sizes_out_of_range_are_value_errors_naming_the_value_and_the_range() -> None:
+    with pytest.raises(ValueError, match=r"tree setting vocab_size = 1180591620717411303424 is out of range: it must "
+                                         r"be from 0 to 2\*\*64 - 1"):
+        BatchSpeculator(max_sequences=1, tree={"vocab_size": 2**70})
+    for vocab in (2**24 + 1, 200_000_000, 2**64 - 1):
+        for shared in (True, False):
+            with pytest.raises(ValueError, match=f"vocab_size = {vocab} is out of range: it must be 1 .. "
+                                                 f"kMaxVocabSize = 16777216"):
+                BatchSpeculator(max_sequences=2, tree={"vocab_size": vocab, "shared_top_k": shared})
+    for pool in (2**20 + 1, 2**62, 2**64 - 1):
+        for tree in (False, True):
+            with pytest.raises(ValueError, match=f"max_sequences = {pool} is invalid: must be between 1 and 1048576"):
+                BatchSpeculator(max_sequences=pool, tree=tree)
+    with pytest.raises(ValueError, match=r"max_sequences = 1180591620717411303424 is out of range"):
+        BatchSpeculator(max_sequences=2**70)
+
+
+def test_every_call_on_a_closed_batch_says_it_is_closed() -> None:
+    spec = BatchSpeculator(max_sequences=2, tree={"vocab_size": 32, "top_k": 2})
+    spec.begin(1, [5, 6, 5, 6, 5], max_drafts=8)
+    spec.close()
+    assert spec.closed
+    calls = {
+        "begin": lambda: spec.begin(2, [1, 2]),
+        "finish": lambda: spec.finish(1),
+        "cancel": lambda: spec.cancel(1),
+        "propose": lambda: spec.propose([1]),
+        "propose_into": lambda: spec.propose_into([1], np.empty(8, np.uint32), np.empty(2, np.uintp)),
+        "accept": lambda: spec.accept([1], [6], [0, 1]),
+        "propose_trees": lambda: spec.propose_trees([1]),
+        "accept_trees": lambda: spec.accept_trees([1], [6], [0, 1]),
+        "stats": lambda: spec.stats,
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=f"^ngramspec.BatchSpeculator.{name}: the BatchSpeculator is closed$"):
+            call()

@@ -3,7 +3,8 @@
 // The input is split at newlines into arguments (the program name excluded), and both parsers
 // get the same arguments. Each must either return options whose fields are in their documented
 // ranges and agree with a reference walk over the arguments, or throw std::invalid_argument with
-// a message, and throw only when the reference walk finds something wrong. Every --drafter value
+// a message, and throw only when the reference walk finds something wrong (an option given twice
+// that is not repeatable, and a list that names an item twice, among others). Every --drafter value
 // also goes to make_drafter and every --synthetic value to parse_synthetic: each returns or
 // throws std::invalid_argument with a message. Any other exception, a crash or a sanitizer
 // report fails.
@@ -135,10 +136,27 @@ void fuzz_replay(std::span<const std::string_view> args) {
   std::string_view records;           // the last --records
   std::string_view corpus_file;       // the last --corpus-file
   std::vector<std::pair<std::string_view, std::string_view>> last;  // numeric option, its last value
+  // Options given once at most: all but the repeatable --streams, --synthetic, --drafter, --cost.
+  std::set<std::string_view> given;
+  const auto twice = [&](std::string_view arg) {
+    if (arg == "--streams" || arg == "--synthetic" || arg == "--drafter" || arg == "--cost") return false;
+    return !given.insert(arg).second;
+  };
+  // A list must not name an item twice.
+  const auto add_text = [&](std::vector<std::string_view>& list, std::string_view item) {
+    if (std::find(list.begin(), list.end(), item) != list.end()) wrong = true;
+    else list.push_back(item);
+  };
+  const auto add_count = [&](std::vector<std::uint64_t>& list, std::uint64_t item) {
+    if (std::find(list.begin(), list.end(), item) != list.end()) wrong = true;
+    else list.push_back(item);
+  };
   for (std::size_t i = 0; i < args.size() && !wrong && !help; ++i) {
     const std::string_view arg = args[i];
     if (arg == "--help" || arg == "-h") {
       help = true;
+    } else if ((kValued.count(arg) != 0 || arg == "--json" || arg == "--categories") && twice(arg)) {
+      wrong = true;
     } else if (arg == "--json") {
       json = true;
     } else if (arg == "--categories") {
@@ -150,18 +168,18 @@ void fuzz_replay(std::span<const std::string_view> args) {
     } else {
       const std::string_view value = args[++i];
       if (arg == "--streams") {
-        streams.push_back(value);
+        add_text(streams, value);
       } else if (arg == "--synthetic") {
-        synthetic.push_back(value);
+        add_text(synthetic, value);
       } else if (arg == "--drafter") {
-        drafters.push_back(value);
+        add_text(drafters, value);
       } else if (arg == "--k") {
         std::size_t start = 0;
         for (;;) {
           const std::size_t comma = value.find(',', start);
           const auto k = reference_count(value.substr(start, comma == std::string_view::npos ? comma : comma - start));
           if (!k || *k == 0 || *k > kMaxDraftsPerPass) wrong = true;
-          else ks.push_back(*k);
+          else add_count(ks, *k);
           if (comma == std::string_view::npos || wrong) break;
           start = comma + 1;
         }
@@ -171,7 +189,7 @@ void fuzz_replay(std::span<const std::string_view> args) {
           const std::size_t comma = value.find(',', start);
           const auto n = reference_count(value.substr(start, comma == std::string_view::npos ? comma : comma - start));
           if (!n || *n == 0 || *n > DraftTree::kMaxNodes) wrong = true;
-          else tree_nodes.push_back(*n);
+          else add_count(tree_nodes, *n);
           if (comma == std::string_view::npos || wrong) break;
           start = comma + 1;
         }
@@ -181,7 +199,7 @@ void fuzz_replay(std::span<const std::string_view> args) {
           const std::size_t comma = value.find(',', start);
           const auto b = reference_count(value.substr(start, comma == std::string_view::npos ? comma : comma - start));
           if (!b || *b == 0 || *b > replay::kMaxBatch) wrong = true;
-          else batches.push_back(*b);
+          else add_count(batches, *b);
           if (comma == std::string_view::npos || wrong) break;
           start = comma + 1;
         }
@@ -392,10 +410,13 @@ void fuzz_generate(std::span<const std::string_view> args) {
   bool has_k = false;
   bool has_recycle = false;
   llama2::GenerateOptions expected;
+  std::set<std::string_view> given;  // every option is given once at most
   for (std::size_t i = 0; i < args.size() && !wrong && !help; ++i) {
     const std::string_view arg = args[i];
     if (arg == "--help" || arg == "-h") {
       help = true;
+    } else if (!given.insert(arg).second) {
+      wrong = true;
     } else if (arg == "--no-speculate") {
       speculate = false;
     } else if (arg == "--check") {

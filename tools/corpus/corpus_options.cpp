@@ -8,6 +8,8 @@
 #include <string>
 #include <system_error>
 
+#include "command_line.hpp"
+
 namespace ngramspec::corpus_tool {
 namespace {
 
@@ -35,7 +37,8 @@ written to a temporary file beside it, flushed, then renamed over it: a server m
 file keeps reading it, and no reader ever sees half a file.
 
 inputs:
-  --from FILE          an input file (repeatable); records are taken in the order given
+  --from FILE          an input file (repeatable, each file once); records are taken in the
+                       order given
   --format FORMAT      how every input is read (default auto):
                          tsv   the streams TSV: one record per line, id TAB category TAB
                                prompt ids TAB output ids, ids separated by spaces
@@ -366,7 +369,7 @@ CorpusOptions parse_corpus_options(std::span<const std::string_view> args) {
   const std::string prefix = std::string(to_string(*command)) + ": ";
 
   std::vector<std::string_view> positional;
-  std::vector<std::string_view> seen;  // single-valued options given, to refuse them twice
+  cli::GivenOptions given;  // every option but --from (repeatable) is given once
   bool records_given = false;
   bool options_ended = false;
   for (std::size_t i = 1; i < args.size(); ++i) {
@@ -388,18 +391,15 @@ CorpusOptions parse_corpus_options(std::span<const std::string_view> args) {
     if (spec == specs.end()) {
       throw std::invalid_argument(prefix + "unknown option " + in_quotes(arg) + " " + see_help(*command));
     }
-    if (arg != "--from") {
-      if (std::find(seen.begin(), seen.end(), arg) != seen.end()) {
-        throw std::invalid_argument(prefix + std::string(arg) + " is given twice");
-      }
-      seen.push_back(arg);
-    }
+    if (arg != "--from") given.once(arg, prefix);
     std::string_view value;
     if (spec->value) {
       if (i + 1 >= args.size()) throw std::invalid_argument(prefix + std::string(arg) + " needs a value");
       value = args[++i];
     }
     if (arg == "--from") {
+      // The same file twice would hold its records twice.
+      cli::refuse_repeated_item(prefix + "--from", options.inputs, value, value);
       options.inputs.emplace_back(value);
     } else if (arg == "--format") {
       options.format = parse_format(value);

@@ -109,7 +109,7 @@ simulated_cost (see Cost above); a number that is not finite would be null, name
 not_finite list (a --cost whose sums could overflow is refused before the replay).
 
 inputs (at least one):
-  --streams FILE       records: id TAB category TAB prompt ids TAB output ids
+  --streams FILE       records: id TAB category TAB prompt ids TAB output ids (repeatable)
   --synthetic SPEC     periodic:P[:noise] | random | mixture:P   (repeatable)
   --length N           output tokens per synthetic stream (default 2048)
   --samples N          streams per synthetic spec (default 4); specs x samples x length is at
@@ -166,6 +166,9 @@ checks:
                        and policy but plain is within --tolerance of X (a regression check for
                        one configuration)
   --tolerance T        default 0.005
+
+--streams, --synthetic, --drafter and --cost are repeatable, each value once; every other
+option is given at most once, and a LIST names each item once.
 )";
 
 int run(int argc, char** argv) {
@@ -180,8 +183,7 @@ int run(int argc, char** argv) {
     std::printf(kUsage, drafter_names_help().c_str());
     return 0;
   }
-  const std::vector<TokenStream> streams = load_streams(options);
-
+  // The drafters first: a bad spec is refused before any streams file is read.
   std::vector<DrafterEntry> drafters;
   for (const std::string& name : options.drafter_names) drafters.push_back(make_drafter(name, options.defaults));
   // A corpus file named is a file used: with no drafter that reads it, it would be ignored.
@@ -193,6 +195,7 @@ int run(int argc, char** argv) {
                                 "corpus), or leave --drafter out (the default, match:file=1, reads it)");
   }
 
+  const std::vector<TokenStream> streams = load_streams(options);
   std::vector<std::string> categories;
   for (const TokenStream& s : streams) {
     if (std::find(categories.begin(), categories.end(), s.category) == categories.end()) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <system_error>
 
+#include "command_line.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/draft_tree.hpp"
 
@@ -82,34 +83,44 @@ Policy parse_policy(std::string_view text) {
 
 ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
   ReplayOptions options;
+  cli::GivenOptions given;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
     const auto value = [&]() -> std::string_view {
       if (i + 1 >= args.size()) throw std::invalid_argument(std::string(arg) + " needs a value");
       return args[++i];
     };
+    // Each value of these is an item of a list; every other option is given once.
+    if (arg != "--streams" && arg != "--synthetic" && arg != "--drafter" && arg != "--cost" && arg != "--help" &&
+        arg != "-h") {
+      given.once(arg);
+    }
+    // A list must not name an item twice: its rows would be printed twice.
+    const auto add_count = [&](std::vector<std::size_t>& list, std::string_view item, std::size_t most) {
+      const std::size_t count = parse_count(arg, item, 1, most);
+      cli::refuse_repeated_item(arg, list, count, item);
+      list.push_back(count);
+    };
+    const auto add_text = [&](std::vector<std::string>& list, std::string_view item) {
+      cli::refuse_repeated_item(arg, list, item, item);
+      list.emplace_back(item);
+    };
     if (arg == "--help" || arg == "-h") {
       options.help = true;
       return options;
     } else if (arg == "--streams") {
-      options.stream_files.emplace_back(value());
+      add_text(options.stream_files, value());
     } else if (arg == "--synthetic") {
-      options.synthetic_specs.emplace_back(value());
+      add_text(options.synthetic_specs, value());
     } else if (arg == "--drafter") {
-      options.drafter_names.emplace_back(value());
+      add_text(options.drafter_names, value());
     } else if (arg == "--k") {
       // Every comma-separated item must be a number: "", "4," and "4,,8" are mistakes.
-      for_each_item(value(), [&](std::string_view item) {
-        options.ks.push_back(parse_count("--k", item, 1, kMaxDraftsPerPass));
-      });
+      for_each_item(value(), [&](std::string_view item) { add_count(options.ks, item, kMaxDraftsPerPass); });
     } else if (arg == "--tree-nodes") {
-      for_each_item(value(), [&](std::string_view item) {
-        options.tree_nodes.push_back(parse_count("--tree-nodes", item, 1, DraftTree::kMaxNodes));
-      });
+      for_each_item(value(), [&](std::string_view item) { add_count(options.tree_nodes, item, DraftTree::kMaxNodes); });
     } else if (arg == "--batch") {
-      for_each_item(value(), [&](std::string_view item) {
-        options.batches.push_back(parse_count("--batch", item, 1, kMaxBatch));
-      });
+      for_each_item(value(), [&](std::string_view item) { add_count(options.batches, item, kMaxBatch); });
     } else if (arg == "--cost") {
       const std::string_view spec = value();
       std::optional<CostCurve> cost;

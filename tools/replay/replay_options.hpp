@@ -56,8 +56,10 @@ inline constexpr std::size_t kMaxSyntheticTokens = std::size_t{1} << 24;
 inline constexpr std::size_t kMaxTimingRepeats = static_cast<std::size_t>(std::numeric_limits<int>::max());
 
 /// Parses the arguments after the program name. Throws std::invalid_argument naming the option
-/// and the value for an unknown option, a missing or malformed value, a value out of range, or
-/// nothing to replay. Stops at --help, returning what it parsed with `help` set.
+/// and the value for an unknown option, a missing or malformed value, a value out of range, an
+/// option given twice (but --streams, --synthetic, --drafter and --cost, which are repeatable), a
+/// list or repeatable option that names an item twice, or nothing to replay. Stops at --help,
+/// returning what it parsed with `help` set.
 [[nodiscard]] ReplayOptions parse_replay_options(std::span<const std::string_view> args);
 
 }  // namespace ngramspec::replay

@@ -365,6 +365,10 @@ TEST(LlamaCppDrafter, BadSpecsSayWhatIsWrong) {
       {"ngram-mod:n_match=0", "n_match = '0' is out of range: it must be from 1 to 1024"},
       {"ngram-mod:n_max=2000", "n_max = '2000' is out of range: it must be from 0 to 1024"},
       {"ngram-mod:n_min=-3", "n_min = '-3' is out of range: it must be from 0 to 1024"},
+      {"ngram-mod:n_min=5,n_max=2",
+       "llama.cpp drafter 'ngram-mod:n_min=5,n_max=2': n_min = 5 is more than n_max = 2: a draft holds at most n_max "
+       "tokens"},
+      {"ngram-mod:n_max=16", "n_min = 48 is more than n_max = 16"},  // the default n_min
   };
   for (const auto& [spec, message] : cases) {
     try {
@@ -392,6 +396,16 @@ TEST(LlamaCppDrafter, BadConfigurationsSayWhichField) {
   config = {};
   config.n_max = -1;
   EXPECT_THROW(LlamaCppDrafter{config}, std::invalid_argument);
+  config = {};
+  config.n_min = 8;
+  config.n_max = 4;
+  try {
+    LlamaCppDrafter{config};
+    ADD_FAILURE() << "accepted n_min 8 above n_max 4";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "LlamaCppDrafterConfig::n_min = 8 is more than n_max = 4: a draft holds at most n_max tokens");
+  }
   config = {};
   config.type = static_cast<NGramType>(42);
   EXPECT_THROW(LlamaCppDrafter{config}, std::invalid_argument);

@@ -302,4 +302,39 @@ TEST(LlamaIntegration, ACorpusFileOfForeignTokensIsRefusedOrItsTokensDropped) {
   std::filesystem::remove(other);
 }
 
+// Mistakes on the command line are refused with exit 2 before the model is loaded (the model
+// named here does not exist, so a refusal after loading would exit 1): llama.cpp drafter specs,
+// whole (an unknown type, a bad value, n_min above n_max), options given twice, lists that name
+// an item twice. A --prompts directory is refused by name before loading too (exit 1).
+TEST(LlamaIntegration, ProgramRefusesMistakesBeforeLoadingTheModel) {
+  const std::string base = "--model /nonexistent/ngramspec/model.gguf ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--prompt hi --compare --llama-drafter ngram-bogus",
+       "--llama-drafter 'ngram-bogus': unknown n-gram type 'ngram-bogus'"},
+      {"--prompt hi --compare --llama-drafter zz=3", "--llama-drafter 'zz=3': unknown n-gram type 'zz=3'"},
+      {"--prompt hi --compare --llama-drafter n_match=-1", "--llama-drafter 'n_match=-1': unknown n-gram type"},
+      {"--prompt hi --compare --llama-drafter ngram-mod:n_match=-1",
+       "--llama-drafter 'ngram-mod:n_match=-1': n_match = '-1' is out of range"},
+      {"--prompt hi --compare --llama-drafter ngram-mod:n_min=5,n_max=2",
+       "--llama-drafter 'ngram-mod:n_min=5,n_max=2': n_min = 5 is more than n_max = 2"},
+      {"--prompt hi --compare --llama-drafter ngram-simple --llama-drafter ngram-simple:n=12,m=48",
+       "--llama-drafter: 'ngram-simple:n=12,m=48' is given twice"},
+      {"--prompt A --prompt B", "--prompt is given twice"},
+      {"--prompt hi --n 4 --n 8", "--n is given twice"},
+      {"--prompt hi --check --check", "--check is given twice"},
+      {"--curve 1,4,1", "--curve: '1' is given twice"},
+  };
+  for (const auto& [args, message] : cases) {
+    int status = 0;
+    const std::string out = run_program(base + args, status);
+    EXPECT_EQ(status, 2) << args << ": " << out;
+    EXPECT_NE(out.find("ngramspec-llama: " + message), std::string::npos) << args << ": " << out;
+  }
+  int status = 0;
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  const std::string out = run_program(base + "--prompts " + dir, status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("cannot read --prompts file '" + dir + "': it is a directory"), std::string::npos) << out;
+}
+
 }  // namespace

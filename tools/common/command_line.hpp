@@ -1,0 +1,68 @@
+#pragma once
+// What every command-line program of the project (ngramspec-generate, ngramspec-llama2-bench,
+// ngramspec-llama, ngramspec-replay, ngramspec-corpus) shares in reading its arguments: one rule
+// for options given twice, one for lists that name an item twice, and one reader of prompt files.
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace ngramspec::cli {
+
+/// The single-valued options a command line has given so far. A second value of one of them is a
+/// mistake (the first would be dropped without a word), so it is refused, naming the option; an
+/// option documented as repeatable (its values form a list) is simply not passed to once().
+class GivenOptions {
+ public:
+  /// Notes `option`; throws std::invalid_argument "OPTION is given twice" (after `prefix`, e.g.
+  /// "build: ") when it was noted before.
+  void once(std::string_view option, std::string_view prefix = {}) {
+    if (given(option)) throw std::invalid_argument(std::string(prefix) + std::string(option) + " is given twice");
+    given_.emplace_back(option);
+  }
+  /// Whether once(`option`) was called.
+  [[nodiscard]] bool given(std::string_view option) const noexcept {
+    return std::find(given_.begin(), given_.end(), option) != given_.end();
+  }
+
+ private:
+  std::vector<std::string> given_;
+};
+
+/// Throws std::invalid_argument "OPTION: 'TEXT' is given twice" when `items` already holds
+/// `item` (TEXT: the item as the user wrote it): a list that names an item twice would run or
+/// print it twice.
+template <class T, class U>
+void refuse_repeated_item(std::string_view option, const std::vector<T>& items, const U& item, std::string_view text) {
+  if (std::find(items.begin(), items.end(), item) != items.end()) {
+    throw std::invalid_argument(std::string(option) + ": '" + std::string(text) + "' is given twice");
+  }
+}
+
+/// The prompts of a prompts file (`option`, e.g. --prompts, names it in messages): one a line,
+/// CR LF line ends too, empty lines skipped. Throws std::runtime_error naming the option and the
+/// file when it is a directory, cannot be opened or read, or holds no prompt.
+[[nodiscard]] inline std::vector<std::string> read_prompt_lines(const std::string& path,
+                                                                std::string_view option = "--prompts") {
+  const std::string where = std::string(option) + " file '" + path + "'";
+  // A directory opens on some systems and then reads as empty: say what it is.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw std::runtime_error("cannot read " + where + ": it is a directory");
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open " + where);
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) prompts.push_back(line);
+  }
+  if (in.bad()) throw std::runtime_error("cannot read " + where + ": read error");
+  if (prompts.empty()) throw std::runtime_error(where + " holds no prompt (one a line)");
+  return prompts;
+}
+
+}  // namespace ngramspec::cli
