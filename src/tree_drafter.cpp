@@ -47,6 +47,9 @@ std::uint64_t context_key(const std::array<Token, 3>& tokens, std::size_t order)
 // The spine's configuration: the chain's, bounded by the model's vocabulary when the tree
 // knows it and the chain does not (one vocabulary; two different ones are refused).
 MatchConfig spine_config(const TreeConfig& config) {
+  // The table's rule first: a vocabulary too large for a top-k table is named as such, not as
+  // the spine's (whose bound, 2^32, is looser).
+  TopKTable::check_vocab_size(config.vocab_size);
   MatchConfig chain = config.chain;
   if (chain.vocab_size != 0 && config.vocab_size != 0 && chain.vocab_size != config.vocab_size) {
     throw std::invalid_argument("ngramspec: TreeConfig::chain.vocab_size = " + std::to_string(chain.vocab_size) +

@@ -217,9 +217,8 @@ TEST(RecordRange, ASelectionOfNoRecordIsRefusedNamingItAndTheCount) {
 // The recorded Spec-Bench streams, when the shared data folder is beside the project: the
 // parser takes the real file whole, with the counts its README documents.
 TEST(ReadStreams, ParsesTheRecordedSpecBenchStreams) {
-  const std::filesystem::path path =
-      std::filesystem::path(__FILE__).parent_path() / "../../shared/data/specbench/streams.tsv";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
+  const std::filesystem::path path = std::filesystem::path(NGRAMSPEC_SHARED_DIR) / "data/specbench/streams.tsv";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found (the shared data folder is not beside the project)";
   const std::vector<TokenStream> streams = read_streams(path.string());
   std::size_t prompt_tokens = 0;
   std::size_t output_tokens = 0;

@@ -48,6 +48,15 @@ class TopKTable {
     return vocab_size * (k * sizeof(Token) + 1);
   }
 
+  /// Throws std::invalid_argument naming the value when `vocab_size` is above kMaxVocabSize:
+  /// the one rule of every table's vocabulary, checked before anything is sized by it.
+  static void check_vocab_size(std::size_t vocab_size) {
+    if (vocab_size > kMaxVocabSize) {
+      throw std::invalid_argument("ngramspec: TopKTable: vocab_size = " + std::to_string(vocab_size) +
+                                  " is out of range: it must be 1 .. kMaxVocabSize = " + std::to_string(kMaxVocabSize));
+    }
+  }
+
   /// A table for token ids 0 .. vocab_size - 1, `k` tokens a row. Throws
   /// std::invalid_argument naming the value for a vocabulary of 0 or above kMaxVocabSize, k
   /// outside 1 .. kMaxK, or a table larger than the machine's physical memory; AllocationError
@@ -58,10 +67,7 @@ class TopKTable {
       throw std::invalid_argument("ngramspec: TopKTable: k = " + std::to_string(k) + "; it must be 1 .. " +
                                   std::to_string(kMaxK));
     }
-    if (vocab_size > kMaxVocabSize) {
-      throw std::invalid_argument("ngramspec: TopKTable: vocab_size = " + std::to_string(vocab_size) +
-                                  " is out of range: it must be 1 .. kMaxVocabSize = " + std::to_string(kMaxVocabSize));
-    }
+    check_vocab_size(vocab_size);
     const std::size_t bytes = bytes_for(vocab_size, k);
     const std::size_t machine = detail::physical_memory_bytes();
     if (machine != 0 && bytes > machine) {
