@@ -40,13 +40,14 @@ constexpr const char* kUsage =
     "                  measure (default): time this model's passes of 1 .. K+1 tokens at start and print the\n"
     "                  curve; knee:N: flat up to N tokens, then linear; table:1=1,2=1.9,...: measured points;\n"
     "                  none: no cost model, the drafter's own gate decides (MatchDrafter)\n"
-    "  --no-speculate  plain decoding, one token per pass\n"
+    "  --no-speculate  plain decoding, one token per pass (no --k, --cost or tree options)\n"
     "  --check         also decode plainly and report whether the outputs are identical, and the speedup: each\n"
     "                  decoding runs 3 times, alternating, and the median times are compared (the speculative\n"
     "                  runs use the same cost model)\n"
     "  --temperature T sample at temperature T (default 0: greedy); --top-k K (0 = off), --top-p P and\n"
     "                  --min-p P filter the distribution; --seed S keys the randomness (default 0), so the same\n"
-    "                  seed gives the same text with and without speculation\n"
+    "                  seed gives the same text with and without speculation; those four need a temperature\n"
+    "                  above 0\n"
     "Each option at most once.\n";
 
 // Exit code 2 and the usage for any mistake on the command line, 0 after --help.

@@ -55,6 +55,8 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   bool has_prompt = false;
   bool has_k = false;
   bool has_recycle = false;
+  bool has_cost = false;
+  std::string_view sampling_filter;  // the first of --top-k, --top-p, --min-p and --seed given
   cli::GivenOptions given;  // every option takes one value or is one switch
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view flag = args[i];
@@ -100,6 +102,7 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
       options.k = parse_count(flag, text);
       has_k = true;
     } else if (flag == "--cost") {
+      has_cost = true;
       const std::string_view text = value();
       if (text == "measure") {
         options.cost_source = GenerateOptions::Cost::measure;
@@ -120,12 +123,16 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
       options.sampling.temperature = parse_real(flag, value());
     } else if (flag == "--top-k") {
       options.sampling.top_k = parse_count(flag, value());
+      if (sampling_filter.empty()) sampling_filter = flag;
     } else if (flag == "--top-p") {
       options.sampling.top_p = parse_real(flag, value());
+      if (sampling_filter.empty()) sampling_filter = flag;
     } else if (flag == "--min-p") {
       options.sampling.min_p = parse_real(flag, value());
+      if (sampling_filter.empty()) sampling_filter = flag;
     } else if (flag == "--seed") {
       options.sampling.seed = parse_count(flag, value());
+      if (sampling_filter.empty()) sampling_filter = flag;
     } else if (flag == "--no-speculate") {
       options.speculate = false;
     } else if (flag == "--check") {
@@ -156,9 +163,20 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   if (options.tree_nodes != 0 && !options.speculate) {
     throw std::invalid_argument("--tree-nodes drafts trees, and --no-speculate drafts nothing");
   }
+  if (!options.speculate && (has_k || has_cost)) {
+    throw std::invalid_argument(std::string(has_k ? "--k" : "--cost") + " sizes drafts, and --no-speculate drafts nothing");
+  }
+  if (options.carry_over && options.prompts_file.empty()) {
+    throw std::invalid_argument("--carry-over keeps what was learnt from one request to the next: it needs --prompts");
+  }
   if (!has_k && options.cost_source == GenerateOptions::Cost::none) options.k = GenerateOptions::kDefaultKWithoutCost;
   if (options.k == 0 || options.k > kMaxDraftsPerPass) k_out_of_range(std::to_string(options.k));
   validate(options.sampling);
+  // Greedy decoding takes the most likely token: a filter or a seed would change nothing.
+  if (options.sampling.temperature == 0 && !sampling_filter.empty()) {
+    throw std::invalid_argument(std::string(sampling_filter) +
+                                " applies to sampling only: it needs --temperature above 0 (0 is greedy decoding)");
+  }
   return options;
 }
 

@@ -271,6 +271,15 @@ void fuzz_replay(std::span<const std::string_view> args) {
     }
   }
   if (!help && streams.empty() && synthetic.empty()) wrong = true;
+  if (!help) {
+    // --tolerance is --expect-al's margin: alone it would check nothing.
+    bool tolerance = false, expect = false;
+    for (const auto& [name, text] : last) {
+      tolerance = tolerance || name == "--tolerance";
+      expect = expect || name == "--expect-al";
+    }
+    if (tolerance && !expect) wrong = true;
+  }
   if (!help && !tree_nodes.empty()) {
     // Tree rows come beside the chain rows: not with --expect-al, and not with --policy plain alone.
     for (const auto& [name, text] : last) {
@@ -409,6 +418,8 @@ void fuzz_generate(std::span<const std::string_view> args) {
   bool check_flag = false;
   bool has_k = false;
   bool has_recycle = false;
+  bool has_cost = false;
+  bool sampling_filter = false;  // --top-k, --top-p, --min-p or --seed given
   llama2::GenerateOptions expected;
   std::set<std::string_view> given;  // every option is given once at most
   for (std::size_t i = 0; i < args.size() && !wrong && !help; ++i) {
@@ -443,6 +454,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
         expected.prompts_file = value;
         wrong = value.empty();
       } else if (arg == "--cost") {
+        has_cost = true;
         if (value == "measure") {
           expected.cost_source = llama2::GenerateOptions::Cost::measure;
           expected.cost.reset();
@@ -468,6 +480,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
           has_k = true;
         } else if (arg == "--top-k") {
           expected.sampling.top_k = *count;
+          sampling_filter = true;
         } else if (arg == "--tree-nodes") {
           expected.tree_nodes = *count;
           wrong = *count == 0 || *count > kMaxDraftsPerPass;
@@ -477,6 +490,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
           wrong = *count > TopKTable::kMaxK;
         } else {
           expected.sampling.seed = *count;
+          sampling_filter = true;
         }
       } else {
         bool underflow = false;
@@ -489,6 +503,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
           may_reject = may_reject || underflow || (*real != 0 && std::abs(*real) < double(std::numeric_limits<float>::min()));
           (arg == "--temperature" ? expected.sampling.temperature
                                   : arg == "--top-p" ? expected.sampling.top_p : expected.sampling.min_p) = as_float;
+          sampling_filter = sampling_filter || arg != "--temperature";
         }
       }
     }
@@ -506,11 +521,14 @@ void fuzz_generate(std::span<const std::string_view> args) {
     if (!trees && (has_recycle || expected.carry_over || expected.enrich_counts)) wrong = true;
     if (expected.enrich_counts && expected.recycle == 0) wrong = true;
     if (expected.k == 0 || expected.k > kMaxDraftsPerPass) wrong = true;
+    if (!speculate && (has_k || has_cost)) wrong = true;                  // nothing to size
+    if (expected.carry_over && expected.prompts_file.empty()) wrong = true;  // one request: nothing to carry
     try {
       validate(expected.sampling);
     } catch (const std::invalid_argument&) {
       wrong = true;
     }
+    if (expected.sampling.temperature == 0 && sampling_filter) wrong = true;  // greedy: nothing to filter or seed
   }
 
   llama2::GenerateOptions options;

@@ -165,7 +165,7 @@ checks:
   --expect-al X        exit 3 unless the overall mean accepted length of every drafter, k, batch
                        and policy but plain is within --tolerance of X (a regression check for
                        one configuration)
-  --tolerance T        default 0.005
+  --tolerance T        the margin of --expect-al (default 0.005); only with --expect-al
 
 --streams, --synthetic, --drafter and --cost are repeatable, each value once; every other
 option is given at most once, and a LIST names each item once.

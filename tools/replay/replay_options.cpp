@@ -83,6 +83,7 @@ Policy parse_policy(std::string_view text) {
 
 ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
   ReplayOptions options;
+  bool has_tolerance = false;  // --tolerance given: the margin of --expect-al
   cli::GivenOptions given;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
@@ -174,6 +175,7 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
       options.expect_al = parse_non_negative(arg, value());
     } else if (arg == "--tolerance") {
       options.tolerance = parse_non_negative(arg, value());
+      has_tolerance = true;
     } else if (arg == "--json") {
       options.json = true;
     } else {
@@ -190,6 +192,9 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
                                 std::to_string(options.samples) + " x --length " + std::to_string(options.length) +
                                 " tokens is more than the most synthetic tokens, " +
                                 std::to_string(kMaxSyntheticTokens));
+  }
+  if (has_tolerance && options.expect_al < 0) {
+    throw std::invalid_argument("--tolerance is the margin of --expect-al: it needs --expect-al");
   }
   // --expect-al checks one configuration; tree rows beside the chain rows would be a second.
   if (!options.tree_nodes.empty() && options.expect_al >= 0) {
