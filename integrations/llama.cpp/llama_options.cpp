@@ -59,7 +59,7 @@ const char* llama_usage() noexcept {
          "  --print-cost       print the cost table used, to give back to --cost\n"
          "  --temperature T    sample (default 0: greedy); --top-k K, --top-p P, --min-p P filter, --seed S keys\n"
          "                     the randomness per position (prompt i uses seed S + i), so the same seed gives the\n"
-         "                     same text with and without drafting\n"
+         "                     same text with and without drafting (those four need a temperature above 0)\n"
          "  --ignore-eos       do not stop at the model's end-of-generation tokens\n"
          "  --no-speculate     plain decoding\n"
          "  --corpus MIB       a SharedCorpus of MIB MiB: each prompt drafts from the outputs of earlier ones\n"
@@ -216,6 +216,11 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   if (!o.llama_drafters.empty() && !o.compare) throw std::invalid_argument("--llama-drafter goes with --compare");
   if (o.cost_source == LlamaOptions::Cost::none && !o.k_given) o.k = LlamaOptions::kDefaultKWithoutCost;
   validate(o.sampling);
+  // Greedy decoding takes the most likely token: a filter or a seed would change nothing.
+  if (o.sampling.temperature == 0) {
+    refuse_with({"--top-k", "--top-p", "--min-p", "--seed"},
+                "applies to sampling only: it needs --temperature above 0 (0 is greedy decoding)");
+  }
   return o;
 }
 

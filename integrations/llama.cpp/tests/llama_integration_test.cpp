@@ -323,6 +323,9 @@ TEST(LlamaIntegration, ProgramRefusesMistakesBeforeLoadingTheModel) {
       {"--prompt hi --n 4 --n 8", "--n is given twice"},
       {"--prompt hi --check --check", "--check is given twice"},
       {"--curve 1,4,1", "--curve: '1' is given twice"},
+      {"--prompt hi --seed 3", "--seed applies to sampling only: it needs --temperature above 0 (0 is greedy decoding)"},
+      {"--prompt hi --temperature 0 --top-p 0.9",
+       "--top-p applies to sampling only: it needs --temperature above 0 (0 is greedy decoding)"},
   };
   for (const auto& [args, message] : cases) {
     int status = 0;
