@@ -160,6 +160,8 @@ struct Args {
 constexpr const char* kUsage =
     "usage: ngramspec-llama2-bench [--models DIR] [--runs R] [--steps N] [--k K] [--cost-k K]\n"
     "                              [--tree-nodes N] [--no-large]\n"
+    "  --models DIR    the folder with stories260K.bin and tok512.bin (default: ../shared/models beside the\n"
+    "                  repository; where that is absent the stories260K measurements are skipped)\n"
     "  --runs R        timed runs of each variant, 1 to 1000 (default 7)\n"
     "  --steps N       most tokens generated per run on stories260K, 1 to 16777216\n"
     "                  (default 256; generation also stops at the model's seq_len)\n"
@@ -205,6 +207,12 @@ Args parse(int argc, char** argv) {
     }
     if (flag == "--models") {
       args.models = std::string(value());
+      // A folder named on the command line must hold the model: only the default may be absent.
+      for (const char* file : {"stories260K.bin", "tok512.bin"}) {
+        if (!std::filesystem::is_regular_file(args.models / file)) {
+          usage_error("--models '" + args.models.string() + "' holds no " + file);
+        }
+      }
     } else if (flag == "--runs") {
       args.runs = static_cast<int>(parse_count(flag, value(), 1, 1000));
     } else if (flag == "--steps") {
