@@ -135,30 +135,23 @@ class Llama:
         """One batched pass: slot slots[i] feeds tokens[i] at positions lengths[i] onwards (its cache
         holds lengths[i] positions); writes their keys and values there and returns the argmax after
         each fed token. The pass is packed as an engine packs it: the projections, the MLP and the
-        classifier run on the fed tokens alone (their sum, not the batch times the longest); only
-        attention lays the rows side by side, each masked to its own cache and tokens."""
+        classifier run on the fed tokens alone (their sum, not the batch times the longest), and so
+        does attention, near enough: the rows are attended in groups of equal length, each group's
+        queries side by side against its own caches, so that a row carrying drafts does not widen
+        every other row (as variable-length attention kernels do not); each row sees its own cache
+        and tokens, causally."""
         s, device = self.shape, self.device
-        n, width = len(slots), max(len(t) for t in tokens)
         counts = [len(t) for t in tokens]
+        if max(lengths[i] + counts[i] for i in range(len(slots))) > self.capacity:
+            raise ValueError(f"a pass reaches position {max(l + c for l, c in zip(lengths, counts))}, past the "
+                             f"cache's {self.capacity}")
         flat = torch.tensor([token for t in tokens for token in t], dtype=torch.long).to(device)
         row = torch.tensor([i for i, c in enumerate(counts) for _ in range(c)], dtype=torch.long).to(device)
         column = torch.tensor([j for c in counts for j in range(c)], dtype=torch.long).to(device)
         start = torch.tensor(lengths, dtype=torch.long, device=device)
-        count = torch.tensor(counts, dtype=torch.long, device=device)
         position = start[row] + column  # (N,): each fed token's position
         slot = torch.tensor(slots, dtype=torch.long, device=device)[row]
-        span = max(lengths) + width  # keys attended: cache positions [0, span)
-        if span > self.capacity:
-            raise ValueError(f"a pass reaches position {span}, past the cache's {self.capacity}")
-        key_positions = torch.arange(span, device=device)
-        query_positions = start[:, None] + torch.arange(width, device=device)[None, :]  # (n, T)
-        # Row i, query j sees cache position p when p <= lengths[i] + j and p < lengths[i] + counts[i].
-        allowed = ((key_positions[None, None, :] <= query_positions[:, :, None])
-                   & (key_positions[None, None, :] < (start + count)[:, None, None]))  # (n, T, span)
-        group = s.heads // s.kv_heads
-        mask = allowed[:, None, None, :, :].expand(n, 1, group, width, span).reshape(n, 1, group * width, span)
-        contiguous = slots == list(range(slots[0], slots[0] + n))
-        slot_index = torch.tensor(slots, dtype=torch.long, device=device)
+        groups = self._attention_groups(slots, counts, lengths)
         hd = s.head_dim
         x = F.embedding(flat, self.embedding)  # (N, dim)
         for layer, w in enumerate(self.layers):
@@ -168,24 +161,9 @@ class Llama:
             k = self._rope(k.view(-1, s.kv_heads, hd), position)
             self.keys[layer, slot, :, position] = k
             self.values[layer, slot, :, position] = v.view(-1, s.kv_heads, hd)
-            if contiguous:
-                keys = self.keys[layer, slots[0]:slots[0] + n, :, :span]
-                values = self.values[layer, slots[0]:slots[0] + n, :, :span]
-            else:
-                keys = self.keys[layer, slot_index, :, :span]
-                values = self.values[layer, slot_index, :, :span]
-            # Queries side by side, grouped by their KV head: (n, kv_heads, group x T, hd).
-            padded = q.new_zeros(n, width, s.heads, hd)
-            padded[row, column] = q
-            padded = padded.view(n, width, s.kv_heads, group, hd).permute(0, 2, 3, 1, 4)
-            padded = padded.reshape(n, s.kv_heads, group * width, hd)
-            if self.sdpa is not None:
-                out = self.sdpa(padded, keys, values, attn_mask=mask)
-            else:
-                scores = torch.matmul(padded, keys.transpose(-1, -2)) / math.sqrt(hd)
-                scores = scores.masked_fill(~mask, float("-inf"))
-                out = torch.matmul(torch.softmax(scores.float(), -1).to(padded.dtype), values)
-            out = out.view(n, s.kv_heads, group, width, hd).permute(0, 3, 1, 2, 4)[row, column]  # (N, kv, group, hd)
+            out = q.new_empty(q.shape)  # (N, heads, hd)
+            for group in groups:
+                out[group["tokens"]] = self._attend(layer, q[group["tokens"]], group)
             x = x + F.linear(out.reshape(-1, s.dim), w["wo"])
             h = self._rmsnorm(x, w["ffn_norm"])
             gate, up = F.linear(h, w["w13"]).chunk(2, -1)
@@ -197,6 +175,52 @@ class Llama:
             out_rows.append(best[at:at + c])
             at += c
         return out_rows
+
+    def _attention_groups(self, slots: list[int], counts: list[int], lengths: list[int]) -> list[dict]:
+        """The pass's rows grouped by how many tokens they feed: for each group its rows' packed token
+        indices (row by row), cache slots, the keys it reads ([0, span)) and its causal mask."""
+        s, device = self.shape, self.device
+        offsets = [0]
+        for c in counts:
+            offsets.append(offsets[-1] + c)
+        groups = []
+        for width in sorted(set(counts)):
+            rows = [i for i, c in enumerate(counts) if c == width]
+            starts = torch.tensor([lengths[i] for i in rows], dtype=torch.long, device=device)
+            span = max(lengths[i] for i in rows) + width
+            # Row r's query j (position starts[r] + j) sees cache positions up to its own.
+            query_positions = starts[:, None] + torch.arange(width, device=device)[None, :]  # (g, width)
+            allowed = torch.arange(span, device=device)[None, None, :] <= query_positions[:, :, None]
+            group = s.heads // s.kv_heads
+            mask = allowed[:, None, None, :, :].expand(len(rows), 1, group, width, span)
+            group_slots = [slots[i] for i in rows]
+            contiguous = group_slots == list(range(group_slots[0], group_slots[0] + len(rows)))
+            groups.append({
+                "tokens": torch.tensor([t for i in rows for t in range(offsets[i], offsets[i + 1])],
+                                       dtype=torch.long, device=device),
+                "rows": len(rows), "width": width, "span": span,
+                "slots": (slice(group_slots[0], group_slots[0] + len(rows)) if contiguous
+                          else torch.tensor(group_slots, dtype=torch.long, device=device)),
+                "mask": mask.reshape(len(rows), 1, group * width, span)})
+        return groups
+
+    def _attend(self, layer: int, q: torch.Tensor, group: dict) -> torch.Tensor:
+        """Attention of one group's queries (rows x width tokens, heads, hd) against their caches;
+        returns the same shape."""
+        s, hd = self.shape, self.shape.head_dim
+        n, width, span, kv = group["rows"], group["width"], group["span"], s.kv_heads
+        per_kv = s.heads // kv
+        keys = self.keys[layer, group["slots"], :, :span]
+        values = self.values[layer, group["slots"], :, :span]
+        # Queries grouped by their KV head: (rows, kv_heads, group x width, hd).
+        queries = q.view(n, width, kv, per_kv, hd).permute(0, 2, 3, 1, 4).reshape(n, kv, per_kv * width, hd)
+        if self.sdpa is not None:
+            out = self.sdpa(queries, keys, values, attn_mask=group["mask"])
+        else:
+            scores = torch.matmul(queries, keys.transpose(-1, -2)) / math.sqrt(hd)
+            scores = scores.masked_fill(~group["mask"], float("-inf"))
+            out = torch.matmul(torch.softmax(scores.float(), -1).to(queries.dtype), values)
+        return out.view(n, kv, per_kv, width, hd).permute(0, 3, 1, 2, 4).reshape(n * width, s.heads, hd)
 
     def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x: (N, heads, head_dim), rotated by halves at `positions` (N,)."""
@@ -301,17 +325,30 @@ def serve(model: Llama, requests: list[Request], batch: int, policy: str, cost: 
             "drafts_per_request_step": drafted / max(1, sequence_steps), "identical": identical}
 
 
-def measure_cost(model: Llama, batch: int, context: int, synchronize) -> str:  # type: ignore[no-untyped-def]
-    """The verify cost at this batch: passes of batch x t tokens (t = 1..12) at context `context`,
-    through the same forward, timed by VerifyCost.measure; its spec."""
+def measure_cost(model: Llama, batch: int, context: int, most_drafts: int,
+                 synchronize) -> str:  # type: ignore[no-untyped-def]
+    """The verify cost at this batch, timed by VerifyCost.measure through the same forward at context
+    `context`: passes of the batch's last tokens plus 1, 2, 4, ... drafts, the drafts carried by as few
+    sequences as can hold them (up to `most_drafts` each), as the planner sends them: long drafts
+    where the text repeats, none elsewhere. Timing only passes where every sequence carries the same
+    number would miss what a pass's first drafts cost, which is more than the next ones (the
+    forward's work per distinct row length), and price the planner's passes too cheaply. Its spec."""
     slots = list(range(batch))
-    token = [[5] * t for t in range(13)]
+
+    def fed(total: int) -> list[list[int]]:
+        extra, rows = total - batch, []
+        for _ in slots:
+            carried = min(extra, most_drafts)
+            extra -= carried
+            rows.append([5] * (1 + carried))
+        return rows
 
     def run_pass(total: int) -> None:
-        model.forward(slots, [token[total // batch]] * batch, [context] * batch)
+        model.forward(slots, fed(total), [context] * batch)
         synchronize()
-    counts = [batch * t for t in (1, 2, 3, 4, 5, 6, 8, 10, 12)]
-    return ngramspec.VerifyCost.measure(run_pass, counts, repeats=3).spec
+    most = batch * most_drafts
+    extras = sorted({e for e in (1, 2, 4, 8, 16, 32) if e <= most} | {batch * t for t in (1, 2, 4, 8) if batch * t <= most})
+    return ngramspec.VerifyCost.measure(run_pass, [batch] + [batch + e for e in extras], repeats=7).spec
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -388,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         shape = SHAPES[shape_name]
         most = max(batches)
         capacity = args.max_prompt + args.max_new_tokens + max(args.cost_drafts, 10) + 16
-        capacity = max(capacity, args.cost_context + 16)
+        capacity = max(capacity, args.cost_context + args.cost_drafts + 1)  # the cost's longest row
         started = time.perf_counter()
         with torch.no_grad():
             model = Llama(shape, most, capacity, device, dtype)
@@ -396,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
             for batch in batches:
                 requests = read_requests(args.streams, batch * args.requests_per_slot, args.max_prompt,
                                          args.max_new_tokens)
-                cost = measure_cost(model, batch, args.cost_context, synchronize) if "cost" in policies else None
+                cost = (measure_cost(model, batch, args.cost_context, args.cost_drafts, synchronize)
+                        if "cost" in policies else None)
                 if cost is not None:
                     print(f"  batch {batch}: verify cost {cost}", flush=True)
                 rows = [serve(model, requests, batch, policy, cost, args.cost_drafts, synchronize)
