@@ -34,7 +34,6 @@
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/draft_planner.hpp"
-#include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
@@ -430,19 +429,8 @@ ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_conf
       }
       table = std::make_unique<ngramspec::TopKTable>(t.vocab_size, t.top_k);
     } else {
-      drafter.vocab_size = t.vocab_size;  // each drafter's own table, or none
-      // A table per sequence: their sum must fit the machine as one table must (TopKTable).
-      const std::size_t machine = ngramspec::detail::physical_memory_bytes();
-      if (t.vocab_size != 0 && t.vocab_size <= ngramspec::TopKTable::kMaxVocabSize && t.top_k >= 1 &&
-          t.top_k <= ngramspec::TopKTable::kMaxK && batch.max_sequences >= 1 &&
-          batch.max_sequences <= ngramspec::BatchConfig::kMaxSequences && machine != 0 &&
-          batch.max_sequences * ngramspec::TopKTable::bytes_for(t.vocab_size, t.top_k) > machine) {
-        return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
-                    "%s: max_sequences = %zu tables of their own (tree->shared_top_k = 0) of tree->vocab_size = %zu "
-                    "x tree->top_k = %zu take %zu bytes, more than this machine's memory (%zu bytes)",
-                    where, batch.max_sequences, t.vocab_size, t.top_k,
-                    batch.max_sequences * ngramspec::TopKTable::bytes_for(t.vocab_size, t.top_k), machine);
-      }
+      // each drafter's own table, or none; BatchSpeculator refuses a pool beyond the machine's memory
+      drafter.vocab_size = t.vocab_size;
     }
     *out = new ngramspec_batch(batch, drafter, std::move(table), corpus != nullptr ? &corpus->corpus : nullptr,
                                file != nullptr ? &file->file : nullptr);

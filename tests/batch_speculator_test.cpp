@@ -529,6 +529,14 @@ TEST(BatchSpeculator, BadCallsNameWhatIsWrongAndChangeNothing) {
               "ngramspec::BatchConfig: max_sequences = " + std::to_string(n) +
                   " is invalid: must be between 1 and 1048576");
   }
+  // In range, but a pool larger than the machine's memory (2^20 MatchDrafters of 891 KiB): sized
+  // once the first drafter is made, refused before the others are allocated.
+  const std::string pool = invalid_argument_message(
+      [] { BatchSpeculator<> bad(BatchConfig{.max_sequences = BatchConfig::kMaxSequences}); });
+  EXPECT_THAT(pool, HasSubstr("ngramspec::BatchSpeculator: max_sequences = 1048576 drafters of " +
+                              std::to_string(MatchDrafter(BatchSpeculator<>::default_drafter({})).memory_bytes()) +
+                              " bytes each take "));
+  EXPECT_THAT(pool, HasSubstr(" bytes, more than this machine's memory ("));
   EXPECT_THAT(invalid_argument_message([] { BatchSpeculator<> bad(BatchConfig{.max_sequences = 1, .max_pass_tokens = 1}); }),
               HasSubstr("max_pass_tokens = 1 is invalid"));
   DecodeOptions too_many;

@@ -1731,8 +1731,8 @@ TEST(CApiTrees, TreesNeverProposePastMaxContext) {
 
 // Top-k tables are sized before anything is allocated: a vocabulary beyond
 // TopKTable::kMaxVocabSize (2e8 took 6.5 GB and most of a minute) is refused naming it, shared
-// or one per sequence, and so are tables of their own whose sum is more than the machine's
-// memory, naming the pool, the vocabulary and top_k.
+// or one per sequence, and so is a pool of drafters with tables of their own whose sum is more
+// than the machine's memory, naming the pool and each drafter's bytes.
 TEST(CApiTrees, ATopKTableTooLargeIsRefusedNamingItBeforeAllocating) {
   ngramspec_batch_config config = ngramspec_batch_config_default();
   config.max_sequences = 4;
@@ -1755,10 +1755,8 @@ TEST(CApiTrees, ATopKTableTooLargeIsRefusedNamingItBeforeAllocating) {
   own.vocab_size = std::size_t{1} << 20;
   own.shared_top_k = 0;
   EXPECT_INVALID(ngramspec_batch_create_tree(&pool, &own, nullptr, &out), "ngramspec_batch_create_tree: ",
-                 "max_sequences = 1048576 tables of their own (tree->shared_top_k = 0) of tree->vocab_size = 1048576 "
-                 "x tree->top_k = 8 take " +
-                     std::to_string(BatchConfig::kMaxSequences * TopKTable::bytes_for(own.vocab_size, 8)) +
-                     " bytes, more than this machine's memory");
+                 "ngramspec::BatchSpeculator: max_sequences = 1048576 drafters of ",
+                 " bytes, more than this machine's memory");
   EXPECT_EQ(out, sentinel_handle<ngramspec_batch>());
 }
 

@@ -20,6 +20,7 @@
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/detail/draft_estimates.hpp"
 #include "ngramspec/detail/open_table.hpp"
+#include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/draft_planner.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
@@ -165,6 +166,7 @@ class BatchSpeculator {
     free_.reserve(config_.max_sequences);
     for (std::size_t i = 0; i < config_.max_sequences; ++i) {
       slots_.emplace_back(make());
+      if (i == 0) refuse_a_pool_beyond_memory(slots_.front().drafter);
       if (corpus_ != nullptr) {
         detail::allocating("a sequence's record (BatchConfig::max_record_tokens tokens)",
                            config_.max_record_tokens * sizeof(Token),
@@ -748,6 +750,26 @@ class BatchSpeculator {
                                   std::to_string(offsets[i + 1]) + " is invalid: offsets[" + std::to_string(i) +
                                   "] = " + std::to_string(offsets[i]) + " and there are " +
                                   std::to_string(model_tokens) + " model tokens");
+    }
+  }
+
+  // The pool's drafters are alike (one make()), their memory fixed at construction: once the
+  // first is made, the whole pool is sized before the rest are allocated, and a pool larger than
+  // the machine's memory (the corpus's and the top-k table's rule) is refused naming it, whatever
+  // the drafter (a MatchDrafter's 891 KiB x 2^20 sequences, or tree drafters' own top-k tables).
+  void refuse_a_pool_beyond_memory(const D& first) const {
+    if constexpr (requires { { first.memory_bytes() } -> std::convertible_to<std::size_t>; }) {
+      const std::size_t each = first.memory_bytes();
+      const std::size_t machine = detail::physical_memory_bytes();
+      const std::size_t n = config_.max_sequences;
+      if (machine != 0 && each != 0 && n > machine / each) {
+        const std::string total = n > std::numeric_limits<std::size_t>::max() / each ? "more than 2^64"
+                                                                                      : std::to_string(n * each);
+        throw std::invalid_argument("ngramspec::BatchSpeculator: max_sequences = " + std::to_string(n) +
+                                    " drafters of " + std::to_string(each) + " bytes each take " + total +
+                                    " bytes, more than this machine's memory (" + std::to_string(machine) +
+                                    " bytes)");
+      }
     }
   }
 

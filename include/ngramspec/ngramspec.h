@@ -151,7 +151,6 @@ NGRAMSPEC_API void ngramspec_corpus_file_close(ngramspec_corpus_file* file);
  * the section and what is wrong when the file was corrupted since it was written (drafts from such a
  * file may be wrong, but never read out of bounds). About a second per GiB. */
 NGRAMSPEC_API ngramspec_status ngramspec_corpus_file_verify(const ngramspec_corpus_file* file);
-/* Tokens held, records held, the file's size in bytes; 0 for a NULL file. */
 /* Every section's checksum alone, every byte read once (what ngramspec_corpus_load checks):
  * NGRAMSPEC_ERROR_CORPUS_FILE naming the section whose checksum does not match. */
 NGRAMSPEC_API ngramspec_status ngramspec_corpus_file_verify_checksums(const ngramspec_corpus_file* file);
@@ -159,6 +158,7 @@ NGRAMSPEC_API ngramspec_status ngramspec_corpus_file_verify_checksums(const ngra
  * tokenizer fingerprint its writer set; 0 when unknown (a version 1 file, or not set), or for NULL. */
 NGRAMSPEC_API uint64_t ngramspec_corpus_file_vocab_size(const ngramspec_corpus_file* file);
 NGRAMSPEC_API uint64_t ngramspec_corpus_file_tokenizer_fingerprint(const ngramspec_corpus_file* file);
+/* Tokens held, records held, the file's size in bytes; 0 for a NULL file. */
 NGRAMSPEC_API size_t ngramspec_corpus_file_size(const ngramspec_corpus_file* file);
 NGRAMSPEC_API uint64_t ngramspec_corpus_file_records(const ngramspec_corpus_file* file);
 NGRAMSPEC_API uint64_t ngramspec_corpus_file_bytes(const ngramspec_corpus_file* file);
