@@ -81,6 +81,33 @@ std::size_t length_bucket(std::size_t length) noexcept {
 // [length bucket]: a copy of the sequence's own earlier text, and of the corpus.
 constexpr std::array<double, kLengthBuckets> kSequenceCopyAccepted = {0.264, 0.487, 0.607, 0.652,
                                                                        0.718, 0.809, 0.866, 0.956};
+// A copy of the sequence's own text past 15 tokens, finer: the longer the match, the likelier the
+// copy goes on (a repeat that has run l tokens ends at the next one with a chance that falls
+// about as 1.8 / l; docs/ALGORITHM.md, "Long copies"), which is what makes a long draft worth a
+// pass whose every extra token costs. Measured as the buckets above, by
+// bench/copy_acceptance on the Spec-Bench streams. The last is the gate's ceiling.
+constexpr std::array<std::size_t, 5> kLongCopyBucketEnds = {23, 31, 47, 63, 127};  // the last bucket is > 127
+constexpr std::array<double, kLongCopyBucketEnds.size() + 1> kLongCopyAccepted = {0.906, 0.936, 0.955,
+                                                                                   0.958, 0.990, 0.995};
+
+// [length] for lengths up to 127, beyond which the estimate is the last bucket's: one load per draft.
+constexpr std::array<double, kLongCopyBucketEnds.back() + 1> kCopyEstimateOfLength = [] {
+  std::array<double, kLongCopyBucketEnds.back() + 1> estimates{};
+  std::size_t b = 0;
+  for (std::size_t length = 0; length < estimates.size(); ++length) {
+    if (length <= kLengthBucketEnds.back()) {
+      estimates[length] = kSequenceCopyAccepted[kBucketOfLength[length]];
+      continue;
+    }
+    while (length > kLongCopyBucketEnds[b]) ++b;
+    estimates[length] = kLongCopyAccepted[b];
+  }
+  return estimates;
+}();
+
+double sequence_copy_estimate(std::size_t length) noexcept {
+  return length < kCopyEstimateOfLength.size() ? kCopyEstimateOfLength[length] : kLongCopyAccepted.back();
+}
 constexpr std::array<double, kLengthBuckets> kCorpusCopyAccepted = {0.123, 0.242, 0.327, 0.376,
                                                                      0.424, 0.578, 0.741, 0.812};
 // [length bucket][share]: the counts. Shares: the context was seen once; every occurrence
@@ -300,7 +327,7 @@ std::size_t MatchDrafter::copy_from_sequence(std::span<Token> out, std::span<flo
   }
   return gated(
       config_.min_confidence, scale(), made,
-      [&](std::size_t j) { return kSequenceCopyAccepted[length_bucket(length_ + j)]; }, probabilities);
+      [&](std::size_t j) { return sequence_copy_estimate(length_ + j); }, probabilities);
 }
 
 CorpusDraft MatchDrafter::ask_corpus(std::span<Token> out) const noexcept {
@@ -400,7 +427,7 @@ void MatchDrafter::calibrate(Token token) noexcept {
     estimate = kCorpusCopyAccepted[length_bucket(from_corpus.match_length)];
   } else if (length_ != 0 && length_ >= config_.copy_min_match && end_ < indexed_) {
     first = tokens_[end_];
-    estimate = kSequenceCopyAccepted[length_bucket(length_)];
+    estimate = sequence_copy_estimate(length_);
   } else {
     DraftEvidence evidence{};
     if (!counts_.first_draft(first, evidence)) return;

@@ -17,12 +17,12 @@ namespace {
 double rate(const VerifyCost& cost, std::size_t base_tokens, double base_expected, const std::vector<float>& p,
             const std::vector<std::size_t>& offsets, const std::vector<std::size_t>& lengths) {
   double expected = base_expected;
-  std::size_t tokens = base_tokens;
+  std::size_t drafts = 0;
   for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
     for (std::size_t j = 0; j < lengths[i]; ++j) expected += p[offsets[i] + j];
-    tokens += lengths[i];
+    drafts += lengths[i];
   }
-  return expected / cost(tokens);
+  return expected / cost.pass(base_tokens, drafts);
 }
 
 // The best E / C over every combination of prefix lengths within the budget, by brute force.
@@ -93,6 +93,58 @@ TEST(DraftPlannerProperty, NearTheBestRateThatBruteForceFinds) {
     // Grouping by 1/1024 can misplace a draft by at most that much expected gain each.
     ASSERT_GE(got, best - static_cast<double>(p.size()) / 1024 / cost(base)) << "best " << best;
   }
+}
+
+// A curve measured on passes of N sequences, as an engine that rebuilds its graph for a new pass
+// shape has it: a plain pass of N tokens costs 1, any pass with drafts a fixed `jump` more, then
+// a little per token. When fewer than N sequences run (the tail of a batch), drafts are priced
+// as over N (VerifyCost::pass): the planner never sends a draft whose expected tokens do not pay
+// for the jump, whatever the batch, and every plan it makes beats the plain pass under that
+// price. Below the first point the table alone is flat, which made such drafts look free.
+TEST(DraftPlannerProperty, NeverSendsDraftsThatCannotPayForAPassWithDrafts) {
+  DraftPlanner planner;
+  std::mt19937_64 rng(11);
+  std::size_t plans_below_the_first_point = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const std::size_t measured = 1 + rng() % 16;  // the curve's first point: N sequences
+    const double jump = 1.5 + static_cast<double>(rng() % 900) / 100;
+    const double slope = static_cast<double>(rng() % 100) / 1000;
+    const std::vector<VerifyCost::Point> points{{measured, 1.0},
+                                                {measured + 1, 1.0 + jump},
+                                                {measured + 64, 1.0 + jump + 63 * slope}};
+    const VerifyCost cost = VerifyCost::table(points);
+    const std::size_t sequences = 1 + rng() % measured;  // the sequences running now: at most N
+    plans_below_the_first_point += sequences < measured ? 1 : 0;
+    std::vector<std::size_t> offsets{0};
+    std::vector<float> p;
+    for (std::size_t i = 0; i < sequences; ++i) {
+      float chance = 1;
+      for (std::size_t j = rng() % 20; j > 0; --j) p.push_back(chance *= 0.5f + static_cast<float>(rng() % 501) / 1000);
+      offsets.push_back(p.size());
+    }
+    const double base_expected = static_cast<double>(sequences);
+    double all = 0;
+    for (const float x : p) all += x;
+    std::vector<float> work = p;
+    std::vector<std::size_t> lengths(sequences, 99);
+    const std::size_t total = planner.plan(&cost, sequences, base_expected, 0, work, offsets, lengths);
+    SCOPED_TRACE("trial " + std::to_string(trial) + " cost " + cost.spec() + " sequences " + std::to_string(sequences));
+    // Even every candidate together cannot pay for the jump: nothing is sent.
+    if ((base_expected + all) / (1.0 + jump) < base_expected / 1.0) {
+      ASSERT_EQ(total, 0U);
+    }
+    const double plain = base_expected / cost.pass(sequences, 0);
+    ASSERT_GE(rate(cost, sequences, base_expected, p, offsets, lengths), plain * (1 - 1e-9));
+    if (total > 0) {
+      ASSERT_GT(rate(cost, sequences, base_expected, p, offsets, lengths), plain);
+    }
+    // One sequence: the same through plan_one.
+    if (sequences == 1) {
+      std::vector<float> one = p;
+      ASSERT_EQ(DraftPlanner::plan_one(&cost, 1, 1.0, 0, one), total);
+    }
+  }
+  EXPECT_GT(plans_below_the_first_point, 1000U);
 }
 
 TEST(DraftPlannerProperty, OneSequenceIsExact) {

@@ -53,6 +53,23 @@ TEST(VerifyCost, ATableInterpolatesAndExtendsItsLastSlope) {
   EXPECT_EQ(flat.spec(), "table:4=2");
 }
 
+// A table measured from N tokens prices drafts on a smaller base as over N: the step after its
+// first point applies to a pass with drafts at any base. Plain passes, and bases at or above N,
+// cost what the table says.
+TEST(VerifyCost, APassWithDraftsBelowTheFirstPointIsPricedAsOverIt) {
+  const VerifyCost cost = VerifyCost::parse("table:8=1,9=5,16=6");
+  EXPECT_DOUBLE_EQ(cost.pass(3, 0), 1);
+  EXPECT_DOUBLE_EQ(cost.pass(3, 1), 5);
+  EXPECT_DOUBLE_EQ(cost.pass(3, 8), 6);
+  EXPECT_DOUBLE_EQ(cost.pass(8, 1), 5);
+  EXPECT_DOUBLE_EQ(cost.pass(9, 7), 6);
+  EXPECT_DOUBLE_EQ(cost.pass(10, 0), cost(10));
+  const VerifyCost knee = VerifyCost::knee(4);
+  for (std::size_t base = 1; base < 10; ++base) {
+    for (std::size_t drafts = 0; drafts < 10; ++drafts) EXPECT_DOUBLE_EQ(knee.pass(base, drafts), knee(base + drafts));
+  }
+}
+
 // One grammar: "flat" is a form of parse() (the tools, the C ABI and Python read it there).
 TEST(VerifyCost, FlatCostsOneWhateverThePassCarries) {
   for (const VerifyCost& flat : {VerifyCost::parse("flat"), VerifyCost::flat()}) {

@@ -20,7 +20,7 @@ namespace ngramspec {
 /// makes it emit 1 + P[i][0] + ... + P[i][n_i - 1] tokens on average (each pass emits the
 /// accepted drafts and the model's own token). For the whole pass:
 ///
-///     E(n) = base_expected + sum_i sum_{j < n_i} P[i][j],   C(n) = cost(base_tokens + sum_i n_i)
+///     E(n) = base_expected + sum_i sum_{j < n_i} P[i][j],   C(n) = cost.pass(base_tokens, sum_i n_i)
 ///
 /// and the plan maximizes E / C, the pass's throughput (the goodput of Liu et al., "Optimizing
 /// Speculative Decoding for Serving Large Language Models Using Goodput", 2024, who choose
@@ -94,13 +94,14 @@ class DraftPlanner {
       }
     } else {
       const std::span<const VerifyCost::Point> points = cost->points();
+      // Drafts are priced over this base (VerifyCost::pass): the curve bends at its points less it.
+      const std::size_t draft_base = std::max(base_tokens, points.front().tokens);
       std::size_t next_point = 0;  // first cost point beyond the tokens planned so far
       std::size_t m = 0;
       double expected = base_expected;
-      const auto pass_cost = [&](std::size_t tokens) { return (*cost)(tokens); };
-      double best = base_expected / pass_cost(base_tokens);
+      double best = base_expected / cost->pass(base_tokens, 0);
       const auto consider = [&](double e, std::size_t total, std::size_t b, std::size_t taken) {
-        const double rate = e / pass_cost(base_tokens + total);
+        const double rate = e / cost->pass(base_tokens, total);
         if (rate > best * (1 + 1e-12)) {
           best = rate;
           cut_bucket = b;
@@ -112,9 +113,9 @@ class DraftPlanner {
         const std::size_t take = std::min<std::size_t>(counts_[b], room - m);
         const double mean = sums_[b] / counts_[b];
         // Where the cost bends inside this bucket the best total may lie between its ends.
-        while (next_point < points.size() && points[next_point].tokens <= base_tokens + m) ++next_point;
-        for (std::size_t q = next_point; q < points.size() && points[q].tokens < base_tokens + m + take; ++q) {
-          const std::size_t part = points[q].tokens - base_tokens - m;
+        while (next_point < points.size() && points[next_point].tokens <= draft_base + m) ++next_point;
+        for (std::size_t q = next_point; q < points.size() && points[q].tokens < draft_base + m + take; ++q) {
+          const std::size_t part = points[q].tokens - draft_base - m;
           consider(expected + mean * static_cast<double>(part), m + part, b, part);
         }
         expected += take == counts_[b] ? sums_[b] : mean * static_cast<double>(take);
@@ -158,10 +159,10 @@ class DraftPlanner {
     if (cost == nullptr) return room;
     std::size_t best_n = 0;
     double expected = base_expected;
-    double best = expected / (*cost)(base_tokens);
+    double best = expected / cost->pass(base_tokens, 0);
     for (std::size_t j = 0; j < room; ++j) {
       expected += probabilities[j];
-      const double rate = expected / (*cost)(base_tokens + j + 1);
+      const double rate = expected / cost->pass(base_tokens, j + 1);
       if (rate > best * (1 + 1e-12)) {
         best = rate;
         best_n = j + 1;
@@ -181,10 +182,10 @@ class DraftPlanner {
                                                     double base_expected, std::size_t room) noexcept {
     if (room == 0 || base_tokens == 0) return 0.0f;
     double least = std::numeric_limits<double>::infinity();
-    double previous = cost(base_tokens);
+    double previous = cost.pass(base_tokens, 0);
     const double rate = base_expected / previous;
-    for (std::size_t n = base_tokens; n < base_tokens + room; ++n) {
-      const double next = cost(n + 1);
+    for (std::size_t n = 0; n < room; ++n) {
+      const double next = cost.pass(base_tokens, n + 1);
       least = std::min(least, next - previous);
       previous = next;
     }

@@ -61,6 +61,18 @@ class VerifyCost {
 
   /// The cost of a pass of `tokens` tokens relative to a one-token pass (0 costs what 1 does).
   [[nodiscard]] double operator()(std::size_t tokens) const noexcept;
+  /// The cost of a pass of `base_tokens` tokens (the sequences' last tokens and any prefill)
+  /// that carries `drafts` drafts more: (*this)(base_tokens + drafts), except that a table
+  /// whose first point is N tokens prices drafts on a smaller base as over N,
+  /// (*this)(N + drafts). Such a table was measured on passes of N or more (an engine serving
+  /// N sequences) and is flat below N, which would make drafts on fewer sequences look free
+  /// when what a pass with drafts costs beyond a plain one (an engine that rebuilds its graph
+  /// for a new pass shape pays that at any batch size) is only known over N. The planner and
+  /// the replay price every pass this way. Flat and knee curves start at 1 token: unchanged.
+  [[nodiscard]] double pass(std::size_t base_tokens, std::size_t drafts) const noexcept {
+    if (drafts == 0) return (*this)(base_tokens);
+    return (*this)((base_tokens < points_.front().tokens ? points_.front().tokens : base_tokens) + drafts);
+  }
   /// The cost of one more token after `tokens`: (*this)(tokens + 1) - (*this)(tokens).
   [[nodiscard]] double marginal(std::size_t tokens) const noexcept { return (*this)(tokens + 1) - (*this)(tokens); }
 

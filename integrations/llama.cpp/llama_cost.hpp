@@ -158,6 +158,10 @@ inline VerifyCost measure_pass_cost(Engine& engine, std::size_t sequences, std::
   std::vector<std::size_t> points = cost_points(sequences * (max_drafts + 1));
   points.erase(points.begin(), std::lower_bound(points.begin(), points.end(), sequences));
   if (points.empty() || points.front() != sequences) points.insert(points.begin(), sequences);
+  // The first pass with a draft is timed too: what any pass with drafts costs beyond a plain one
+  // (llama.cpp rebuilds its graph for a new shape; on a GPU it re-captures) is a step there,
+  // which interpolating from a point further on would spread over the drafts after it.
+  if (points.size() > 1 && points[1] != sequences + 1) points.insert(points.begin() + 1, sequences + 1);
   const std::vector<double> seconds = time_passes(engine, sequences, points, at, repeats);
   std::vector<VerifyCost::Point> table;
   for (std::size_t i = 0; i < points.size(); ++i) table.push_back({points[i], seconds[i] / seconds[0]});

@@ -154,11 +154,16 @@ int curve_mode(const LlamaOptions& o) {
   for (std::size_t c = 0; c < o.curve.size(); ++c) {
     const std::size_t s = o.curve[c];
     std::vector<std::size_t> counts;
-    for (std::size_t k = 1; k <= o.curve_tokens; ++k) counts.push_back(k * s);
+    for (std::size_t k = 1; k <= o.curve_tokens; ++k) {
+      counts.push_back(k * s);
+      // The first pass with a draft (one sequence's): what any pass with drafts costs beyond a
+      // plain one is a step there, which the spec must hold for the planner to see it.
+      if (k == 1 && s > 1 && o.curve_tokens > 1) counts.push_back(s + 1);
+    }
     const std::vector<double> seconds = time_passes(engine, s, counts, o.curve_at, o.repeats);
     std::string spec = "table:";
     for (std::size_t i = 0; i < counts.size(); ++i) {
-      ms[c].push_back(1e3 * seconds[i]);
+      if (counts[i] % s == 0) ms[c].push_back(1e3 * seconds[i]);
       char point[64];
       std::snprintf(point, sizeof point, "%s%zu=%.4g", i ? "," : "", counts[i], seconds[i] / seconds[0]);
       spec += point;

@@ -230,8 +230,8 @@ ServeResult serve_records(std::span<const TokenStream> streams, const ServeConfi
 
     for (std::size_t c = 0; c < curves; ++c) {
       const VerifyCost& price = config.prices[c];
-      const double pass = price(n + total);
-      const double drafts_cost = pass - price(n);
+      const double pass = price.pass(n, total);
+      const double drafts_cost = pass - price.pass(n, 0);
       result.simulated_cost[c] += pass;
       for (std::size_t i = 0; i < n; ++i) {
         const std::size_t d = offsets[i + 1] - offsets[i];

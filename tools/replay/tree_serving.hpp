@@ -177,8 +177,8 @@ ServeResult serve_tree_records(std::span<const TokenStream> streams, const TreeS
     ++result.decode_passes;
     for (std::size_t c = 0; c < curves; ++c) {
       const VerifyCost& price = config.prices[c];
-      const double pass = price(n + total);
-      const double nodes_cost = pass - price(n);
+      const double pass = price.pass(n, total);
+      const double nodes_cost = pass - price.pass(n, 0);
       result.simulated_cost[c] += pass;
       for (const Running& r : running) {
         double charge = per_sequence[c];
