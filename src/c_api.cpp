@@ -1105,6 +1105,10 @@ double ngramspec_verify_cost_of(const ngramspec_verify_cost* cost, size_t tokens
   return cost == nullptr ? 0.0 : cost->cost(tokens);
 }
 
+double ngramspec_verify_cost_of_pass(const ngramspec_verify_cost* cost, size_t base_tokens, size_t drafts) {
+  return cost == nullptr ? 0.0 : cost->cost.pass(base_tokens, drafts);
+}
+
 const char* ngramspec_verify_cost_spec(const ngramspec_verify_cost* cost) {
   return cost == nullptr ? "" : cost->spec.c_str();
 }

@@ -3054,10 +3054,10 @@ TEST(CApiProperty, PlanDraftsSendsTheCountWithTheBestExpectedTokensPerCost) {
     const double base_expected = 1.0 + static_cast<double>(rng() % 3);
     std::size_t best_n = 0;
     double expected = base_expected;
-    double best = expected / ngramspec_verify_cost_of(cost.get(), base_tokens);
+    double best = expected / ngramspec_verify_cost_of_pass(cost.get(), base_tokens, 0);
     for (std::size_t j = 0; j < n; ++j) {
       expected += valid[j];
-      const double rate = expected / ngramspec_verify_cost_of(cost.get(), base_tokens + j + 1);
+      const double rate = expected / ngramspec_verify_cost_of_pass(cost.get(), base_tokens, j + 1);
       if (rate > best * (1 + 1e-12)) {
         best = rate;
         best_n = j + 1;
@@ -3091,6 +3091,7 @@ TEST(CApiPlanner, CostsReadTheBatchGrammarAndTheirSpecReadsBackEqual) {
     EXPECT_DOUBLE_EQ(ngramspec_verify_cost_of(again.get(), t), ngramspec_verify_cost_of(table.get(), t)) << t;
   }
   EXPECT_EQ(ngramspec_verify_cost_of(nullptr, 3), 0.0);
+  EXPECT_EQ(ngramspec_verify_cost_of_pass(nullptr, 3, 1), 0.0);
   EXPECT_STREQ(ngramspec_verify_cost_spec(nullptr), "");
   ngramspec_verify_cost_free(nullptr);
 }

@@ -204,6 +204,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_verify_cost_create": (_STATUS, [c_char_p, _P]),
     "ngramspec_verify_cost_free": (None, [_P]),
     "ngramspec_verify_cost_of": (c_double, [_P, _S]),
+    "ngramspec_verify_cost_of_pass": (c_double, [_P, _S, _S]),
     "ngramspec_verify_cost_spec": (c_char_p, [_P]),
     "ngramspec_plan_drafts": (_STATUS, [_P, _S, c_double, _P, _S, _P]),
 }

@@ -80,9 +80,17 @@ class VerifyCost(Closable):
         """What a pass of `tokens` tokens costs, a one-token pass costing 1 (0 tokens cost what 1 does)."""
         return float(lib.ngramspec_verify_cost_of(self._checked(), size_arg(tokens, "tokens")))
 
+    def of_pass(self, base_tokens: int, drafts: int) -> float:
+        """What a pass of `base_tokens` tokens carrying `drafts` drafts more costs, as the planner
+        prices it: ``cost(base_tokens + drafts)``, except that a table whose first point is N tokens
+        prices drafts on a base below N as over N (measured on N sequences, it is flat below N,
+        which would make drafts on fewer look free)."""
+        return float(lib.ngramspec_verify_cost_of_pass(self._checked(), size_arg(base_tokens, "base_tokens"),
+                                                       size_arg(drafts, "drafts")))
+
     def plan(self, probabilities: Any, base_tokens: int = 1, base_expected: float = 1.0) -> int:
         """How many of one sequence's candidate drafts its pass should carry: the n that maximizes
-        ``(base_expected + p[0] + ... + p[n - 1]) / cost(base_tokens + n)`` (ties to fewer), where
+        ``(base_expected + p[0] + ... + p[n - 1]) / cost.of_pass(base_tokens, n)`` (ties to fewer), where
         ``probabilities[j]`` is the estimated chance that drafts 0..j are all accepted (a drafter's
         predict), `base_tokens` what the pass carries besides them (its last token: 1) and
         `base_expected` what it emits without them (its model token: 1). A writable C-contiguous

@@ -9,12 +9,12 @@ from ngramspec import VerifyCost
 
 
 def best_count(cost: VerifyCost, p: np.ndarray, base_tokens: int, base_expected: float) -> int:
-    """The n with the most (base_expected + p[0] + ... + p[n - 1]) / cost(base_tokens + n), ties to fewer."""
-    best_n, best = 0, base_expected / cost(base_tokens)
+    """The n with the most (base_expected + p[0] + ... + p[n - 1]) / cost.of_pass(base_tokens, n), ties to fewer."""
+    best_n, best = 0, base_expected / cost.of_pass(base_tokens, 0)
     expected = base_expected
     for j, pj in enumerate(p):
         expected += float(pj)
-        rate = expected / cost(base_tokens + j + 1)
+        rate = expected / cost.of_pass(base_tokens, j + 1)
         if rate > best * (1 + 1e-12):
             best_n, best = j + 1, rate
     return best_n
@@ -88,7 +88,17 @@ def test_a_closed_cost_refuses_every_call() -> None:
     with cost:
         assert cost(16) == 2.0
     assert repr(cost) == "<ngramspec.VerifyCost closed>"
-    for call in (lambda: cost(1), lambda: cost.plan([0.5]), lambda: cost.spec):
+    for call in (lambda: cost(1), lambda: cost.of_pass(1, 1), lambda: cost.plan([0.5]), lambda: cost.spec):
         with pytest.raises(ValueError, match="closed"):
             call()
     cost.close()  # twice: nothing
+
+
+def test_a_table_prices_drafts_below_its_first_point_as_over_it() -> None:
+    cost = VerifyCost("table:8=1,9=5,16=6")
+    assert cost.of_pass(3, 0) == 1.0 and cost(4) == 1.0
+    assert cost.of_pass(3, 1) == 5.0  # the step of a pass with drafts, at any base
+    assert cost.of_pass(8, 8) == 6.0
+    assert cost.plan([0.9, 0.8], base_tokens=3, base_expected=3.0) == 0  # 4.7 tokens for 5.4: not worth it
+    with pytest.raises(ValueError, match="drafts"):
+        cost.of_pass(1, -1)
