@@ -189,6 +189,11 @@ void Engine::decode() {
     throw std::runtime_error("llama_decode of a pass of " + std::to_string(pass_->batch.n_tokens) + " tokens failed with " +
                              std::to_string(status) + " (" + what + ")");
   }
+  // On a GPU llama_decode only queues the pass; the first read of its logits would wait for it.
+  // Waiting here puts the pass's whole time inside decode(): the pass costs that the planner is
+  // given and the time reported outside llama_decode (the program's own work) are then what
+  // they say, on any backend (a CPU pass is complete on return, so this costs nothing there).
+  llama_synchronize(context_ptr_);
 }
 
 std::span<const float> Engine::logits(std::size_t index) const {

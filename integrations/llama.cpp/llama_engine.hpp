@@ -64,7 +64,7 @@ class Engine {
   std::size_t add(std::size_t sequence, std::size_t pos, std::span<const Token> tokens, bool all_logits);
   /// Tokens in the pass.
   [[nodiscard]] std::size_t pass_size() const noexcept;
-  /// Runs the pass (llama_decode).
+  /// Runs the pass (llama_decode) and waits for it to finish (on a GPU llama_decode only queues it).
   void decode();
   /// The logits of the pass's token `index` (one that asked for them): vocab_size() floats.
   [[nodiscard]] std::span<const float> logits(std::size_t index) const;
