@@ -150,7 +150,12 @@ std::size_t share_class(DraftEvidence evidence) noexcept {
 }
 
 // The calibration: the estimates are scaled by how the sequence's first drafts have fared
-// against them, (hits + kPrior) / (expected + kPrior), over a memory of about kMemory tokens.
+// against them over a memory of about kMemory tokens. Fewer hits than estimated: each estimate e
+// becomes e · (hits + kPrior) / (expected hits + kPrior). More: the chance of a miss shrinks
+// instead, 1 - e becoming (1 - e) · (misses + kPrior) / (expected misses + kPrior), so that a
+// sequence more predictable than the average raises an estimate of 0.5 much and one of 0.99
+// little, never past the truth that every copy ends somewhere (scaling e itself would carry a
+// long copy's 0.99 to the ceiling and the planner into passes that lose: docs/ALGORITHM.md).
 constexpr double kPrior = 2;
 constexpr double kMemory = 128;
 constexpr double kDecay = 1 - 1 / kMemory;
@@ -160,13 +165,14 @@ constexpr double kMaxEstimate = 0.995;
 // scaled estimates stays at or above min_confidence. With `probabilities`, each kept draft's
 // running product is written there.
 template <class Estimate>
-std::size_t gated(double min_confidence, double scale, std::size_t made, const Estimate& estimate,
+std::size_t gated(double min_confidence, MatchDrafter::Calibration scale, std::size_t made, const Estimate& estimate,
                   std::span<float> probabilities) noexcept {
   const bool report = !probabilities.empty();
   if (min_confidence <= 0 && !report) return made;
   double chance = 1;
   for (std::size_t j = 0; j < made; ++j) {
-    chance *= std::min(kMaxEstimate, estimate(j) * scale);
+    const double e = estimate(j);
+    chance *= std::min(kMaxEstimate, scale.hits < 1 ? e * scale.hits : 1 - (1 - e) * scale.misses);
     if (chance < min_confidence) return j;
     if (report) probabilities[j] = static_cast<float>(chance);
   }
@@ -199,6 +205,7 @@ void MatchDrafter::reset() noexcept {
   end_ = 0;
   hits_ = 0;
   expected_ = 0;
+  trials_ = 0;
   first_draft_.value.store(0, std::memory_order_relaxed);
 }
 
@@ -402,7 +409,10 @@ void MatchDrafter::remember_first_draft(bool drafted, Token token, std::size_t e
                            std::memory_order_relaxed);
 }
 
-double MatchDrafter::scale() const noexcept { return (hits_ + kPrior) / (expected_ + kPrior); }
+MatchDrafter::Calibration MatchDrafter::scale() const noexcept {
+  return {.hits = (hits_ + kPrior) / (expected_ + kPrior),
+          .misses = (trials_ - hits_ + kPrior) / (trials_ - expected_ + kPrior)};
+}
 
 void MatchDrafter::calibrate(Token token) noexcept {
   // predict()'s first draft, without the gate, and its estimate: from the corpus when the
@@ -419,6 +429,7 @@ void MatchDrafter::calibrate(Token token) noexcept {
     estimate = class_estimate(static_cast<std::size_t>(kept >> 32) & 0xffU);
     hits_ = hits_ * kDecay + (first == token ? 1 : 0);
     expected_ = expected_ * kDecay + estimate;
+    trials_ = trials_ * kDecay + 1;
     return;
   }
   CorpusDraft from_corpus;
@@ -435,6 +446,7 @@ void MatchDrafter::calibrate(Token token) noexcept {
   }
   hits_ = hits_ * kDecay + (first == token ? 1 : 0);
   expected_ = expected_ * kDecay + estimate;
+  trials_ = trials_ * kDecay + 1;
 }
 
 std::size_t MatchDrafter::memory_bytes() const noexcept {

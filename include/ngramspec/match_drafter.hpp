@@ -149,6 +149,14 @@ class MatchDrafter {
   /// What each further order of the counts adds per count-window token.
   static constexpr std::size_t kMaxBytesPerTokenPerOrder = 208;
 
+  /// How the sequence's own record scales the gate's estimates (docs/ALGORITHM.md, "The gate"):
+  /// an estimate e becomes e · hits when hits < 1 (its first drafts hit less than estimated),
+  /// else 1 - (1 - e) · misses (they missed less).
+  struct Calibration {
+    double hits = 1;
+    double misses = 1;
+  };
+
   /// Tokens of the sequence's end handed to the corpus to match.
   static constexpr std::size_t kCorpusContext = 16;
 
@@ -222,7 +230,7 @@ class MatchDrafter {
   [[nodiscard]] CorpusDraft ask_corpus(std::span<Token> out) const noexcept;
   // Scores predict()'s first draft before `token` against it, for the gate's scale.
   void calibrate(Token token) noexcept;
-  [[nodiscard]] double scale() const noexcept;
+  [[nodiscard]] Calibration scale() const noexcept;
 
   MatchConfig config_;
   const SharedCorpus* corpus_ = nullptr;
@@ -237,9 +245,11 @@ class MatchDrafter {
   std::uint64_t seen_ = 0;
   std::size_t length_ = 0;  // L
   std::size_t end_ = 0;     // e
-  // The gate's calibration: decayed sums of first-draft hits and of their estimates.
+  // The gate's calibration: decayed sums of first-draft hits, of their estimates and of the
+  // first drafts scored.
   double hits_ = 0;
   double expected_ = 0;
+  double trials_ = 0;
 
   // The first draft predict() made from the current state when it came from a corpus or the
   // counts, and its estimate's class, kept for the next update()'s calibration, which would

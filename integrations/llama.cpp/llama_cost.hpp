@@ -150,6 +150,25 @@ inline std::vector<double> time_passes(Engine& engine, std::size_t sequences, st
   return seconds;
 }
 
+/// What a pass of `pass_tokens` tokens over `sequences` sequences costs, in seconds, median of
+/// `repeats`, when the pass before it had the same shape (a run of passes that each carry drafts,
+/// as a long copy sends them): llama.cpp then reuses its graph, which time_passes() (a pass with
+/// drafts between plain ones, the graph rebuilt for it and for the plain pass after it) never
+/// sees. Its drafts are cut as in time_passes().
+inline double time_same_shape_passes(Engine& engine, std::size_t sequences, std::size_t pass_tokens, std::size_t at,
+                                     std::size_t repeats) {
+  using Clock = std::chrono::steady_clock;
+  PassTimer timer(engine, sequences, (pass_tokens + sequences - 1) / sequences, at);
+  std::vector<double> seconds;
+  for (std::size_t i = 0; i < repeats + 2; ++i) {
+    const auto start = Clock::now();
+    timer.drafted(pass_tokens);
+    if (i >= 2) seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + static_cast<std::ptrdiff_t>(seconds.size() / 2), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
 /// The verify-cost curve of passes of up to sequences x (max_drafts + 1) tokens over
 /// `sequences` sequences at position `at`, normalized so that a plain pass (one token per
 /// sequence) costs 1.

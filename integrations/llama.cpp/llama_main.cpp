@@ -181,6 +181,16 @@ int curve_mode(const LlamaOptions& o) {
     std::printf("\n");
   }
   for (std::size_t c = 0; c < o.curve.size(); ++c) std::printf("# %zu sequences: --cost %s\n", o.curve[c], specs[c].c_str());
+  // Passes with drafts one after another keep llama.cpp's graph: what each costs there.
+  std::printf("# ms per pass of k tokens per sequence in a run of such passes (graph kept), k = 2, 5, 9, %zu:", o.curve_tokens);
+  for (std::size_t c = 0; c < o.curve.size(); ++c) {
+    std::printf(" %zu seq:", o.curve[c]);
+    for (const std::size_t k : {std::size_t{2}, std::size_t{5}, std::size_t{9}, o.curve_tokens}) {
+      if (k > o.curve_tokens) continue;
+      std::printf(" %.3f", 1e3 * time_same_shape_passes(engine, o.curve[c], k * o.curve[c], o.curve_at, o.repeats));
+    }
+  }
+  std::printf("\n");
   return 0;
 }
 
