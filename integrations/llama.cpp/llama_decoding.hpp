@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -105,8 +106,15 @@ class Samplers {
 
 }  // namespace detail
 
+/// Sees the logits plain decoding chose each token from: the prompt's index, the token's index
+/// in its output, and the row (valid during the call only).
+using PlainLogitsObserver = std::function<void(std::size_t prompt, std::size_t token, std::span<const float> logits)>;
+
 /// Plain decoding: every pass carries each running sequence's last token (or its prompt).
-inline RunResult decode_plain(Engine& engine, std::span<const std::vector<Token>> prompts, const RunSettings& settings) {
+/// `observe`, when given, is called with the logits of every token chosen (to read the plain
+/// model's logits where another run diverged).
+inline RunResult decode_plain(Engine& engine, std::span<const std::vector<Token>> prompts, const RunSettings& settings,
+                              const PlainLogitsObserver& observe = {}) {
   detail::prompt_limit_check(engine, prompts);
   RunResult result;
   result.outputs.resize(prompts.size());
@@ -149,7 +157,9 @@ inline RunResult decode_plain(Engine& engine, std::span<const std::vector<Token>
       slot.prefilled = true;
       const std::vector<Token>& prompt = prompts[*slot.request];
       std::vector<Token>& out = result.outputs[*slot.request];
-      const Token token = samplers.choose(s, engine.logits(slot.first_row), slot.cache);
+      const std::span<const float> logits = engine.logits(slot.first_row);
+      const Token token = samplers.choose(s, logits, slot.cache);
+      if (observe) observe(*slot.request, out.size(), logits);
       out.push_back(token);
       slot.last = token;
       ++result.sequence_passes;

@@ -19,6 +19,7 @@
 #include "command_line.hpp"
 #include "llama_cost.hpp"
 #include "llama_decoding.hpp"
+#include "llama_divergence.hpp"
 #include "llama_engine.hpp"
 #include "llama_options.hpp"
 #if NGRAMSPEC_LLAMA_CPP_DRAFTERS
@@ -87,7 +88,48 @@ struct Contender {
   std::vector<double> seconds;
   RunResult first;  // the first timed run's outputs and counts
   bool identical = true;
+  // The outputs of its first run that differed from plain decoding's first, if any, and where.
+  std::optional<std::vector<std::vector<Token>>> differing;
+  std::vector<Divergence> divergences;
 };
+
+// The label of the run a divergence line compares with plain decoding.
+const char* other_label(const Contender& c) { return c.name == "plain" ? "a later plain run" : "drafted run"; }
+
+// Finds where each contender's differing run left plain decoding's first run, and reads the plain
+// model's logits there from one more plain run (only when something differed: the timed runs
+// record nothing). Returns false when that plain run did not reproduce the first, whose logits
+// it then does not show.
+bool locate_divergences(std::vector<Contender>& contenders, Engine& engine, std::span<const std::vector<Token>> prompts,
+                        const RunSettings& settings) {
+  const std::vector<std::vector<Token>>& reference = contenders[0].first.outputs;
+  std::vector<std::vector<Divergence*>> at_prompt(prompts.size());
+  for (Contender& c : contenders) {
+    if (!c.differing) continue;
+    c.divergences = find_divergences(reference, *c.differing);
+    for (Divergence& d : c.divergences) {
+      if (d.plain) at_prompt[d.prompt].push_back(&d);
+    }
+  }
+  if (std::all_of(at_prompt.begin(), at_prompt.end(), [](const auto& v) { return v.empty(); })) return true;
+  const RunResult again =
+      decode_plain(engine, prompts, settings, [&](std::size_t prompt, std::size_t token, std::span<const float> row) {
+        for (Divergence* d : at_prompt[prompt]) {
+          if (d->token == token) d->logits = score(row, *d->plain, d->other);
+        }
+      });
+  return again.outputs == reference;
+}
+
+// One line per divergence of `c`, then a warning when the logits shown are not the first plain run's.
+void print_divergences(const Contender& c, bool greedy, bool reproduced) {
+  for (const Divergence& d : c.divergences) std::printf("%s\n", divergence_line(c.name, d, other_label(c), greedy).c_str());
+  if (!c.divergences.empty() && !reproduced) {
+    std::printf("%s: the plain run that read these logits differed from the first plain run: plain decoding does "
+                "not reproduce itself here, and the logits shown are that run's\n",
+                c.name.c_str());
+  }
+}
 
 // The cost the speculative runs plan with, and the line that says where it came from.
 struct CostChoice {
@@ -124,7 +166,8 @@ void print_run(const char* label, const RunResult& r) {
               static_cast<unsigned long long>(r.out_of_vocabulary));
 }
 
-std::string run_json(const std::string& name, const RunResult& r, double seconds, double plain_seconds, bool identical) {
+std::string run_json(const std::string& name, const RunResult& r, double seconds, double plain_seconds, bool identical,
+                     const std::string& divergences = {}) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "{\"drafter\": %s, \"generated\": %llu, \"passes\": %llu, \"drafted\": %llu, \"accepted\": %llu, "
@@ -136,7 +179,10 @@ std::string run_json(const std::string& name, const RunResult& r, double seconds
                 seconds > 0 ? static_cast<double>(r.generated) / seconds : 0.0, seconds > 0 ? plain_seconds / seconds : 0.0,
                 r.seconds > 0 ? (r.seconds - r.decode_seconds) / r.seconds : 0.0,
                 static_cast<unsigned long long>(r.out_of_vocabulary), identical ? "true" : "false");
-  return buf;
+  std::string json = buf;
+  if (divergences.empty()) return json;  // a run compared with nothing
+  json.pop_back();
+  return json + ", \"divergences\": " + divergences + "}";
 }
 
 int curve_mode(const LlamaOptions& o) {
@@ -262,8 +308,8 @@ int run(const LlamaOptions& o) {
   }
 
   std::vector<Contender> contenders;
-  contenders.push_back({"plain", run_plain, {}, {}, true});
-  contenders.push_back({"ngramspec", run_ngramspec, {}, {}, true});
+  contenders.push_back({"plain", run_plain, {}, {}, true, {}, {}});
+  contenders.push_back({"ngramspec", run_ngramspec, {}, {}, true, {}, {}});
 #if NGRAMSPEC_LLAMA_CPP_DRAFTERS
   std::vector<std::unique_ptr<BatchSpeculator<LlamaCppDrafter>>> llama_speculators;
   if (o.compare) {
@@ -284,7 +330,7 @@ int run(const LlamaOptions& o) {
                             [&engine, s, &prompts, &settings, max_drafts] {
                               return decode_speculative(engine, *s, prompts, settings, max_drafts);
                             },
-                            {}, {}, true});
+                            {}, {}, true, {}, {}});
     }
   }
 #else
@@ -294,18 +340,21 @@ int run(const LlamaOptions& o) {
   }
 #endif
 
-  // Rounds over every contender, each round in a rotated order so none always runs first.
+  // Rounds over every contender, each round in a rotated order so none always runs first (the
+  // first round starts with plain decoding, whose first run every run is compared with).
   for (std::size_t round = 0; round < o.repeats; ++round) {
     for (std::size_t j = 0; j < contenders.size(); ++j) {
       Contender& c = contenders[(j + round) % contenders.size()];
       RunResult r = c.run();
       c.seconds.push_back(r.seconds);
+      const bool reference = &c == &contenders[0] && c.seconds.size() == 1;
+      if (!reference && !c.differing && r.outputs != contenders[0].first.outputs) c.differing = r.outputs;
       if (c.seconds.size() == 1) c.first = std::move(r);
-      else c.identical = c.identical && r.outputs == c.first.outputs;
     }
   }
-  const std::vector<std::vector<Token>>& reference = contenders[0].first.outputs;
-  for (Contender& c : contenders) c.identical = c.identical && c.first.outputs == reference && contenders[0].identical;
+  for (Contender& c : contenders) c.identical = !c.differing && !contenders[0].differing;
+  const bool greedy = !(o.sampling.temperature > 0);
+  const bool reproduced = locate_divergences(contenders, engine, prompts, settings);
   const double plain_seconds = median(contenders[0].seconds);
 
   bool all_identical = true;
@@ -318,9 +367,10 @@ int run(const LlamaOptions& o) {
     for (std::size_t i = 0; i < contenders.size(); ++i) {
       std::printf("%s%s", i ? ", " : "",
                   run_json(contenders[i].name, contenders[i].first, median(contenders[i].seconds), plain_seconds,
-                           contenders[i].identical).c_str());
+                           contenders[i].identical, divergences_json(contenders[i].divergences, greedy)).c_str());
     }
-    std::printf("], \"identical\": %s}\n", all_identical ? "true" : "false");
+    std::printf("], \"identical\": %s, \"plain_reproduced\": %s}\n", all_identical ? "true" : "false",
+                reproduced ? "true" : "false");
     return all_identical ? 0 : 1;
   }
   std::printf("%s; %zu prompts, --n %zu, --parallel %zu, %s\n%s\n", engine.description().c_str(), prompts.size(), o.n,
@@ -331,6 +381,8 @@ int run(const LlamaOptions& o) {
     print_run("plain", plain.first);
     print_run("ngramspec", spec.first);
     std::printf("identical: %s\n", spec.identical ? "yes" : "no");
+    print_divergences(plain, greedy, reproduced);
+    print_divergences(spec, greedy, reproduced);
     std::printf("plain %.1f tokens/s, ngramspec %.1f tokens/s, mean accepted length %.2f\n",
                 static_cast<double>(plain.first.generated) / plain_seconds,
                 static_cast<double>(spec.first.generated) / median(spec.seconds), spec.first.mean_accepted_length());
@@ -348,6 +400,7 @@ int run(const LlamaOptions& o) {
   }
   std::printf("\ntokens/s and speedup: medians of %zu rounds, each running every drafter in a rotated order\n",
               o.repeats);
+  for (const Contender& c : contenders) print_divergences(c, greedy, reproduced);
   return all_identical ? 0 : 1;
 }
 
