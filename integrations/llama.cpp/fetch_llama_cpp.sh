@@ -21,10 +21,11 @@ readonly commit=80fb11ac73e66d89eae2c6a91d8a77428fa733ed
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dest="$here/../../build/_deps"
+dest_given=0
 pinned=0
 while (($# > 0)); do
   case "$1" in
-    --dest) dest="${2:?--dest needs a folder}"; shift 2 ;;
+    --dest) dest="${2:?--dest needs a folder}"; dest_given=1; shift 2 ;;
     --pinned) pinned=1; shift ;;
     -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -34,6 +35,7 @@ patches=()
 while IFS= read -r p; do patches+=("$p"); done < <(find "$here/patches" -maxdepth 1 -name '*.patch' | LC_ALL=C sort)
 patch_hash="$( (for p in "${patches[@]}"; do basename "$p"; cat "$p"; done) | sha256sum | cut -c1-12)"
 if ((pinned)); then
+  ((dest_given)) && { echo "error: --pinned fetches nothing, so --dest has no use with it" >&2; exit 2; }
   echo "$commit $patch_hash"
   exit 0
 fi

@@ -132,5 +132,14 @@ else
   echo "make_source_archive.sh not checked: $llama_source is not a git checkout (fetch_llama_cpp.sh's is)"
 fi
 
+# 6. fetch_llama_cpp.sh --pinned prints the commit and stamp, and refuses a --dest it would not use.
+[[ "$commit" =~ ^[0-9a-f]{40}$ && "$patch_hash" =~ ^[0-9a-f]{12}$ ]] ||
+  fail "fetch_llama_cpp.sh --pinned printed '$commit $patch_hash', not a commit and a patch stamp"
+message="$(bash "$here/../fetch_llama_cpp.sh" --pinned --dest "$work/unused" 2>&1)"
+rc=$?
+((rc == 2)) || fail "fetch_llama_cpp.sh --pinned --dest exited $rc, not 2"
+[[ "$message" == "error: --pinned fetches nothing, so --dest has no use with it" ]] ||
+  fail "fetch_llama_cpp.sh --pinned --dest said '$message'"
+
 ((failures == 0)) || { echo "$failures check(s) failed"; exit 1; }
 echo "run_gpu_check.sh --cpu: every step ran; a spent budget, foreign archives and a tree without tools/ are reported"
