@@ -5,10 +5,13 @@
 # SHA-256 and the bundle's commit against the pinned commit before anything is used.
 #
 #   integrations/llama.cpp/fetch_llama_cpp.sh [--dest DIR]
+#   integrations/llama.cpp/fetch_llama_cpp.sh --pinned
 #
 # The source lands in DIR/llama.cpp-<commit> (DIR: build/_deps of the repository) with a stamp of
 # the patches it holds, so a second run with the same patches costs nothing and a changed patch
 # gets a fresh tree in the same place. Needs npm, git, tar and sha256sum.
+# --pinned prints the pinned commit and the stamp of this folder's patches, one line, and fetches
+# nothing (what a tree made here must carry; gpu/run_gpu_check.sh checks an archive against it).
 set -euo pipefail
 
 readonly package=node-llama-cpp
@@ -18,23 +21,31 @@ readonly commit=80fb11ac73e66d89eae2c6a91d8a77428fa733ed
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dest="$here/../../build/_deps"
+dest_given=0
+pinned=0
 while (($# > 0)); do
   case "$1" in
-    --dest) dest="${2:?--dest needs a folder}"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --dest) dest="${2:?--dest needs a folder}"; dest_given=1; shift 2 ;;
+    --pinned) pinned=1; shift ;;
+    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+patches=()
+while IFS= read -r p; do patches+=("$p"); done < <(find "$here/patches" -maxdepth 1 -name '*.patch' | LC_ALL=C sort)
+patch_hash="$( (for p in "${patches[@]}"; do basename "$p"; cat "$p"; done) | sha256sum | cut -c1-12)"
+if ((pinned)); then
+  ((dest_given)) && { echo "error: --pinned fetches nothing, so --dest has no use with it" >&2; exit 2; }
+  echo "$commit $patch_hash"
+  exit 0
+fi
+
 mkdir -p "$dest"
 dest="$(cd "$dest" && pwd)"
 
 for tool in npm git tar sha256sum; do
   command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool is needed to fetch llama.cpp and is not installed" >&2; exit 1; }
 done
-
-patches=()
-while IFS= read -r p; do patches+=("$p"); done < <(find "$here/patches" -maxdepth 1 -name '*.patch' | LC_ALL=C sort)
-patch_hash="$( (for p in "${patches[@]}"; do basename "$p"; cat "$p"; done) | sha256sum | cut -c1-12)"
 # One folder per commit, whatever the patches: a build that points at it keeps its objects (and a
 # compiler cache its hits) when a patch changes; the stamp says which patches it holds.
 source_dir="$dest/llama.cpp-${commit:0:12}"
