@@ -409,6 +409,47 @@ TEST(BatchSpeculator, TheCostDecidesHowManyDraftsAPassCarries) {
   EXPECT_LT(cpu, 8U);
 }
 
+// use_cost() plans the next passes against the caller's cost, pass by pass, and nullptr goes back
+// to the configuration's: the same state drafts everything under a flat pass and nothing under one
+// that pays in full for every token.
+TEST(BatchSpeculator, UseCostPlansTheNextPassesAgainstTheCallersCost) {
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2, .cost = VerifyCost::knee(256)},
+                         MatchConfig{.cap = 256, .count_window = 64});
+  std::vector<Token> prompt;
+  for (Token t = 0; t < 64; ++t) prompt.push_back(t % 8);
+  DecodeOptions options;
+  options.max_drafts = 8;
+  const std::vector<SequenceId> ids{0, 1};
+  for (const SequenceId id : ids) spec.begin(id, prompt, options);
+  std::vector<StepOutcome> steps(2);
+  spec.accept(ids, std::vector<Token>{0, 0}, std::vector<std::size_t>{0, 1, 2}, steps);
+  std::vector<Token> drafts(16);
+  std::vector<std::size_t> offsets(3);
+  const VerifyCost every_token_pays = VerifyCost::knee(1);
+  const auto propose_and_reject = [&] {
+    const std::size_t sent = spec.propose(ids, drafts, offsets);
+    // The model disagrees with every draft: each sequence emits one token, 0, and rolls back.
+    std::vector<Token> model;
+    std::vector<std::size_t> model_offsets{0};
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::size_t fed = offsets[i + 1] - offsets[i] + 1;
+      for (std::size_t j = 0; j < fed; ++j) model.push_back(drafts.empty() || j >= fed - 1 ? 0 : drafts[offsets[i] + j] + 1);
+      model_offsets.push_back(model.size());
+    }
+    spec.accept(ids, model, model_offsets, steps);
+    return sent;
+  };
+  EXPECT_EQ(spec.active_cost(), &*spec.config().cost);
+  EXPECT_GT(propose_and_reject(), 0U);
+  spec.use_cost(&every_token_pays);
+  EXPECT_EQ(spec.active_cost(), &every_token_pays);
+  EXPECT_EQ(propose_and_reject(), 0U);
+  EXPECT_EQ(propose_and_reject(), 0U);
+  spec.use_cost(nullptr);
+  EXPECT_EQ(spec.active_cost(), &*spec.config().cost);
+  EXPECT_GT(propose_and_reject(), 0U);
+}
+
 TEST(BatchSpeculator, TheTokenBudgetCapsThePass) {
   BatchSpeculator<> spec(BatchConfig{.max_sequences = 3, .max_pass_tokens = 10},
                          MatchConfig{.cap = 64, .count_window = 32, .min_confidence = 0});

@@ -310,7 +310,7 @@ class BatchSpeculator {
     // The drafts buffer is a budget too: the pass carries at most base_tokens + drafts.size().
     std::size_t budget = plus(base_tokens, drafts.size());
     if (config_.max_pass_tokens != 0) budget = std::min(budget, config_.max_pass_tokens);
-    const VerifyCost* cost = config_.cost ? &*config_.cost : nullptr;
+    const VerifyCost* cost = active_cost();
     planner_.plan(cost, base_tokens, static_cast<double>(ids.size()), budget,
                   std::span<float>(probabilities_).first(made),
                   std::span<const std::size_t>(candidate_offsets_).first(ids.size() + 1),
@@ -437,7 +437,7 @@ class BatchSpeculator {
     }
     std::size_t budget = saturating_plus(base_tokens, tokens.size());
     if (config_.max_pass_tokens != 0) budget = std::min(budget, config_.max_pass_tokens);
-    const VerifyCost* cost = config_.cost ? &*config_.cost : nullptr;
+    const VerifyCost* cost = active_cost();
     const double base_expected = static_cast<double>(ids.size());
     const float least = cost != nullptr ? DraftPlanner::least_path_probability(*cost, base_tokens, base_expected,
                                                                  std::min(room, budget > base_tokens ? budget - base_tokens : 0))
@@ -628,6 +628,17 @@ class BatchSpeculator {
   /// Sequences running.
   [[nodiscard]] std::size_t size() const noexcept { return config_.max_sequences - free_.size(); }
   [[nodiscard]] const BatchConfig& config() const noexcept { return config_; }
+  /// Plans the next passes against `cost` instead of config().cost, until called again; nullptr
+  /// returns to config().cost. For an engine whose pass costs depend on the pass before (llama.cpp
+  /// keeps its compute graph while the pass shape stays, and rebuilds it when the shape changes:
+  /// a pass with drafts after a plain one costs more than one after another like it), set before
+  /// each propose(). The cost is the caller's and must outlive its use; nothing is copied or
+  /// allocated. Give the configuration a cost too, so that the drafters do not gate.
+  void use_cost(const VerifyCost* cost) noexcept { cost_in_use_ = cost; }
+  /// The cost the next pass is planned against: use_cost()'s, else config().cost's, else nullptr.
+  [[nodiscard]] const VerifyCost* active_cost() const noexcept {
+    return cost_in_use_ != nullptr ? cost_in_use_ : config_.cost ? &*config_.cost : nullptr;
+  }
   [[nodiscard]] const BatchStats& stats() const noexcept { return stats_; }
   /// Top tokens per pass entry that accept_trees() takes: the k of the drafters' top-k tables
   /// (0: they recycle none, or they draft no trees).
@@ -830,6 +841,7 @@ class BatchSpeculator {
   }
 
   BatchConfig config_;
+  const VerifyCost* cost_in_use_ = nullptr;  // use_cost()'s
   SharedCorpus* corpus_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<std::uint32_t> free_;  // slots not running, the next to use last

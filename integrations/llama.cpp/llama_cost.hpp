@@ -169,6 +169,39 @@ inline double time_same_shape_passes(Engine& engine, std::size_t sequences, std:
   return seconds[seconds.size() / 2];
 }
 
+/// What one sequence's passes cost when every pass with drafts has the same shape, 1 + drafts
+/// tokens (FixedPassShape, llama_decoding.hpp): a plain pass among plain ones, a pass of that
+/// shape among its like (llama.cpp keeps its graph), and the rebuilds that switching between
+/// the two costs, once into the shape and once out of it. The two curves, normalized to the
+/// plain pass: `entry` prices a pass with drafts after a plain one at the shape's cost plus both
+/// rebuilds (the way back is as certain as the way in), `streak` after one with drafts at the
+/// shape's cost alone; both are flat from 2 tokens to the shape (padding makes every pass with
+/// drafts that big, so the planner may as well fill it).
+struct FixedShapeCosts {
+  double plain_seconds = 0;
+  double shape_seconds = 0;    ///< a pass of the shape after one like it
+  double rebuild_seconds = 0;  ///< one rebuild: half of what a pass of the shape between plain ones adds
+  VerifyCost entry = VerifyCost::flat();
+  VerifyCost streak = VerifyCost::flat();
+};
+
+inline FixedShapeCosts measure_fixed_shape_costs(Engine& engine, std::size_t drafts, std::size_t at,
+                                                 std::size_t repeats = 5) {
+  FixedShapeCosts c;
+  const std::vector<std::size_t> points{1, drafts + 1};
+  const std::vector<double> between = time_passes(engine, 1, points, at, repeats);
+  c.plain_seconds = between[0];
+  c.shape_seconds = std::max(time_same_shape_passes(engine, 1, drafts + 1, at, repeats), c.plain_seconds);
+  c.rebuild_seconds = std::max(0.0, (between[1] - c.shape_seconds) / 2);
+  const double entry = (c.shape_seconds + 2 * c.rebuild_seconds) / c.plain_seconds;
+  const double streak = c.shape_seconds / c.plain_seconds;
+  const std::vector<VerifyCost::Point> entry_points{{1, 1.0}, {2, entry}, {drafts + 1, entry}};
+  const std::vector<VerifyCost::Point> streak_points{{1, 1.0}, {2, streak}, {drafts + 1, streak}};
+  c.entry = VerifyCost::table(std::span(entry_points).first(drafts > 1 ? 3 : 2));
+  c.streak = VerifyCost::table(std::span(streak_points).first(drafts > 1 ? 3 : 2));
+  return c;
+}
+
 /// The verify-cost curve of passes of up to sequences x (max_drafts + 1) tokens over
 /// `sequences` sequences at position `at`, normalized so that a plain pass (one token per
 /// sequence) costs 1.

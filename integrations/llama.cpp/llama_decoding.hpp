@@ -66,6 +66,7 @@ struct Slot {
   bool prefilled = false;
   std::size_t first_row = 0;           // its first pass token in this pass
   std::size_t fed = 0;                 // tokens it fed in this pass
+  std::size_t padding = 0;             // of them, tokens only there to keep the pass's shape
 };
 
 inline void prompt_limit_check(const Engine& engine, std::span<const std::vector<Token>> prompts) {
@@ -175,12 +176,25 @@ inline RunResult decode_plain(Engine& engine, std::span<const std::vector<Token>
   return result;
 }
 
+/// One shape for every pass with drafts of a single sequence (see measure_fixed_shape_costs()):
+/// a pass that carries any drafts is padded to `drafts` of them, so that llama.cpp keeps its
+/// compute graph from one such pass to the next, and the drafts are planned against `entry`
+/// after a plain pass (the graph rebuilt now and again when plain passes resume) and against
+/// `streak` after a pass with drafts (the graph kept).
+struct FixedPassShape {
+  std::size_t drafts = 0;
+  const VerifyCost* entry = nullptr;
+  const VerifyCost* streak = nullptr;
+};
+
 /// Speculative decoding: `speculator` drafts for every running sequence and decides each step;
 /// every pass verifies all drafts in one llama_decode, and the rejected ones are cut from the
-/// KV cache. `max_drafts` bounds each sequence's drafts per pass.
+/// KV cache. `max_drafts` bounds each sequence's drafts per pass. With `shape` (one sequence
+/// only: engine.sequences() == 1), passes with drafts are padded to its shape and planned by
+/// the pass before; the padding's rows are computed and never read, and cut from the cache.
 template <Drafter D>
 RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std::span<const std::vector<Token>> prompts,
-                             const RunSettings& settings, std::size_t max_drafts) {
+                             const RunSettings& settings, std::size_t max_drafts, const FixedPassShape* shape = nullptr) {
   detail::prompt_limit_check(engine, prompts);
   if (max_drafts > kMaxDraftsPerPass) {
     throw std::invalid_argument("max_drafts = " + std::to_string(max_drafts) + " is more than kMaxDraftsPerPass = " +
@@ -204,9 +218,14 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
   std::vector<Token> model_tokens(n * (max_drafts + 1));
   std::vector<std::size_t> model_offsets(n + 1);
   std::vector<StepOutcome> steps(n);
+  if (shape != nullptr && (n != 1 || shape->entry == nullptr || shape->streak == nullptr || shape->drafts > max_drafts)) {
+    throw std::invalid_argument("a fixed pass shape needs one sequence, both costs and at most max_drafts = " +
+                                std::to_string(max_drafts) + " drafts; it has " + std::to_string(shape->drafts));
+  }
   std::vector<Token> fed;
   fed.reserve(max_drafts + 1);
   const BatchStats before = speculator.stats();
+  bool after_drafts = false;  // the pass before carried drafts (and so the fixed shape)
 
   std::size_t next = 0;
   const auto start = detail::Clock::now();
@@ -229,7 +248,9 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
     if (running == 0) break;
 
     const std::span<const SequenceId> pass_ids(ids.data(), running);
+    if (shape != nullptr) speculator.use_cost(after_drafts ? shape->streak : shape->entry);
     speculator.propose(pass_ids, drafts, std::span<std::size_t>(offsets).first(running + 1));
+    after_drafts = false;
     engine.clear_pass();
     for (std::size_t i = 0; i < running; ++i) {
       detail::Slot& slot = slots[slot_of[i]];
@@ -241,8 +262,18 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
         fed.assign(1, slot.last);
         fed.insert(fed.end(), drafts.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
                    drafts.begin() + static_cast<std::ptrdiff_t>(offsets[i + 1]));
+        slot.padding = 0;
+        if (shape != nullptr && fed.size() > 1) {
+          // Any token keeps the shape; the last draft again is as good as another, and never read.
+          const std::size_t room = engine.context() > slot.cache ? engine.context() - slot.cache : 0;
+          if (shape->drafts + 1 <= room) {
+            slot.padding = shape->drafts + 1 - std::min(fed.size(), shape->drafts + 1);
+            fed.resize(fed.size() + slot.padding, fed.back());
+          }
+          after_drafts = true;
+        }
         slot.first_row = engine.add(slot_of[i], slot.cache, fed, true);
-        slot.fed = fed.size();
+        slot.fed = fed.size() - slot.padding;
       }
     }
     const auto decode_start = detail::Clock::now();
@@ -273,7 +304,8 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
       slot.last = emitted[step.emitted - 1];
       slot.prefilled = true;
       slot.cache = step.rollback_to;
-      if (step.discarded != 0) engine.truncate(slot_of[i], slot.cache);
+      if (step.discarded != 0 || slot.padding != 0) engine.truncate(slot_of[i], slot.cache);
+      slot.padding = 0;
       ++result.sequence_passes;
       result.generated += step.emitted;
       if (step.finished) {
@@ -282,6 +314,7 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
       }
     }
   }
+  if (shape != nullptr) speculator.use_cost(nullptr);
   result.seconds = detail::since(start);
   result.drafted = speculator.stats().drafted - before.drafted;
   result.accepted = speculator.stats().accepted - before.accepted;

@@ -95,6 +95,17 @@ Engine::Engine(const EngineConfig& config) {
   // A cache of its own per sequence: its tokens then sit in position order whatever the other
   // sequences do, so attention sums them in the same order in plain and speculative decoding.
   params.kv_unified = false;
+  switch (config.flash_attention) {
+    case EngineConfig::FlashAttention::on:
+      params.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+      break;
+    case EngineConfig::FlashAttention::off:
+      params.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+      break;
+    case EngineConfig::FlashAttention::by_backend:
+      params.flash_attn_type = llama_supports_gpu_offload() ? LLAMA_FLASH_ATTN_TYPE_AUTO : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+      break;
+  }
   const int threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   params.n_threads = threads;
   params.n_threads_batch = threads;

@@ -28,6 +28,14 @@ struct EngineConfig {
   std::size_t context = 0;        ///< tokens each sequence may hold; 0: the model's training context
   std::size_t max_pass_tokens = 0;  ///< most tokens one pass carries; 0: sequences x context
   bool verbose = false;           ///< llama.cpp's own log lines (errors are always shown)
+  /// Flash attention. Off by default where llama.cpp has no GPU backend: its CPU kernel splits
+  /// the keys among the threads for a one-token pass past position 256 but not for a pass of
+  /// several tokens, or tiles passes of 64 tokens and more, so verify passes sum in another
+  /// order than plain decoding and a near tie can flip a greedy token (integrations/llama.cpp/
+  /// README.md, "Identity"); without it every pass computes each row as a one-token pass does.
+  /// With a GPU backend llama.cpp's own choice (auto).
+  enum class FlashAttention { by_backend, on, off };
+  FlashAttention flash_attention = FlashAttention::by_backend;
 };
 
 /// One loaded model and its context. Every failure throws std::runtime_error naming what and

@@ -135,6 +135,7 @@ void print_divergences(const Contender& c, bool greedy, bool reproduced) {
 struct CostChoice {
   std::optional<VerifyCost> cost;
   std::string line;
+  std::optional<FixedShapeCosts> shape;  // with --pass-shape fixed
 };
 
 CostChoice choose_cost(const LlamaOptions& o, Engine& engine, std::size_t at) {
@@ -144,6 +145,18 @@ CostChoice choose_cost(const LlamaOptions& o, Engine& engine, std::size_t at) {
   } else if (o.cost_source == LlamaOptions::Cost::given) {
     c.cost = *o.cost;
     c.line = "verify cost (given): " + c.cost->spec();
+  } else if (o.fixed_shape && o.parallel == 1) {
+    const auto start = std::chrono::steady_clock::now();
+    c.shape = measure_fixed_shape_costs(engine, o.k, at);
+    c.cost = c.shape->entry;  // the configuration's: the drafters do not gate under it
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "verify cost at position %zu, every pass with drafts %zu tokens: measured in %.1f s: plain pass %.3f ms, "
+                  "one of %zu tokens after its like %.3f ms, a graph rebuild %.3f ms",
+                  at, o.k + 1, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                  1e3 * c.shape->plain_seconds, o.k + 1, 1e3 * c.shape->shape_seconds, 1e3 * c.shape->rebuild_seconds);
+    c.line = line;
+    if (o.print_cost) c.line += "; after a plain pass " + c.shape->entry.spec() + ", after one with drafts " + c.shape->streak.spec();
   } else {
     const auto start = std::chrono::steady_clock::now();
     c.cost = measure_pass_cost(engine, o.parallel, o.k, at);
@@ -186,7 +199,7 @@ std::string run_json(const std::string& name, const RunResult& r, double seconds
 }
 
 int curve_mode(const LlamaOptions& o) {
-  EngineConfig config{o.model, o.threads, *std::max_element(o.curve.begin(), o.curve.end()), o.context, 0, o.verbose};
+  EngineConfig config{o.model, o.threads, *std::max_element(o.curve.begin(), o.curve.end()), o.context, 0, o.verbose, o.flash_attention};
   Engine engine(config);
   if (o.curve_at + o.curve_tokens + 64 > engine.context()) {
     throw std::runtime_error("--curve-at " + std::to_string(o.curve_at) + " leaves no room for passes of --curve-tokens " +
@@ -244,7 +257,7 @@ int run(const LlamaOptions& o) {
   if (!o.curve.empty()) return curve_mode(o);
   // The prompts first: a bad --prompts file is refused before the model is loaded.
   const std::vector<std::string> texts = read_prompts(o);
-  EngineConfig config{o.model, o.threads, o.parallel, o.context, 0, o.verbose};
+  EngineConfig config{o.model, o.threads, o.parallel, o.context, 0, o.verbose, o.flash_attention};
   Engine engine(config);
   std::vector<std::vector<Token>> prompts;
   for (const std::string& t : texts) prompts.push_back(engine.tokenize(t, true));
@@ -280,7 +293,9 @@ int run(const LlamaOptions& o) {
   const auto run_plain = [&] { return decode_plain(engine, prompts, settings); };
   const auto run_ngramspec = [&] {
     if (corpus) corpus->clear();  // every timed run starts from the same corpus
-    return decode_speculative(engine, speculator, prompts, settings, o.k);
+    if (!cost.shape) return decode_speculative(engine, speculator, prompts, settings, o.k);
+    const FixedPassShape shape{o.k, &cost.shape->entry, &cost.shape->streak};
+    return decode_speculative(engine, speculator, prompts, settings, o.k, &shape);
   };
 
   if (!o.check && !o.compare) {

@@ -57,6 +57,13 @@ const char* llama_usage() noexcept {
          "                     this model's passes at start), none (MatchDrafter's own gate decides), flat,\n"
          "                     knee:N, or table:1=1,2=1.5,... (what --print-cost prints)\n"
          "  --print-cost       print the cost table used, to give back to --cost\n"
+         "  --flash-attn F     backend (default: off on a CPU, where its kernels sum a verify pass otherwise\n"
+         "                     than a one-token pass and a near tie can flip a token; llama.cpp's choice on a\n"
+         "                     GPU), on, off\n"
+         "  --pass-shape S     fixed (default): with one sequence and a measured cost, every pass with drafts\n"
+         "                     carries k of them (padded), so llama.cpp keeps its graph from one to the next, and\n"
+         "                     drafts are priced by the pass before (starting a run of them pays both graph\n"
+         "                     rebuilds); free: passes of any size, priced by one measured curve\n"
          "  --temperature T    sample (default 0: greedy); --top-k K, --top-p P, --min-p P filter, --seed S keys\n"
          "                     the randomness per position (prompt i uses seed S + i), so the same seed gives the\n"
          "                     same text with and without drafting (those four need a temperature above 0)\n"
@@ -131,6 +138,24 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       }
     } else if (flag == "--print-cost") {
       o.print_cost = true;
+    } else if (flag == "--flash-attn") {
+      const std::string_view text = value();
+      if (text == "backend") {
+        o.flash_attention = EngineConfig::FlashAttention::by_backend;
+      } else if (text == "on") {
+        o.flash_attention = EngineConfig::FlashAttention::on;
+      } else if (text == "off") {
+        o.flash_attention = EngineConfig::FlashAttention::off;
+      } else {
+        throw std::invalid_argument("--flash-attn '" + std::string(text) + "' is invalid: give backend, on or off");
+      }
+    } else if (flag == "--pass-shape") {
+      const std::string_view text = value();
+      if (text != "fixed" && text != "free") {
+        throw std::invalid_argument("--pass-shape '" + std::string(text) + "' is invalid: give fixed or free");
+      }
+      o.fixed_shape = text == "fixed";
+      o.pass_shape_given = true;
     } else if (flag == "--temperature") {
       o.sampling.temperature = parse_real(flag, value());
     } else if (flag == "--top-k") {
@@ -194,7 +219,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
     }
   };
   if (!o.curve.empty()) {
-    refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--k", "--cost", "--print-cost", "--temperature",
+    refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--k", "--cost", "--print-cost", "--pass-shape", "--temperature",
                  "--top-k", "--top-p", "--min-p", "--seed", "--ignore-eos", "--no-speculate", "--check", "--compare",
                  "--corpus", "--corpus-file", "--json"},
                 "does nothing with --curve, which only times passes (its options: --threads, --ctx, --curve-at, "
@@ -204,8 +229,11 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   }
   if (!o.check && !o.compare && o.curve.empty()) refuse_with({"--repeats"}, "goes with --check, --compare or --curve");
   if (!o.speculate) {
-    refuse_with({"--k", "--cost", "--print-cost", "--corpus", "--corpus-file"},
+    refuse_with({"--k", "--cost", "--print-cost", "--pass-shape", "--corpus", "--corpus-file"},
                 "does nothing with --no-speculate, which drafts nothing");
+  }
+  if (o.pass_shape_given && o.fixed_shape && (o.parallel != 1 || o.cost_source != LlamaOptions::Cost::measure)) {
+    throw std::invalid_argument("--pass-shape fixed needs --parallel 1 and a measured cost (--cost measure, the default)");
   }
   if (o.cost_source == LlamaOptions::Cost::none) refuse_with({"--print-cost"}, "has no cost to print with --cost none");
   if (o.curve.empty() && !o.prompt && o.prompts_file.empty()) {

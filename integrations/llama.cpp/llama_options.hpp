@@ -10,6 +10,8 @@
 #include <ngramspec/sampling_options.hpp>
 #include <ngramspec/verify_cost.hpp>
 
+#include "llama_engine.hpp"
+
 namespace ngramspec::llama_cpp {
 
 /// The command line of ngramspec-llama, parsed and checked (see its --help).
@@ -29,6 +31,14 @@ struct LlamaOptions {
   Cost cost_source = Cost::measure;
   std::optional<VerifyCost> cost;
   bool print_cost = false;           ///< --print-cost: print the cost table spec (to reuse with --cost)
+  /// --pass-shape: fixed (default) pads every pass with drafts of one sequence to k drafts and
+  /// plans by the pass before (FixedPassShape), with a measured cost and --parallel 1; free sends
+  /// passes of any size against one curve.
+  bool fixed_shape = true;
+  /// --flash-attn: backend (default: off on a CPU, where it makes verify passes sum otherwise than
+  /// plain decoding; llama.cpp's choice with a GPU), on, off.
+  EngineConfig::FlashAttention flash_attention = EngineConfig::FlashAttention::by_backend;
+  bool pass_shape_given = false;
   SamplingOptions sampling;          ///< --temperature, --top-k, --top-p, --min-p, --seed
   bool ignore_eos = false;           ///< --ignore-eos
   bool speculate = true;             ///< false with --no-speculate

@@ -147,7 +147,7 @@ TEST(LlamaIntegration, BenchmarkPromptsEqualPlain) {
 }
 
 // The rows of one pass of n tokens against the same positions decoded a token a pass (plain
-// decoding's rows), at the start of a story and past its 256th token. On the CPU (llamafile's
+// decoding's rows), at the start of a story and past its 256th token. With flash attention on the CPU (llamafile's
 // kernels off) ggml's flash attention computes them alike, bit for bit, but in two cases:
 // - a pass of 64 tokens or more takes its tiled path (64 query rows a tile, the query kept in
 //   F32, the softmax taken 64 keys at a time);
@@ -158,11 +158,14 @@ TEST(LlamaIntegration, BenchmarkPromptsEqualPlain) {
 // Both add in another order, so the logits differ there, by less than 0.3% of the row's largest
 // |logit|: far inside a near tie (kNearTieFraction of it), which a GPU, where no row need be
 // exact, must keep to as well.
+// Without flash attention (the engine's default on a CPU) every pass computes each row exactly as a
+// one-token pass does, at any thread count, position and pass size.
 TEST(LlamaIntegration, PassesOfManyTokensDifferFromOneTokenPassesByLessThanANearTie) {
   REQUIRE_MODEL();
   const bool gpu = llama_supports_gpu_offload();
+  for (const auto flash : {EngineConfig::FlashAttention::off, EngineConfig::FlashAttention::on})
   for (const int threads : {1, 2}) {
-    Engine engine({kModel, threads, 1, 512, 0, false});
+    Engine engine({kModel, threads, 1, 512, 0, false, flash});
     const std::vector<Token> prompt = engine.tokenize("Once upon a time", true);
     std::vector<std::vector<float>> plain_rows;
     const RunResult plain = decode_plain(engine, std::vector<std::vector<Token>>{prompt}, RunSettings{330, false, {}},
@@ -201,12 +204,14 @@ TEST(LlamaIntegration, PassesOfManyTokensDifferFromOneTokenPassesByLessThanANear
           most = std::max(most, diff);
           worst = std::max(worst, diff / scale);
         }
-        const std::string where = std::to_string(threads) + " threads, a pass of " + std::to_string(n) +
+        const std::string where = std::string(flash == EngineConfig::FlashAttention::on ? "flash attention, " : "") +
+                                  std::to_string(threads) + " threads, a pass of " + std::to_string(n) +
                                   " tokens after " + std::to_string(at);
         EXPECT_LE(worst, kNearTieFraction) << where;
         if (gpu) continue;
         EXPECT_LE(worst, 0.003f) << where << ": the README says the CPU's kernels differ by less than 0.3%";
-        const bool exact = n == 1 || (n < 64 && (threads == 1 || prompt.size() + at + n <= 256));
+        const bool exact = flash == EngineConfig::FlashAttention::off || n == 1 ||
+                           (n < 64 && (threads == 1 || prompt.size() + at + n <= 256));
         if (exact) {
           EXPECT_EQ(most, 0.0f) << where << ": not computed as one-token passes compute it";
         } else {
@@ -290,15 +295,41 @@ TEST(LlamaIntegration, ProgramCheckReportsIdenticalAndSpeedup) {
   EXPECT_EQ(out.find("near tie"), std::string::npos) << out;
 }
 
-// With two threads, plain decoding's one-token passes past position 256 add attention in another
-// order than a verify pass (PassesOfManyTokensDifferFromOneTokenPassesByLessThanANearTie), and on
-// this prompt a verify pass at --k 64 flips a near tie at its 243rd token. Wherever --check finds a
+// --pass-shape fixed (the default with one sequence and a measured cost) pads every pass with drafts
+// to k of them and prices drafts by the pass before: output stays plain decoding's, and the option is
+// refused, by name, where it cannot apply.
+TEST(LlamaIntegration, FixedPassShapeKeepsOutputsAndIsRefusedWhereItCannotApply) {
+  REQUIRE_MODEL();
+  int status = 0;
+  const std::string prompt = "--prompt 'The cat said, \"Meow, meow.\" The dog said, \"Woof, woof.\" The cat said, "
+                             "\"Meow, meow.\" The dog said,' ";
+  std::string out = run_program("--model " + kModel + " " + prompt + "--n 200 --threads 2 --check --repeats 1 --k 8",
+                                status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("identical: yes"), std::string::npos) << out;
+  EXPECT_NE(out.find("every pass with drafts 9 tokens"), std::string::npos) << out;
+  out = run_program("--model " + kModel + " --prompt x --pass-shape fixed --parallel 2", status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("--pass-shape fixed needs --parallel 1"), std::string::npos) << out;
+  out = run_program("--model " + kModel + " --prompt x --pass-shape fixed --cost none", status);
+  EXPECT_EQ(status, 2) << out;
+  out = run_program("--model " + kModel + " --prompt x --pass-shape round", status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("--pass-shape 'round' is invalid"), std::string::npos) << out;
+  out = run_program("--model " + kModel + " --prompt x --flash-attn maybe", status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("--flash-attn 'maybe' is invalid"), std::string::npos) << out;
+}
+
+// With flash attention and two threads, plain decoding's one-token passes past position 256 add
+// attention in another order than a verify pass (PassesOfManyTokensDifferFromOneTokenPassesByLess
+// ThanANearTie), and on this prompt a verify pass at --k 64 flips a near tie at its 243rd token. Wherever --check finds a
 // difference it says where and why, in text and JSON, with the exit status 1; and a difference
 // must be a near tie, or drafting, acceptance or rollback is wrong.
 TEST(LlamaIntegration, ProgramCheckSaysWhereAndWhyOutputLeftPlainDecoding) {
   REQUIRE_MODEL();
   const std::string args = "--model " + kModel + " --prompt 'The little fish swam in the big blue sea.' --n 256 "
-                           "--threads 2 --check --repeats 1 --cost none --k 64";
+                           "--threads 2 --check --repeats 1 --cost none --k 64 --flash-attn on";
   int status = 0;
   const std::string out = run_program(args, status);
   const bool identical = out.find("identical: yes") != std::string::npos;
