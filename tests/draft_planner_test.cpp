@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <random>
@@ -145,6 +146,47 @@ TEST(DraftPlannerProperty, NeverSendsDraftsThatCannotPayForAPassWithDrafts) {
     }
   }
   EXPECT_GT(plans_below_the_first_point, 1000U);
+}
+
+// drafts_can_pay() is exact about certain drafts: when it says no, no estimates make the planner
+// send a draft; when it says yes, certain drafts are sent. Random curves (tables that start above 1
+// token among them), bases and rooms.
+TEST(DraftPlannerProperty, DraftsCanPayIsWhetherCertainDraftsWouldBeSent) {
+  DraftPlanner planner;
+  std::mt19937_64 rng(5);
+  std::size_t yes = 0;
+  std::size_t no = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    VerifyCost cost = random_cost(rng);
+    if (rng() % 2 == 0) {
+      const std::size_t first = 1 + rng() % 12;
+      const std::vector<VerifyCost::Point> points{{first, 1.0},
+                                                  {first + 1, 1.0 + static_cast<double>(rng() % 400) / 100},
+                                                  {first + 2 + rng() % 40, 6.0 + static_cast<double>(rng() % 400) / 100}};
+      cost = VerifyCost::table(points);
+    }
+    const std::size_t sequences = 1 + rng() % 6;
+    const std::size_t room = rng() % 40;
+    const bool can = DraftPlanner::drafts_can_pay(cost, sequences, static_cast<double>(sequences), room);
+    SCOPED_TRACE("trial " + std::to_string(trial) + " cost " + cost.spec() + " sequences " + std::to_string(sequences) +
+                 " room " + std::to_string(room));
+    // Certain drafts, spread over the sequences.
+    std::vector<std::size_t> offsets{0};
+    for (std::size_t i = 0; i < sequences; ++i) offsets.push_back(room * (i + 1) / sequences);
+    std::vector<float> certain(room, 1.0f);
+    std::vector<std::size_t> lengths(sequences);
+    const std::size_t sent = planner.plan(&cost, sequences, static_cast<double>(sequences), 0, certain, offsets, lengths);
+    ASSERT_EQ(sent > 0, can);
+    (can ? yes : no) += 1;
+    if (!can) {
+      std::vector<float> any(room);
+      for (float& x : any) x = static_cast<float>(rng() % 1001) / 1000;
+      std::sort(any.begin(), any.end(), std::greater<>());
+      ASSERT_EQ(planner.plan(&cost, sequences, static_cast<double>(sequences), 0, any, offsets, lengths), 0U);
+    }
+  }
+  EXPECT_GT(yes, 500U);
+  EXPECT_GT(no, 500U);
 }
 
 TEST(DraftPlannerProperty, OneSequenceIsExact) {

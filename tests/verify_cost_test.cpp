@@ -53,14 +53,15 @@ TEST(VerifyCost, ATableInterpolatesAndExtendsItsLastSlope) {
   EXPECT_EQ(flat.spec(), "table:4=2");
 }
 
-// A table measured from N tokens prices drafts on a smaller base as over N: the step after its
-// first point applies to a pass with drafts at any base. Plain passes, and bases at or above N,
-// cost what the table says.
-TEST(VerifyCost, APassWithDraftsBelowTheFirstPointIsPricedAsOverIt) {
+// A table measured from N tokens says nothing of fewer: a plain pass of b < N tokens is priced at
+// b / N of one of N, the least it could cost, and drafts add what they add over N, the step after
+// the first point included. At and above N, and for flat and knee curves, the table's own cost.
+TEST(VerifyCost, APassBelowTheFirstPointIsProportionalAndItsDraftsCostWhatTheyAddOverIt) {
   const VerifyCost cost = VerifyCost::parse("table:8=1,9=5,16=6");
-  EXPECT_DOUBLE_EQ(cost.pass(3, 0), 1);
-  EXPECT_DOUBLE_EQ(cost.pass(3, 1), 5);
-  EXPECT_DOUBLE_EQ(cost.pass(3, 8), 6);
+  EXPECT_DOUBLE_EQ(cost.pass(2, 0), 0.25);
+  EXPECT_DOUBLE_EQ(cost.pass(2, 1), 0.25 + 4);
+  EXPECT_DOUBLE_EQ(cost.pass(2, 8), 0.25 + 5);
+  EXPECT_DOUBLE_EQ(cost.pass(8, 0), 1);
   EXPECT_DOUBLE_EQ(cost.pass(8, 1), 5);
   EXPECT_DOUBLE_EQ(cost.pass(9, 7), 6);
   EXPECT_DOUBLE_EQ(cost.pass(10, 0), cost(10));

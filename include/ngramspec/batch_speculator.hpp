@@ -274,11 +274,22 @@ class BatchSpeculator {
     }
     const std::uint64_t stamp = ++calls_;
     std::size_t room = 0;
+    std::size_t pass_base = extra_tokens;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       Slot& slot = running(where, ids, i, stamp);
       call_slots_[i] = &slot;
       room += slot.state.generated == 0 ? 0 : draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
+      pass_base = saturating_plus(pass_base, slot.state.generated == 0 ? slot.state.prompt_length : 1);
     }
+    // Where the cost says that not even certain drafts could pay, nothing is drafted: the drafters
+    // still observe every token (accept()), and the pass costs no drafting work.
+    const VerifyCost* cost = active_cost();
+    std::size_t pass_room = std::min(room, drafts.size());
+    if (config_.max_pass_tokens != 0) {
+      pass_room = std::min(pass_room, config_.max_pass_tokens > pass_base ? config_.max_pass_tokens - pass_base : 0);
+    }
+    const bool draft = cost == nullptr ||
+                       DraftPlanner::drafts_can_pay(*cost, pass_base, static_cast<double>(ids.size()), pass_room);
     if (candidates_.size() < room) {
       candidates_.resize(room);
       probabilities_.resize(room);
@@ -298,7 +309,7 @@ class BatchSpeculator {
         base_tokens = plus(base_tokens, slot.state.prompt_length);
       } else {
         base_tokens = plus(base_tokens, 1);
-        const std::size_t limit = draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
+        const std::size_t limit = draft ? draft_limit(slot.state, slot.options, kMaxDraftsPerPass) : 0;
         const std::uint64_t dropped = out_of_vocabulary(slot.drafter);
         made += detail::draft_with_estimates(slot.drafter, std::span<Token>(candidates_).subspan(made, limit),
                                              std::span<float>(probabilities_).subspan(made, limit), slot.rate);
@@ -310,7 +321,6 @@ class BatchSpeculator {
     // The drafts buffer is a budget too: the pass carries at most base_tokens + drafts.size().
     std::size_t budget = plus(base_tokens, drafts.size());
     if (config_.max_pass_tokens != 0) budget = std::min(budget, config_.max_pass_tokens);
-    const VerifyCost* cost = active_cost();
     planner_.plan(cost, base_tokens, static_cast<double>(ids.size()), budget,
                   std::span<float>(probabilities_).first(made),
                   std::span<const std::size_t>(candidate_offsets_).first(ids.size() + 1),

@@ -171,6 +171,28 @@ class DraftPlanner {
     return best_n;
   }
 
+  /// Whether any drafts could pay in a pass that carries base_tokens and emits base_expected
+  /// without them, with up to `room` drafts more: whether some m in 1..room makes
+  /// (base_expected + m) / cost.pass(base_tokens, m), every draft certain, beat the plain pass.
+  /// When not, no estimate can make the planner send one, and drafting can be skipped. Between
+  /// the curve's bends that rate is monotone in m, so only the bends and the ends are tried:
+  /// O(points).
+  [[nodiscard]] static bool drafts_can_pay(const VerifyCost& cost, std::size_t base_tokens, double base_expected,
+                                           std::size_t room) noexcept {
+    if (room == 0) return false;
+    const double plain = base_expected / cost.pass(base_tokens, 0);
+    const auto pays = [&](std::size_t m) {
+      return (base_expected + static_cast<double>(m)) / cost.pass(base_tokens, m) > plain * (1 + 1e-12);
+    };
+    if (pays(1) || pays(room)) return true;
+    const std::span<const VerifyCost::Point> points = cost.points();
+    const std::size_t draft_base = std::max(base_tokens, points.front().tokens);
+    for (const VerifyCost::Point& point : points) {
+      if (point.tokens > draft_base && point.tokens - draft_base < room && pays(point.tokens - draft_base)) return true;
+    }
+    return false;
+  }
+
   /// The least path probability a draft (a tree node, or a chain's draft) needs to belong in
   /// the best plan of a pass that carries base_tokens and emits base_expected without its
   /// drafts, with up to `room` drafts more: drafting can stop at the first candidate below it.

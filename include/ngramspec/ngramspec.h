@@ -474,9 +474,9 @@ NGRAMSPEC_API void ngramspec_verify_cost_free(ngramspec_verify_cost* cost);
  * NULL cost. */
 NGRAMSPEC_API double ngramspec_verify_cost_of(const ngramspec_verify_cost* cost, size_t tokens);
 /* What a pass of `base_tokens` tokens carrying `drafts` drafts more costs, as the planner prices it
- * (VerifyCost::pass): the cost of base_tokens + drafts, except that a table whose first point is N tokens
- * prices drafts on a base below N as over N (a table measured on N sequences is flat below N, which would
- * make drafts on fewer look free). 0 for a NULL cost. */
+ * (VerifyCost::pass): the cost of base_tokens + drafts, except below the first point N of a table (measured on N
+ * sequences, it says nothing of fewer): a plain pass there costs the first point's cost times base_tokens / N,
+ * and drafts add what they add over N. 0 for a NULL cost. */
 NGRAMSPEC_API double ngramspec_verify_cost_of_pass(const ngramspec_verify_cost* cost, size_t base_tokens,
                                                    size_t drafts);
 /* The spec that ngramspec_verify_cost_create reads back into an equal cost, costs normalized so that the

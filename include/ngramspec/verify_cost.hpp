@@ -62,16 +62,21 @@ class VerifyCost {
   /// The cost of a pass of `tokens` tokens relative to a one-token pass (0 costs what 1 does).
   [[nodiscard]] double operator()(std::size_t tokens) const noexcept;
   /// The cost of a pass of `base_tokens` tokens (the sequences' last tokens and any prefill)
-  /// that carries `drafts` drafts more: (*this)(base_tokens + drafts), except that a table
-  /// whose first point is N tokens prices drafts on a smaller base as over N,
-  /// (*this)(N + drafts). Such a table was measured on passes of N or more (an engine serving
-  /// N sequences) and is flat below N, which would make drafts on fewer sequences look free
-  /// when what a pass with drafts costs beyond a plain one (an engine that rebuilds its graph
-  /// for a new pass shape pays that at any batch size) is only known over N. The planner and
-  /// the replay price every pass this way. Flat and knee curves start at 1 token: unchanged.
+  /// that carries `drafts` drafts more, as the planner prices it: (*this)(base_tokens + drafts)
+  /// from the table's first point N on. A table whose first point is N > 1 tokens was measured
+  /// on passes of N or more (an engine serving N sequences) and says nothing of fewer: there a
+  /// plain pass is priced at (*this)(N) · base_tokens / N, the least it could cost (a pass that
+  /// pays for every token), and drafts add what they add over N, (*this)(N + drafts) -
+  /// (*this)(N), a fixed step included (an engine that rebuilds its graph for a new pass shape
+  /// pays it at any batch size). Whatever the truth below N, flat or proportional, a draft the
+  /// planner sends there pays: it is held to at least the bar the truth sets (docs/ALGORITHM.md,
+  /// "A table measured on N sequences"). The replay prices its passes the same way. Flat and
+  /// knee curves start at 1 token, and a base of 0 costs what 1 does: unchanged.
   [[nodiscard]] double pass(std::size_t base_tokens, std::size_t drafts) const noexcept {
-    if (drafts == 0) return (*this)(base_tokens);
-    return (*this)((base_tokens < points_.front().tokens ? points_.front().tokens : base_tokens) + drafts);
+    const std::size_t first = points_.front().tokens;
+    if (base_tokens >= first || base_tokens == 0) return (*this)(base_tokens + drafts);
+    const double plain = points_.front().cost * static_cast<double>(base_tokens) / static_cast<double>(first);
+    return drafts == 0 ? plain : plain + (*this)(first + drafts) - points_.front().cost;
   }
   /// The cost of one more token after `tokens`: (*this)(tokens + 1) - (*this)(tokens).
   [[nodiscard]] double marginal(std::size_t tokens) const noexcept { return (*this)(tokens + 1) - (*this)(tokens); }

@@ -82,9 +82,9 @@ class VerifyCost(Closable):
 
     def of_pass(self, base_tokens: int, drafts: int) -> float:
         """What a pass of `base_tokens` tokens carrying `drafts` drafts more costs, as the planner
-        prices it: ``cost(base_tokens + drafts)``, except that a table whose first point is N tokens
-        prices drafts on a base below N as over N (measured on N sequences, it is flat below N,
-        which would make drafts on fewer look free)."""
+        prices it: ``cost(base_tokens + drafts)``, except below the first point N of a table
+        (measured on N sequences, it says nothing of fewer): a plain pass there costs the first
+        point's cost times ``base_tokens / N``, and drafts add what they add over N."""
         return float(lib.ngramspec_verify_cost_of_pass(self._checked(), size_arg(base_tokens, "base_tokens"),
                                                        size_arg(drafts, "drafts")))
 

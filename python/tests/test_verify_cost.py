@@ -94,11 +94,11 @@ def test_a_closed_cost_refuses_every_call() -> None:
     cost.close()  # twice: nothing
 
 
-def test_a_table_prices_drafts_below_its_first_point_as_over_it() -> None:
+def test_a_table_prices_a_pass_below_its_first_point_in_proportion_and_drafts_over_it() -> None:
     cost = VerifyCost("table:8=1,9=5,16=6")
-    assert cost.of_pass(3, 0) == 1.0 and cost(4) == 1.0
-    assert cost.of_pass(3, 1) == 5.0  # the step of a pass with drafts, at any base
+    assert cost.of_pass(2, 0) == 0.25 and cost(2) == 1.0  # the table alone is flat below 8
+    assert cost.of_pass(2, 1) == 4.25  # the step of a pass with drafts, at any base
     assert cost.of_pass(8, 8) == 6.0
-    assert cost.plan([0.9, 0.8], base_tokens=3, base_expected=3.0) == 0  # 4.7 tokens for 5.4: not worth it
+    assert cost.plan([0.9, 0.8], base_tokens=2, base_expected=2.0) == 0  # 3.7 tokens for 5.25: not worth it
     with pytest.raises(ValueError, match="drafts"):
         cost.of_pass(1, -1)
