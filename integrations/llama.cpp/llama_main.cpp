@@ -289,6 +289,9 @@ int run(const LlamaOptions& o) {
   // naming it, and a token outside it (a damaged file's) is dropped from the drafts, never decoded.
   MatchConfig drafter = BatchSpeculator<MatchDrafter>::default_drafter(batch);
   drafter.vocab_size = engine.vocab_size();
+  // Tables sized to the context a sequence can hold, not to the default cap: a drafter per
+  // sequence, and their memory is what every update walks.
+  drafter.cap = std::clamp<std::size_t>(engine.context(), MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
   BatchSpeculator<MatchDrafter> speculator(batch, drafter, corpus.get(), file.get());
   const auto run_plain = [&] { return decode_plain(engine, prompts, settings); };
   const auto run_ngramspec = [&] {
