@@ -222,7 +222,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
     refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--k", "--cost", "--print-cost", "--pass-shape", "--temperature",
                  "--top-k", "--top-p", "--min-p", "--seed", "--ignore-eos", "--no-speculate", "--check", "--compare",
                  "--corpus", "--corpus-file", "--json"},
-                "does nothing with --curve, which only times passes (its options: --threads, --ctx, --curve-at, "
+                "does nothing with --curve, which only times passes (its options: --threads, --ctx, --flash-attn, --curve-at, "
                 "--curve-tokens, --repeats, --verbose)");
   } else {
     refuse_with({"--curve-at", "--curve-tokens"}, "goes with --curve");
