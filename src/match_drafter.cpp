@@ -164,8 +164,9 @@ constexpr double kMaxEstimate = 0.995;
 // How many of `made` drafts pass the gate: the longest prefix whose running product of
 // scaled estimates stays at or above min_confidence. With `probabilities`, each kept draft's
 // running product is written there.
-template <class Estimate>
-std::size_t gated(double min_confidence, MatchDrafter::Calibration scale, std::size_t made, const Estimate& estimate,
+// (Calibration is MatchDrafter's own; deduced here, never named.)
+template <class Calibration, class Estimate>
+std::size_t gated(double min_confidence, Calibration scale, std::size_t made, const Estimate& estimate,
                   std::span<float> probabilities) noexcept {
   const bool report = !probabilities.empty();
   if (min_confidence <= 0 && !report) return made;

@@ -149,14 +149,6 @@ class MatchDrafter {
   /// What each further order of the counts adds per count-window token.
   static constexpr std::size_t kMaxBytesPerTokenPerOrder = 208;
 
-  /// How the sequence's own record scales the gate's estimates (docs/ALGORITHM.md, "The gate"):
-  /// an estimate e becomes e · hits when hits < 1 (its first drafts hit less than estimated),
-  /// else 1 - (1 - e) · misses (they missed less).
-  struct Calibration {
-    double hits = 1;
-    double misses = 1;
-  };
-
   /// Tokens of the sequence's end handed to the corpus to match.
   static constexpr std::size_t kCorpusContext = 16;
 
@@ -230,6 +222,13 @@ class MatchDrafter {
   [[nodiscard]] CorpusDraft ask_corpus(std::span<Token> out) const noexcept;
   // Scores predict()'s first draft before `token` against it, for the gate's scale.
   void calibrate(Token token) noexcept;
+  // How the sequence's own record scales the gate's estimates (docs/ALGORITHM.md, "The gate"): an
+  // estimate e becomes e · hits when hits < 1 (its first drafts hit less than estimated), else
+  // 1 - (1 - e) · misses (they missed less).
+  struct Calibration {
+    double hits = 1;
+    double misses = 1;
+  };
   [[nodiscard]] Calibration scale() const noexcept;
 
   MatchConfig config_;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include <ngramspec/decode_step.hpp>
 
@@ -42,6 +43,19 @@ float parse_real(std::string_view flag, std::string_view text) {
 
 }  // namespace
 
+// The value of `flag` among `choices` (text, value), in order; else "FLAG 'TEXT' is invalid: give a, b or c".
+template <class T>
+T choice(std::string_view flag, std::string_view text, std::initializer_list<std::pair<std::string_view, T>> choices) {
+  std::string names;
+  std::size_t i = 0;
+  for (const auto& [name, value] : choices) {
+    if (name == text) return value;
+    names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(name);
+    ++i;
+  }
+  throw std::invalid_argument(std::string(flag) + " '" + std::string(text) + "' is invalid: give " + names);
+}
+
 const char* llama_usage() noexcept {
   return "usage: ngramspec-llama --model FILE.gguf (--prompt TEXT | --prompts FILE) [options]\n"
          "Decodes with llama.cpp, drafting with ngramspec (MatchDrafter through BatchSpeculator).\n"
@@ -60,7 +74,7 @@ const char* llama_usage() noexcept {
          "  --flash-attn F     backend (default: off on a CPU, where its kernels sum a verify pass otherwise\n"
          "                     than a one-token pass and a near tie can flip a token; llama.cpp's choice on a\n"
          "                     GPU), on, off\n"
-         "  --pass-shape S     fixed (default): with one sequence and a measured cost, every pass with drafts\n"
+         "  --pass-shape S     fixed (the default with --parallel 1 and a measured cost; else free): every pass with drafts\n"
          "                     carries k of them (padded), so llama.cpp keeps its graph from one to the next, and\n"
          "                     drafts are priced by the pass before (starting a run of them pays both graph\n"
          "                     rebuilds); free: passes of any size, priced by one measured curve\n"
@@ -87,7 +101,8 @@ const char* llama_usage() noexcept {
          "  --repeats N        timed rounds of --check, --compare and --curve (default 3)\n"
          "  --curve 1,4,16     measure the cost of passes of 1 .. --curve-tokens (default 17) tokens per sequence,\n"
          "                     at position --curve-at (default 256) of each sequence,\n"
-         "                     for each number of sequences given, print the table, and exit\n"
+         "                     for each number of sequences given, print the table and what a pass of 2, 5, 9\n"
+         "                     and --curve-tokens tokens per sequence costs after one like it, and exit\n"
          "  --json             print the result as JSON (with --check or --compare: each run's divergences)\n"
          "  --verbose          show llama.cpp's log\n"
          "Every option but --llama-drafter at most once.\n";
@@ -139,22 +154,10 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
     } else if (flag == "--print-cost") {
       o.print_cost = true;
     } else if (flag == "--flash-attn") {
-      const std::string_view text = value();
-      if (text == "backend") {
-        o.flash_attention = EngineConfig::FlashAttention::by_backend;
-      } else if (text == "on") {
-        o.flash_attention = EngineConfig::FlashAttention::on;
-      } else if (text == "off") {
-        o.flash_attention = EngineConfig::FlashAttention::off;
-      } else {
-        throw std::invalid_argument("--flash-attn '" + std::string(text) + "' is invalid: give backend, on or off");
-      }
+      using enum EngineConfig::FlashAttention;
+      o.flash_attention = choice<EngineConfig::FlashAttention>(flag, value(), {{"backend", by_backend}, {"on", on}, {"off", off}});
     } else if (flag == "--pass-shape") {
-      const std::string_view text = value();
-      if (text != "fixed" && text != "free") {
-        throw std::invalid_argument("--pass-shape '" + std::string(text) + "' is invalid: give fixed or free");
-      }
-      o.fixed_shape = text == "fixed";
+      o.fixed_shape = choice<bool>(flag, value(), {{"fixed", true}, {"free", false}});
       o.pass_shape_given = true;
     } else if (flag == "--temperature") {
       o.sampling.temperature = parse_real(flag, value());
