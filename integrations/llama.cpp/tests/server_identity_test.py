@@ -213,7 +213,9 @@ def main():
     parser.add_argument("--n-predict", type=int, default=200, help="tokens per answer (default 200)")
     parser.add_argument("--ctx-size", type=int, default=512,
                         help="context of the server's one slot; stories260K was trained on 512 (default 512)")
-    parser.add_argument("--threads", type=int, default=2, help="llama-server threads (default 2)")
+    # One thread: llama.cpp's pool spins at every barrier, and two spinning pools on two cores (this test
+    # beside another llama.cpp test) slow each token by orders of magnitude; stories260K needs no second thread.
+    parser.add_argument("--threads", type=int, default=1, help="llama-server threads (default 1)")
     parser.add_argument("--timeout", type=float, default=120,
                         help="seconds to wait for a server to load and for each answer (default 120)")
     parser.add_argument("--spec-arg", action="append", default=[],
