@@ -32,4 +32,15 @@ namespace detail {
   return static_cast<double>(position_bits(seed, position) >> 11) * 0x1.0p-53;
 }
 
+/// Further independent draws at one position, numbered by `stream` (stream 0 is
+/// position_uniform(seed, position) itself): rejection sampling draws one per draft it tests
+/// and one for the token it resamples, and a drafter that samples its drafts draws from
+/// streams of its own, so that no draw decides two things.
+[[nodiscard]] constexpr double position_uniform(std::uint64_t seed, std::uint64_t position,
+                                                std::uint64_t stream) noexcept {
+  if (stream == 0) return position_uniform(seed, position);
+  const std::uint64_t bits = detail::mix64(position_bits(seed, position) ^ detail::mix64(stream * 0xe7037ed1a0b428dbULL));
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
 }  // namespace ngramspec
