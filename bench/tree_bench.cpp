@@ -22,6 +22,16 @@
 //                          8 tokens a row: what a decoder does after each pass
 //   observe/nodes:N        TreeDrafter::observe_pass of such a pass: the calibration and the
 //                          record together
+//   step/tree-drawn/nodes:N  step/tree with TreeConfig::draw_recycled: the table's rows carry
+//                          probabilities and the recycled candidates are drawn from them, each
+//                          node's distribution written out (predict_tree with a
+//                          DraftDistributions): what drafting with q adds to drafting a tree
+//   sample/row/vocab:V     TokenSampler::choose on one row of V logits at temperature 1: what
+//                          a sampling model pays per row
+//   record/row/vocab:V     sample/row with the row's 8 most likely tokens and their probabilities
+//                          written out (TokenSampler::TopDistribution) and recorded
+//                          (TopKTable::record_distribution): what SamplingModel pays per row
+//                          to feed draw_recycled; the difference is what recording adds
 // Building a tree costs step/tree - update/tree; nodes/call says how many nodes it built.
 //
 //   build/release/bench/tree_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -29,14 +39,19 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdio>
+#include <cmath>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/match_drafter.hpp"
+#include "ngramspec/token_sampler.hpp"
 #include "ngramspec/top_k_table.hpp"
 #include "ngramspec/tree_drafter.hpp"
 #include "replay/token_streams.hpp"
@@ -108,6 +123,25 @@ const TreeDrafter& prepared_tree() {
   return prepared;
 }
 
+// The same walk for a drafter that draws its recycled candidates: the row after each token gets
+// probabilities halving from 0.4 down the ranks.
+const TreeDrafter& prepared_drawn_tree() {
+  static const TreeDrafter prepared = [] {
+    TreeConfig config = tree_config();
+    config.draw_recycled = true;
+    TreeDrafter drafter(config);
+    const std::vector<Token>& s = stream();
+    std::array<float, kTopK> probabilities{};
+    for (std::size_t r = 0; r < kTopK; ++r) probabilities[r] = 0.4f / static_cast<float>(1U << r);
+    for (std::size_t i = 0; i < kContext; ++i) {
+      drafter.update(s[i]);
+      drafter.top_k_table()->record_distribution(s[i], std::span<const Token>(s).subspan(i + 1, kTopK), probabilities);
+    }
+    return drafter;
+  }();
+  return prepared;
+}
+
 const MatchDrafter& prepared_chain() {
   static const MatchDrafter prepared = [] {
     MatchDrafter drafter;
@@ -162,6 +196,59 @@ void step_tree(benchmark::State& state) {
   state.counters["nodes/call"] = benchmark::Counter(static_cast<double>(built), benchmark::Counter::kAvgIterations);
 }
 
+void step_drawn_tree(benchmark::State& state) {
+  const auto nodes = static_cast<std::size_t>(state.range(0));
+  TreeDrafter drafter = prepared_drawn_tree();
+  DraftTree tree(nodes);
+  DraftDistributions q;
+  q.reserve(nodes, kTopK);
+  std::size_t pos = kContext;
+  std::size_t built = 0;
+  for (auto _ : state) {
+    drafter.update(stream()[next_position(state, drafter, prepared_drawn_tree(), pos)]);
+    built += drafter.predict_tree(tree, nodes, 64, 0.0f, q);
+  }
+  state.counters["nodes/call"] = benchmark::Counter(static_cast<double>(built), benchmark::Counter::kAvgIterations);
+}
+
+// Rows of Gaussian logits (a spread distribution, as at temperature 1).
+std::vector<float> logit_rows(std::size_t vocab, std::size_t rows) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(vocab * rows);
+  for (float& l : logits) l = normal(rng);
+  return logits;
+}
+
+void sample_row(benchmark::State& state) {
+  const auto vocab = static_cast<std::size_t>(state.range(0));
+  const std::vector<float> logits = logit_rows(vocab, 16);
+  TokenSampler sampler({.temperature = 1.0f}, vocab);
+  std::uint64_t position = 0;
+  for (auto _ : state) {
+    const std::size_t r = position % 16;
+    benchmark::DoNotOptimize(sampler.choose(std::span<const float>(logits).subspan(r * vocab, vocab), position++));
+  }
+}
+
+void record_row(benchmark::State& state) {
+  const auto vocab = static_cast<std::size_t>(state.range(0));
+  const std::vector<float> logits = logit_rows(vocab, 16);
+  TokenSampler sampler({.temperature = 1.0f}, vocab);
+  TopKTable table(vocab, kTopK, true);
+  std::array<Token, kTopK> tokens{};
+  std::array<float, kTopK> probabilities{};
+  TokenSampler::TopDistribution top{tokens, probabilities};
+  std::uint64_t position = 0;
+  for (auto _ : state) {
+    const std::size_t r = position % 16;
+    benchmark::DoNotOptimize(sampler.choose(std::span<const float>(logits).subspan(r * vocab, vocab), position, top));
+    table.record_distribution(static_cast<Token>(position++ % vocab), std::span<const Token>(tokens).first(top.size),
+                              std::span<const float>(probabilities).first(top.size));
+    benchmark::ClobberMemory();
+  }
+}
+
 // A pass of nodes + 1 tokens from the stream and their top-k rows.
 struct Pass {
   std::vector<Token> fed;
@@ -205,6 +292,9 @@ BENCHMARK(step_chain)->Name("step/chain/k")->Arg(4)->Arg(16)->Arg(64);
 BENCHMARK(step_tree)->Name("step/tree/nodes")->Arg(4)->Arg(16)->Arg(64);
 BENCHMARK(record_top_k)->Name("record/top-k/nodes")->Arg(0)->Arg(16)->Arg(64);
 BENCHMARK(observe_pass)->Name("observe/nodes")->Arg(16)->Arg(64);
+BENCHMARK(step_drawn_tree)->Name("step/tree-drawn/nodes")->Arg(4)->Arg(16)->Arg(64);
+BENCHMARK(sample_row)->Name("sample/row/vocab")->Arg(512)->Arg(32000);
+BENCHMARK(record_row)->Name("record/row/vocab")->Arg(512)->Arg(32000);
 
 }  // namespace
 }  // namespace ngramspec::bench

@@ -1,5 +1,7 @@
 #include "ngramspec/tree_drafter.hpp"
 
+#include "ngramspec/position_random.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <stdexcept>
@@ -80,7 +82,7 @@ TreeDrafter::TreeDrafter(TreeConfig config, TopKTable* top_k, const SharedCorpus
   if (top_k != nullptr) {
     table_ = top_k;
   } else if (config_.vocab_size != 0) {
-    own_table_ = std::make_unique<TopKTable>(config_.vocab_size, config_.top_k);
+    own_table_ = std::make_unique<TopKTable>(config_.vocab_size, config_.top_k, config_.draw_recycled);
     table_ = own_table_.get();
   }
   for (auto& table : successors_) table.assign(slots, Successors{});
@@ -229,6 +231,10 @@ float TreeDrafter::locate(Context& context, std::size_t spine_made) const noexce
       table_ != nullptr && context.known > 0 ? table_->row(context.tokens[kOrders - 1]) : std::span<const Token>();
   context.row = row.data();
   context.row_size = static_cast<std::uint32_t>(row.size());
+  context.row_probabilities = nullptr;
+  if (config_.draw_recycled && !row.empty()) {
+    context.row_probabilities = table_->row_probabilities(context.tokens[kOrders - 1]).data();
+  }
   float best = 0.0f;
   const auto next_spine = static_cast<std::size_t>(context.spine + 1);
   if (next_spine < spine_made) best = spine_conditional_[next_spine];
@@ -239,7 +245,8 @@ float TreeDrafter::locate(Context& context, std::size_t spine_made) const noexce
   return best;
 }
 
-std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, Candidate* out) const noexcept {
+std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, std::size_t owner, std::size_t depth,
+                                Candidate* out) const noexcept {
   // Three lists, each best first: the spine's next token; the longest seen context's
   // continuations (the counts' back-off: it speaks for the text); the model's top-k after the
   // node's token. Within a list a later rank never gets a higher estimate than an earlier one.
@@ -248,6 +255,9 @@ std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, 
   const Successors* const text = context.text;
   const std::size_t text_order = context.text_order;
   const std::span<const Token> row(context.row, context.row_size);
+  // Drawn rows: the row's slots are placed by their ranks' estimates alone and get their tokens
+  // afterwards (draw_row), so that where a drawn candidate sits never depends on its token.
+  const bool drawn = context.row_probabilities != nullptr;
 
   // Merged best first, each token once (its best offer), up to max_children.
   std::size_t n = 0;
@@ -257,7 +267,6 @@ std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, 
   float text_cap = 1.0f;
   float row_cap = 1.0f;
   std::uint64_t seen = 0;  // bit (token & 63) set: the token may already be out
-  float sum = 0.0f;
   while (n < config_.max_children) {
     const bool text_left = text != nullptr && t < kSlotsPerContext && text->counts[t] != 0;
     const bool row_left = r < row.size();
@@ -277,19 +286,26 @@ std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, 
       next = Candidate{row[r], row_p, top_k_class(r), 1.0f};
       row_cap = row_p;
       ++r;
+      if (drawn) {
+        next.excluded = 0;  // a slot; its token comes from draw_row
+        out[n++] = next;
+        continue;
+      }
     } else {
       break;
     }
     const std::uint64_t bit = std::uint64_t{1} << (next.token & 63U);
     if ((seen & bit) != 0) {
       bool again = false;
-      for (std::size_t i = 0; i < n && !again; ++i) again = out[i].token == next.token;
+      for (std::size_t i = 0; i < n && !again; ++i) again = out[i].excluded == kNotDrawn && out[i].token == next.token;
       if (again) continue;
     }
     seen |= bit;
     out[n++] = next;
-    sum += next.probability;
   }
+  if (drawn) n = draw_row(context, owner, depth, out, n);
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) sum += out[i].probability;
   // One token follows, so the children's events exclude each other: their estimates may not
   // sum to more than 1. The spine's estimate is calibrated on this very sequence (MatchDrafter's
   // gate), so when it is the best it keeps it (a copy at 0.95 stays 0.95 instead of paying, at
@@ -305,9 +321,68 @@ std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, 
   return n;
 }
 
+std::size_t TreeDrafter::draw_row(const Context& context, std::size_t owner, std::size_t depth, Candidate* out,
+                                  std::size_t n) const noexcept {
+  const std::span<const Token> row(context.row, context.row_size);
+  const float* const mass = context.row_probabilities;
+  // The row positions no draw may give: tokens another source offers here, and tokens of no
+  // probability (a draw could not give them).
+  std::uint32_t taken = 0;
+  for (std::size_t p = 0; p < row.size(); ++p) {
+    bool offered = !(mass[p] > 0.0f);
+    for (std::size_t i = 0; i < n && !offered; ++i) offered = out[i].excluded == kNotDrawn && out[i].token == row[p];
+    if (offered) taken |= std::uint32_t{1} << p;
+  }
+  // The draws, in the slots' order (that of their ranks), without replacement: each from the
+  // positions left, by their probabilities. The node's token sits at position seen_ + depth;
+  // the stream numbers the tree, the node and the slot, so no draw is used twice.
+  const std::uint64_t position = seen_ + depth;
+  std::size_t kept = 0;
+  std::size_t slot = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    Candidate c = out[i];
+    if (c.excluded == kNotDrawn) {
+      out[kept++] = c;
+      continue;
+    }
+    double total = 0.0;
+    for (std::size_t p = 0; p < row.size(); ++p) {
+      if ((taken >> p & 1U) == 0) total += mass[p];
+    }
+    if (!(total > 0.0)) continue;  // the row has nothing left: this slot and every later one go
+    const std::uint64_t stream = (std::uint64_t{1} << 63) | (trees_built_ << 24) | (owner << 8) | slot++;
+    const double target = position_uniform(config_.draw_seed, position, stream) * total;
+    double cumulative = 0.0;
+    std::size_t pick = row.size();
+    for (std::size_t p = 0; p < row.size(); ++p) {
+      if ((taken >> p & 1U) != 0) continue;
+      pick = p;
+      cumulative += mass[p];
+      if (target < cumulative) break;
+    }
+    c.token = row[pick];
+    c.excluded = taken;
+    taken |= std::uint32_t{1} << pick;
+    out[kept++] = c;
+  }
+  return kept;
+}
+
 std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
                                       float min_path_probability) noexcept {
+  return build_tree(tree, max_nodes, max_depth, min_path_probability, nullptr);
+}
+
+std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
+                                      float min_path_probability, DraftDistributions& q) {
+  q.clear();
+  return build_tree(tree, max_nodes, max_depth, min_path_probability, &q);
+}
+
+std::size_t TreeDrafter::build_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
+                                    float min_path_probability, DraftDistributions* q) {
   tree.clear();
+  ++trees_built_;
   const std::size_t budget = std::min({max_nodes, tree.capacity(), DraftTree::kMaxNodes});
   if (budget == 0 || max_depth == 0) return 0;
 
@@ -330,7 +405,7 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
   root.spine = -1;
   static_cast<void>(locate(root, spine_made));
   candidate_counts_[kRoot] =
-      static_cast<std::uint8_t>(expand(root, spine_made, candidates_.data() + kRoot * kMaxChildren));
+      static_cast<std::uint8_t>(expand(root, spine_made, kRoot, 0, candidates_.data() + kRoot * kMaxChildren));
 
   // A max-heap by path probability of each expanded node's next unused candidate, and of the
   // nodes not yet expanded, keyed by their best child's estimate times their path probability
@@ -364,8 +439,9 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
     if (best.path_probability < min_path_probability) break;  // and so is every later one
     if (best.child == kExpand) {
       const auto node = static_cast<std::size_t>(best.parent);
-      candidate_counts_[node] =
-          static_cast<std::uint8_t>(expand(contexts_[node], spine_made, candidates_.data() + node * kMaxChildren));
+      candidate_counts_[node] = static_cast<std::uint8_t>(expand(contexts_[node], spine_made, node,
+                                                                 tree.depths()[node] + 1,
+                                                                 candidates_.data() + node * kMaxChildren));
       push(best.parent, 0);
       continue;
     }
@@ -376,6 +452,22 @@ std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, st
     push(best.parent, best.child + 1);  // its next sibling
 
     const Context& up = contexts_[owner];
+    if (q != nullptr) {
+      if (chosen.excluded == kNotDrawn) {
+        q->push_one_hot();
+      } else {
+        // What it was drawn from: its row's positions not taken before it.
+        std::array<Token, TopKTable::kMaxK> support{};
+        std::array<float, TopKTable::kMaxK> mass{};
+        std::size_t m = 0;
+        for (std::size_t p = 0; p < up.row_size; ++p) {
+          if ((chosen.excluded >> p & 1U) != 0) continue;
+          support[m] = up.row[p];
+          mass[m++] = up.row_probabilities[p];
+        }
+        q->push_unchecked(std::span<const Token>(support).first(m), std::span<const float>(mass).first(m));
+      }
+    }
     Context& here = contexts_[node];
     here.tokens = {up.tokens[1], up.tokens[2], chosen.token};
     here.known = std::min<std::uint32_t>(up.known + 1, kOrders);
@@ -458,7 +550,11 @@ void TreeDrafter::observe_pass(const DraftTree& tree, std::span<const Token> fed
     }
     estimates_[c] = expected_[c] > 0.0f ? hits_[c] / expected_[c] : 0.0f;
   }
-  if (table_ != nullptr && !top.empty()) table_->record_unchecked(fed, top);
+  // A table the model records its distributions into is left to it: ranks alone would
+  // overwrite the probabilities the draws need.
+  if (table_ != nullptr && !top.empty() && !(config_.draw_recycled && table_->has_probabilities())) {
+    table_->record_unchecked(fed, top);
+  }
   // NASD's enrichment: the model's top-1 after each fed token also counts as a continuation of
   // that token (a 1-token context), as if the text had shown it.
   if (config_.enrich_counts && !top.empty()) {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <numeric>
 #include <random>
 #include <span>
 #include <string>
@@ -99,16 +100,32 @@ static_assert(TargetModel<StreamSamplingModel>);
 struct Conditional {
   float temperature = 1.0f;
   std::size_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
   [[nodiscard]] std::array<double, kVocab> operator()(Token a, Token b) const {
     std::array<Token, kVocab> order = {0, 1, 2, 3};
     std::sort(order.begin(), order.end(), [&](Token x, Token y) {
       return weight(a, b, x) != weight(a, b, y) ? weight(a, b, x) > weight(a, b, y) : x < y;
     });
-    const std::size_t kept = top_k == 0 ? kVocab : std::min(top_k, kVocab);
+    // Weights relative to the most likely token's, after the temperature.
+    std::array<double, kVocab> w{};
+    for (Token t = 0; t < kVocab; ++t) {
+      w[t] = std::pow(probability(a, b, t) / probability(a, b, order[0]), 1.0 / temperature);
+    }
+    std::size_t kept = top_k == 0 ? kVocab : std::min(top_k, kVocab);
+    if (top_p < 1.0f) {
+      double total = 0.0;
+      for (std::size_t i = 0; i < kept; ++i) total += w[order[i]];
+      double cumulative = 0.0;
+      std::size_t keep = 0;
+      while (keep < kept && cumulative < top_p * total) cumulative += w[order[keep++]];
+      kept = std::max<std::size_t>(keep, 1);
+    }
     std::array<double, kVocab> q{};
     double total = 0.0;
     for (std::size_t i = 0; i < kept; ++i) {
-      q[order[i]] = std::pow(probability(a, b, order[i]), 1.0 / temperature);
+      if (w[order[i]] < min_p) continue;
+      q[order[i]] = w[order[i]];
       total += q[order[i]];
     }
     for (double& x : q) x /= total;
@@ -506,6 +523,399 @@ TEST(SamplingDistribution, AcceptingEveryDraftFailsTheSameTest) {
                                   }),
                                   exact_joint(Conditional{}));
   EXPECT_GT(rs.statistic, rs.critical) << describe(rs);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Rejection sampling (SamplingMode::rejection): drafts drawn from a distribution q unlike the
+// model's, verified against it, must still give the model's distribution, chains and trees,
+// with and without the filters; a drafter that lies about q must fail the same test.
+
+/// A draft distribution unlike the model's (weights 1 .. 4 from another formula) over the
+/// `support` tokens it rates highest, normalized.
+[[nodiscard]] std::array<double, kVocab> draft_q(Token a, Token b, std::size_t support) {
+  std::array<double, kVocab> w{};
+  for (Token t = 0; t < kVocab; ++t) w[t] = 1.0 + static_cast<double>((3 * a + 5 * b + 7 * t + b * t) % 4);
+  std::array<Token, kVocab> order = {0, 1, 2, 3};
+  std::stable_sort(order.begin(), order.end(), [&](Token x, Token y) { return w[x] > w[y]; });
+  std::array<double, kVocab> q{};
+  double total = 0.0;
+  for (std::size_t i = 0; i < support; ++i) total += w[order[i]];
+  for (std::size_t i = 0; i < support; ++i) q[order[i]] = w[order[i]] / total;
+  return q;
+}
+
+/// What a drafter draws from after (a, b).
+enum class DraftSource : std::uint8_t {
+  unlike,  ///< draft_q over all four tokens
+  narrow,  ///< draft_q over its two likeliest tokens: the model has mass q has not
+  model,   ///< the model's own distribution under the options: every draft should pass
+};
+
+/// Draws a token from `q` (zero entries skipped) with `rng`, and pushes that q (or, when
+/// `claim_uniform`, a uniform q it was not drawn from).
+Token draw_and_push(const std::array<double, kVocab>& q, std::mt19937_64& rng, DraftDistributions& out,
+                    bool claim_uniform = false) {
+  std::array<Token, kVocab> tokens{};
+  std::array<float, kVocab> mass{};
+  std::size_t m = 0;
+  for (Token t = 0; t < kVocab; ++t) {
+    if (q[t] <= 0.0) continue;
+    tokens[m] = t;
+    mass[m++] = static_cast<float>(q[t]);
+  }
+  const double total = std::accumulate(mass.begin(), mass.begin() + static_cast<std::ptrdiff_t>(m), 0.0);
+  const double target = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+  double cumulative = 0.0;
+  Token x = tokens[m - 1];
+  for (std::size_t i = 0; i < m; ++i) {
+    cumulative += static_cast<double>(mass[i]);
+    if (target < cumulative) {
+      x = tokens[i];
+      break;
+    }
+  }
+  if (claim_uniform) {
+    const std::array<Token, kVocab> all = {0, 1, 2, 3};
+    const std::array<float, kVocab> flat = {0.25f, 0.25f, 0.25f, 0.25f};
+    out.push(all, flat);
+  } else {
+    out.push(std::span<const Token>(tokens).first(m), std::span<const float>(mass).first(m));
+  }
+  return x;
+}
+
+/// Chains of up to two drafts, each drawn from its source given the two tokens before it, and
+/// pushed with what it was drawn from (or, when lying, with a uniform q it was not drawn from).
+class DrawingDrafter : public ObservedSequence {
+ public:
+  DrawingDrafter(DraftSource source, Conditional model, bool lie = false) : source_(source), model_(model), lie_(lie) {}
+  void seed(std::uint64_t s) { rng_.seed(s * 0x9e3779b97f4a7c15ULL + 17); }
+  [[nodiscard]] std::size_t predict(std::span<Token> out) const {
+    std::array<float, 2> probabilities{};
+    DraftDistributions q;
+    return predict(out, probabilities, q);
+  }
+  [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<float> probabilities) const {
+    DraftDistributions q;
+    return predict(out, probabilities, q);
+  }
+  std::size_t predict(std::span<Token> out, std::span<float> probabilities, DraftDistributions& q) const {
+    q.clear();
+    const std::size_t n = std::min<std::size_t>({out.size(), probabilities.size(), 2});
+    if (seen().size() < 2) return 0;
+    Token a = seen()[seen().size() - 2];
+    Token b = seen().back();
+    for (std::size_t i = 0; i < n; ++i) {
+      out[i] = draw_and_push(distribution(a, b), rng_, q, lie_);
+      probabilities[i] = 0.5f / static_cast<float>(i + 1);
+      a = b;
+      b = out[i];
+    }
+    return n;
+  }
+
+ private:
+  [[nodiscard]] std::array<double, kVocab> distribution(Token a, Token b) const {
+    switch (source_) {
+      case DraftSource::unlike:
+        return draft_q(a, b, kVocab);
+      case DraftSource::narrow:
+        return draft_q(a, b, 2);
+      case DraftSource::model:
+        break;
+    }
+    return model_(a, b);
+  }
+  DraftSource source_;
+  Conditional model_;
+  bool lie_;
+  mutable std::mt19937_64 rng_;
+};
+
+/// Trees drawn from draft_q: two children of the root drawn without replacement (the second
+/// from q without the first, renormalized), and one drawn child under each.
+class DrawingTreeDrafter : public ObservedSequence {
+ public:
+  void seed(std::uint64_t s) { rng_.seed(s * 0xbf58476d1ce4e5b9ULL + 5); }
+  [[nodiscard]] std::size_t predict(std::span<Token>) const noexcept { return 0; }
+  std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth, float least = 0.0f) {
+    DraftDistributions q;
+    return predict_tree(tree, max_nodes, max_depth, least, q);
+  }
+  std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth, float,
+                           DraftDistributions& q) {
+    tree.clear();
+    q.clear();
+    if (seen().size() < 2 || max_nodes < 4 || max_depth < 2) return 0;
+    const Token a = seen()[seen().size() - 2];
+    const Token b = seen().back();
+    std::array<double, kVocab> root = draft_q(a, b, kVocab);
+    for (std::size_t branch = 0; branch < 2; ++branch) {
+      const Token x = draw_and_push(root, rng_, q);
+      const std::size_t node = tree.add(kTreeRoot, x, 0.3f);
+      tree.add(static_cast<std::int32_t>(node), draw_and_push(draft_q(b, x, kVocab), rng_, q), 0.3f);
+      // The next sibling is drawn without this one.
+      root[x] = 0.0;
+      double total = 0.0;
+      for (const double p : root) total += p;
+      for (double& p : root) p /= total;
+    }
+    return tree.size();
+  }
+  void observe_pass(const DraftTree&, std::span<const Token>, std::span<const Token>, std::span<const std::size_t>,
+                    std::span<const Token>) noexcept {}
+  [[nodiscard]] const TopKTable* top_k_table() const noexcept { return nullptr; }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+static_assert(DistributionDrafter<DrawingDrafter>);
+static_assert(DistributionTreeDrafter<DrawingTreeDrafter>);
+static_assert(DistributionTargetModel<SamplingModel<ConditionalModel>>);
+static_assert(DistributionTreeModel<SamplingModel<TreeConditionalModel>>);
+
+[[nodiscard]] SamplingOptions rejection(SamplingOptions o) {
+  o.mode = SamplingMode::rejection;
+  return o;
+}
+
+const SamplingOptions kFilterCases[] = {
+    {.temperature = 1.0f},
+    {.temperature = 0.7f, .top_k = 3},
+    {.temperature = 1.0f, .top_p = 0.75f},
+    {.temperature = 1.3f, .min_p = 0.6f},
+};
+
+[[nodiscard]] Conditional conditional_of(const SamplingOptions& o) {
+  return Conditional{o.temperature, o.top_k, o.top_p, o.min_p};
+}
+
+[[nodiscard]] std::string describe(const SamplingOptions& o) {
+  return "temperature " + std::to_string(o.temperature) + ", top_k " + std::to_string(o.top_k) + ", top_p " +
+         std::to_string(o.top_p) + ", min_p " + std::to_string(o.min_p);
+}
+
+TEST(RejectionSampling, DrawnChainsKeepTheModelsDistributionWithEveryFilter) {
+  for (const SamplingOptions& base : kFilterCases) {
+    for (const DraftSource source : {DraftSource::unlike, DraftSource::narrow}) {
+      SCOPED_TRACE(describe(base) + (source == DraftSource::unlike ? ", q unlike p" : ", q narrow"));
+      ConditionalModel model;
+      SamplingModel<ConditionalModel> sampling(model, rejection(base));
+      DrawingDrafter drafter(source, conditional_of(base));
+      SpeculativeDecoder decoder(sampling, drafter);
+      DecodeStats total;
+      const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
+                                       SamplingOptions o = rejection(base);
+                                       o.seed = seed;
+                                       sampling.set_options(o);
+                                       drafter.seed(seed);
+                                       DecodeResult result = decoder.generate(kPrompt, kDecode);
+                                       total.drafted += result.stats.drafted;
+                                       total.accepted += result.stats.accepted;
+                                       return result.tokens;
+                                     }),
+                                     exact_joint(conditional_of(base)));
+      EXPECT_LT(r.statistic, r.critical) << describe(r);
+      EXPECT_EQ(r.impossible, 0U);
+      // Both outcomes happen often, so the test sees both branches of the rule.
+      EXPECT_GT(total.accepted, kRuns / 4);
+      EXPECT_GT(total.drafted - total.accepted, kRuns / 4);
+    }
+  }
+}
+
+TEST(RejectionSampling, DrawnTreesKeepTheModelsDistributionWithEveryFilter) {
+  for (const SamplingOptions& base : kFilterCases) {
+    SCOPED_TRACE(describe(base));
+    TreeConditionalModel model;
+    SamplingModel<TreeConditionalModel> sampling(model, rejection(base));
+    DrawingTreeDrafter drafter;
+    SpeculativeDecoder decoder(sampling, drafter);
+    DecodeStats total;
+    const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
+                                     SamplingOptions o = rejection(base);
+                                     o.seed = seed;
+                                     sampling.set_options(o);
+                                     drafter.seed(seed);
+                                     DecodeResult result = decoder.generate(kPrompt, kTreeDecode);
+                                     total.drafted += result.stats.drafted;
+                                     total.accepted += result.stats.accepted;
+                                     return result.tokens;
+                                   }),
+                                   exact_joint(conditional_of(base)));
+    EXPECT_LT(r.statistic, r.critical) << describe(r);
+    EXPECT_EQ(r.impossible, 0U);
+    EXPECT_GT(total.accepted, kRuns / 4);
+  }
+}
+
+TEST(RejectionSampling, ChosenDraftsKeepTheModelsDistribution) {
+  // Drafters that say nothing of q: every draft is read as chosen (q one-hot), chains and trees.
+  const SamplingOptions base{.temperature = 1.0f};
+  ConditionalModel model;
+  SamplingModel<ConditionalModel> sampling(model, rejection(base));
+  SpeculativeDecoder decoder(sampling, OracleDrafter(likely_rule(), 2));
+  const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
+                                   SamplingOptions o = rejection(base);
+                                   o.seed = seed;
+                                   sampling.set_options(o);
+                                   return decoder.generate(kPrompt, kDecode).tokens;
+                                 }),
+                                 exact_joint(Conditional{}));
+  EXPECT_LT(r.statistic, r.critical) << "chains: " << describe(r);
+
+  TreeConditionalModel tree_model;
+  SamplingModel<TreeConditionalModel> tree_sampling(tree_model, rejection(base));
+  SpeculativeDecoder tree_decoder(tree_sampling, TwoBranchTreeDrafter{});
+  const ChiSquare rt = chi_square(count_cells([&](std::uint64_t seed) {
+                                    SamplingOptions o = rejection(base);
+                                    o.seed = seed;
+                                    tree_sampling.set_options(o);
+                                    return tree_decoder.generate(kPrompt, kTreeDecode).tokens;
+                                  }),
+                                  exact_joint(Conditional{}));
+  EXPECT_LT(rt.statistic, rt.critical) << "trees: " << describe(rt);
+}
+
+TEST(RejectionSampling, ADrafterThatMisstatesItsDistributionFailsTheSameTest) {
+  // Drafts drawn from the narrow q but declared uniform: accepted with min(1, 4 p(x)), too often.
+  const SamplingOptions base{.temperature = 1.0f};
+  ConditionalModel model;
+  SamplingModel<ConditionalModel> sampling(model, rejection(base));
+  DrawingDrafter drafter(DraftSource::narrow, Conditional{}, /*lie=*/true);
+  SpeculativeDecoder decoder(sampling, drafter);
+  const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
+                                   SamplingOptions o = rejection(base);
+                                   o.seed = seed;
+                                   sampling.set_options(o);
+                                   drafter.seed(seed);
+                                   return decoder.generate(kPrompt, kDecode).tokens;
+                                 }),
+                                 exact_joint(Conditional{}));
+  EXPECT_GT(r.statistic, r.critical) << describe(r);
+}
+
+TEST(RejectionSampling, DraftsDrawnFromTheModelsOwnDistributionAreAccepted) {
+  for (const SamplingOptions& base : kFilterCases) {
+    SCOPED_TRACE(describe(base));
+    ConditionalModel model;
+    SamplingModel<ConditionalModel> sampling(model, rejection(base));
+    DrawingDrafter drafter(DraftSource::model, conditional_of(base));
+    SpeculativeDecoder decoder(sampling, drafter);
+    DecodeStats total;
+    for (std::uint64_t seed = 0; seed < 500; ++seed) {
+      SamplingOptions o = rejection(base);
+      o.seed = seed;
+      sampling.set_options(o);
+      drafter.seed(seed);
+      const DecodeResult result = decoder.generate(kPrompt, kDecode);
+      total.drafted += result.stats.drafted;
+      total.accepted += result.stats.accepted;
+    }
+    // q = p up to float rounding: p(x) / q(x) rounds below 1 now and then, by parts in 10^7.
+    EXPECT_GT(total.drafted, 500U);
+    EXPECT_GE(static_cast<double>(total.accepted), 0.999 * static_cast<double>(total.drafted))
+        << total.accepted << " of " << total.drafted;
+
+    // The exact mode accepts the same drafts only as often as p(x).
+    SamplingModel<ConditionalModel> exact(model, base);
+    SpeculativeDecoder exact_decoder(exact, drafter);
+    DecodeStats exact_total;
+    for (std::uint64_t seed = 0; seed < 500; ++seed) {
+      SamplingOptions o = base;
+      o.seed = seed;
+      exact.set_options(o);
+      drafter.seed(seed);
+      const DecodeResult result = exact_decoder.generate(kPrompt, kDecode);
+      exact_total.drafted += result.stats.drafted;
+      exact_total.accepted += result.stats.accepted;
+    }
+    EXPECT_LT(static_cast<double>(exact_total.accepted), 0.8 * static_cast<double>(exact_total.drafted));
+  }
+}
+
+TEST(RejectionSampling, TreeDrafterDrawingFromTheModelsRecordedDistributionsKeepsIt) {
+  // End to end: SamplingModel records its distributions into a shared table, TreeDrafter draws
+  // its recycled candidates from it and says so, SpeculativeDecoder hands q through. The
+  // drafter learns across requests (a shared table is kept), so most passes carry drawn nodes.
+  // The second case has a verify cost, which cuts the drawn trees by their nodes' estimates.
+  for (const bool costed : {false, true}) {
+    const SamplingOptions& base = costed ? kFilterCases[1] : kFilterCases[0];
+    SCOPED_TRACE(describe(base) + (costed ? ", knee:3 cost" : ", no cost"));
+    TreeConditionalModel model;
+    SamplingModel<TreeConditionalModel> sampling(model, rejection(base));
+    TopKTable table(kVocab, 4, /*probabilities=*/true);
+    sampling.set_distribution_table(&table);
+    TreeConfig config;
+    config.draw_recycled = true;
+    config.max_children = 3;
+    // Small tables: reset() clears them every request.
+    config.successor_slots = 16;
+    config.chain.cap = 64;
+    config.chain.count_window = 64;
+    TreeDrafter drafter(config, &table);
+    SpeculativeDecoder decoder(sampling, drafter);
+    if (costed) decoder.set_verify_cost(VerifyCost::knee(3));
+    DecodeOptions options = kTreeDecode;
+    options.max_drafts = 6;
+    DecodeStats total;
+    const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
+                                     SamplingOptions o = rejection(base);
+                                     o.seed = seed;
+                                     sampling.set_options(o);
+                                     DecodeResult result = decoder.generate(kPrompt, options);
+                                     total.drafted += result.stats.drafted;
+                                     total.accepted += result.stats.accepted;
+                                     return result.tokens;
+                                   }),
+                                   exact_joint(conditional_of(base)));
+    EXPECT_LT(r.statistic, r.critical) << describe(r);
+    EXPECT_EQ(r.impossible, 0U);
+    EXPECT_GT(total.accepted, kRuns / 2);
+  }
+}
+
+TEST(RejectionSampling, GreedyIsPlainDecodingWhateverIsDrafted) {
+  // At temperature 0 both modes are greedy decoding: the same tokens as plain, for drafters
+  // that draw (from anything) and for TreeDrafter drawing from the recorded table.
+  ConditionalModel model;
+  const SamplingOptions greedy = rejection(SamplingOptions{});
+  SamplingModel<ConditionalModel> sampling(model, greedy);
+  DecodeOptions options;
+  options.max_new_tokens = 24;
+  DecodeOptions plain = options;
+  plain.speculate = false;
+  SpeculativeDecoder plain_decoder(sampling, SilentDrafter{});
+  for (const DraftSource source : {DraftSource::unlike, DraftSource::narrow, DraftSource::model}) {
+    DrawingDrafter drafter(source, Conditional{});
+    SpeculativeDecoder decoder(sampling, drafter);
+    for (Token a = 0; a < kVocab; ++a) {
+      for (Token b = 0; b < kVocab; ++b) {
+        drafter.seed(a * kVocab + b);
+        const std::vector<Token> prompt = {a, b};
+        EXPECT_EQ(decoder.generate(prompt, options).tokens, plain_decoder.generate(prompt, plain).tokens);
+      }
+    }
+  }
+  TreeConditionalModel tree_model;
+  SamplingModel<TreeConditionalModel> tree_sampling(tree_model, greedy);
+  TopKTable table(kVocab, 4, true);
+  tree_sampling.set_distribution_table(&table);
+  TreeConfig config;
+  config.draw_recycled = true;
+  config.successor_slots = 16;
+  TreeDrafter drafter(config, &table);
+  SpeculativeDecoder tree_decoder(tree_sampling, drafter);
+  SpeculativeDecoder tree_plain(tree_sampling, SilentDrafter{});
+  options.max_drafts = 6;
+  for (Token a = 0; a < kVocab; ++a) {
+    for (Token b = 0; b < kVocab; ++b) {
+      const std::vector<Token> prompt = {a, b, a};
+      EXPECT_EQ(tree_decoder.generate(prompt, options).tokens, tree_plain.generate(prompt, plain).tokens);
+    }
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "command_line.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/top_k_table.hpp"
+#include "ngramspec/tree_drafter.hpp"
 
 namespace ngramspec::llama2 {
 namespace {
@@ -55,6 +56,7 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   bool has_prompt = false;
   bool has_k = false;
   bool has_recycle = false;
+  bool has_width = false;
   bool has_cost = false;
   std::string_view sampling_filter;  // the first of --top-k, --top-p, --min-p and --seed given
   cli::GivenOptions given;  // every option takes one value or is one switch
@@ -88,6 +90,23 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
         throw std::invalid_argument("--recycle must be between 0 and " + std::to_string(TopKTable::kMaxK) +
                                     ", got " + std::to_string(options.recycle));
       }
+    } else if (flag == "--tree-width") {
+      options.tree_width = parse_count(flag, value());
+      has_width = true;
+      if (options.tree_width == 0 || options.tree_width > TreeDrafter::kMaxChildren) {
+        throw std::invalid_argument("--tree-width must be between 1 and " + std::to_string(TreeDrafter::kMaxChildren) +
+                                    ", got " + std::to_string(options.tree_width));
+      }
+    } else if (flag == "--sampling-mode") {
+      const std::string_view text = value();
+      if (text == "exact") {
+        options.sampling.mode = SamplingMode::exact;
+      } else if (text == "rejection") {
+        options.sampling.mode = SamplingMode::rejection;
+      } else {
+        throw std::invalid_argument("--sampling-mode must be exact or rejection, got '" + std::string(text) + "'");
+      }
+      if (sampling_filter.empty()) sampling_filter = flag;
     } else if (flag == "--carry-over") {
       options.carry_over = true;
     } else if (flag == "--enrich-counts") {
@@ -151,8 +170,9 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   if (options.tree_nodes != 0 && has_k) {
     throw std::invalid_argument("--k sizes chains: with --tree-nodes the tree's node budget is the one setting");
   }
-  if (options.tree_nodes == 0 && (has_recycle || options.carry_over || options.enrich_counts)) {
+  if (options.tree_nodes == 0 && (has_recycle || has_width || options.carry_over || options.enrich_counts)) {
     throw std::invalid_argument(std::string(has_recycle         ? "--recycle"
+                                            : has_width          ? "--tree-width"
                                             : options.carry_over ? "--carry-over"
                                                                  : "--enrich-counts") +
                                 " applies to trees only: it needs --tree-nodes");

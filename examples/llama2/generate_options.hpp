@@ -22,6 +22,9 @@ struct GenerateOptions {
   /// with the model's top-k fed back (--recycle). Replaces --k, which is then refused.
   std::size_t tree_nodes = 0;
   std::size_t recycle = 8;  ///< --recycle: the model's top tokens kept per token for trees (0: text only; <= 32)
+  /// --tree-width: most children a tree node offers (TreeConfig::max_children, 1 .. 16; 1 drafts chains
+  /// through the tree drafter, its candidates drawn in rejection mode)
+  std::size_t tree_width = 8;
   bool carry_over = false;  ///< --carry-over: trees keep what they learnt (top-k, counts) across --prompts
   bool enrich_counts = false;  ///< --enrich-counts: trees count the model's top-1 as text (TreeConfig::enrich_counts)
   std::size_t steps = 256;  ///< --steps
@@ -29,7 +32,7 @@ struct GenerateOptions {
   std::size_t k = kDefaultK;
   bool speculate = true;    ///< false with --no-speculate
   bool check = false;       ///< --check
-  SamplingOptions sampling;  ///< --temperature, --top-k, --top-p, --min-p, --seed; passes validate()
+  SamplingOptions sampling;  ///< --temperature, --top-k, --top-p, --min-p, --seed, --sampling-mode; passes validate()
   /// --cost: measure the model's verify-pass cost at start (the default, "measure"), use the one given
   /// (`cost`, from "knee:N" or "table:T=C,..."), or draft without a cost model ("none").
   enum class Cost { measure, given, none };

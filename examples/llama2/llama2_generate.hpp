@@ -63,6 +63,10 @@ Generation timed_generation(Transformer& model, std::span<const Token> prompt, s
     return run(model);
   }
   SamplingModel<Transformer> sampler(model, sampling);
+  // A tree drafter that draws its recycled candidates draws them from the distributions the sampler records.
+  if constexpr (std::is_same_v<D, TreeDrafter>) {
+    if (drafter.config().draw_recycled && speculate) sampler.set_distribution_table(drafter.top_k_table());
+  }
   return run(sampler);
 }
 
@@ -101,11 +105,18 @@ inline Generation generate_tree(Transformer& model, std::span<const Token> promp
 }
 
 /// The TreeDrafter ngramspec-generate drafts trees with for `model`: MatchDrafter's spine sized by the model's
-/// context, a top-k table of `recycle` tokens per row over its vocabulary (0: none, text-only trees), and
-/// TreeConfig's carry_over and enrich_counts.
+/// context, a top-k table of `recycle` tokens per row over its vocabulary (0: none, text-only trees),
+/// TreeConfig's carry_over and enrich_counts, at most `width` children a node (max_children), and for sampling in
+/// rejection mode (`sampling`) its recycled candidates drawn from the model's recorded distributions
+/// (draw_recycled, seeded apart from the sampler).
 [[nodiscard]] inline TreeDrafter make_tree_drafter(const Transformer& model, std::size_t recycle, bool carry_over,
-                                                   bool enrich_counts = false) {
+                                                   bool enrich_counts = false, std::size_t width = 8,
+                                                   const SamplingOptions& sampling = {}) {
   TreeConfig config;
+  config.max_children = width;
+  config.draw_recycled =
+      recycle != 0 && sampling.temperature > 0.0f && sampling.mode == SamplingMode::rejection;
+  config.draw_seed = sampling.seed ^ 0x5bd1e9955bd1e995ULL;
   config.chain.cap =
       std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
   config.vocab_size = recycle == 0 ? 0 : model.vocab_size();

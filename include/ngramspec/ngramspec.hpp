@@ -9,6 +9,7 @@
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_stats.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/draft_planner.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"

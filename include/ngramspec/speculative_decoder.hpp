@@ -22,6 +22,7 @@
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/target_model.hpp"
+#include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/top_k_table.hpp"
 #include "ngramspec/token.hpp"
 #include "ngramspec/verify_cost.hpp"
@@ -69,6 +70,15 @@ namespace ngramspec {
 /// is a TopKTreeModel and the drafter recycles them). With a verify cost the tree is cut to its
 /// best prefix, and building stops at the first node that could not pay. A tree that comes out
 /// a chain goes through the model's plain forward().
+///
+/// Drafts with distributions: when the drafter says what its drafts were drawn from
+/// (DistributionDrafter, DistributionTreeDrafter) and the model verifies against it
+/// (DistributionTargetModel, DistributionTreeModel: SamplingModel), each pass hands the model
+/// the drafts' DraftDistributions, which rejection sampling (SamplingMode::rejection) needs.
+/// When a draft was drawn, whether it is sent may not depend on its own token, or the
+/// verification would be biased: such passes are cut at the first draft whose estimate is below
+/// what the cheapest added token costs (DraftPlanner::least_path_probability, known before the
+/// draft is drawn) instead of by the best prefix, whose choice looks at the drafts after it.
 ///
 /// Thread safety: one decoder drives one model from one thread at a time.
 template <TargetModel M, Drafter D = MatchDrafter>
@@ -133,6 +143,11 @@ class SpeculativeDecoder {
       pos += n;
       if (pos == prompt.size()) next_[0] = next_[n - 1];
     }
+    if constexpr (kChainDistributions || kTreeDistributions) {
+      const std::size_t room = std::max(draft_room, tree_.capacity());
+      q_.reserve(room, DraftDistributions::kMaxSupport);
+      least_ = cost_ ? DraftPlanner::least_path_probability(*cost_, 1, 1.0, room) : 0.0f;
+    }
     std::size_t drafted = 0;
     StepOutcome outcome = accept_drafts(state, {}, std::span<const Token>(next_).first(1), options);
     std::span<const Token> emitted_from = next_;  // where the pass's emitted tokens are
@@ -161,10 +176,16 @@ class SpeculativeDecoder {
         emitted_from = emitted_;
         continue;
       }
-      drafted = cost_ ? plan_drafts(active, state, options, max_batch - 1)
-                      : propose_drafts(active, state, options, max_batch - 1, std::span<Token>(fed_).subspan(1));
-      model_->forward(state.cache_length(), std::span<const Token>(fed_).first(drafted + 1),
-                      std::span<Token>(next_).first(drafted + 1));
+      if constexpr (kChainDistributions) {
+        drafted = drawn_chain(active, state, options, max_batch - 1);
+        model_->forward(state.cache_length(), std::span<const Token>(fed_).first(drafted + 1),
+                        std::span<Token>(next_).first(drafted + 1), std::as_const(q_));
+      } else {
+        drafted = cost_ ? plan_drafts(active, state, options, max_batch - 1)
+                        : propose_drafts(active, state, options, max_batch - 1, std::span<Token>(fed_).subspan(1));
+        model_->forward(state.cache_length(), std::span<const Token>(fed_).first(drafted + 1),
+                        std::span<Token>(next_).first(drafted + 1));
+      }
       outcome = accept_drafts(state, std::span<const Token>(fed_).subspan(1, drafted),
                               std::span<const Token>(next_).first(drafted + 1), options);
       if (outcome.discarded != 0) model_->rollback(outcome.rollback_to);
@@ -192,6 +213,28 @@ class SpeculativeDecoder {
  private:
   // Trees when the drafter drafts them and the model verifies them; chains otherwise.
   static constexpr bool kTrees = TreeDraftingDrafter<D> && TreeTargetModel<M>;
+  // Drafts with the distributions they were drawn from, when both sides speak of them.
+  static constexpr bool kChainDistributions = DistributionDrafter<D> && DistributionTargetModel<M>;
+  static constexpr bool kTreeDistributions = DistributionTreeDrafter<D> && DistributionTreeModel<M>;
+  // A model that gives its top-k beside verifying against distributions (SamplingModel).
+  static constexpr bool kTopKWithDistributions =
+      requires(M& m, std::span<const Token> t, std::span<const std::int32_t> p, std::span<Token> x,
+               const DraftDistributions& q) { m.forward_tree(0, t, p, x, x, q); };
+
+  // Whether any of the pass's drafts was drawn (not chosen).
+  [[nodiscard]] bool any_drawn() const noexcept {
+    for (std::size_t i = 0; i < q_.size(); ++i) {
+      if (!q_.tokens(i).empty()) return true;
+    }
+    return false;
+  }
+  // The drafts a pass of drawn drafts sends: those before the first whose estimate is below
+  // least_ (a stopping rule: each draft's estimate is known before it is drawn).
+  [[nodiscard]] std::size_t drawn_cut(std::span<const float> probabilities) const noexcept {
+    std::size_t n = 0;
+    while (n < probabilities.size() && probabilities[n] >= least_) ++n;
+    return n;
+  }
 
   // Sizes the tree buffers: a tree pass carries up to min(max_drafts, max_batch - 1) nodes, fewer
   // as the context fills (tree_node_limit: every node takes a KV entry); its depth is bounded by
@@ -224,16 +267,26 @@ class SpeculativeDecoder {
     tree_.clear();
     if (depth > 0) {
       // A drafter that claims or builds more than it was allowed is clamped, never trusted.
-      const std::size_t claimed = drafter.predict_tree(tree_, most, depth, min_node_probability_);
+      std::size_t claimed = 0;
+      if constexpr (kTreeDistributions) {
+        claimed = drafter.predict_tree(tree_, most, depth, min_node_probability_, q_);
+      } else {
+        claimed = drafter.predict_tree(tree_, most, depth, min_node_probability_);
+      }
       nodes = std::min({claimed, most, tree_.size()});
       tree_.truncate(nodes);
-      if (cost_ && nodes > 0) {
+      // Drawn nodes are cut by min_node_probability_ alone, which the drafter applied while
+      // building (see the class comment).
+      bool drawn = false;
+      if constexpr (kTreeDistributions) drawn = any_drawn();
+      if (cost_ && nodes > 0 && !drawn) {
         const std::span<const float> path = tree_.path_probabilities();
         std::copy(path.begin(), path.end(), probabilities_.begin());
         nodes = DraftPlanner::plan_one(&*cost_, 1, 1.0, 0, std::span<float>(probabilities_).first(nodes));
         tree_.truncate(nodes);
       }
     }
+    if constexpr (kTreeDistributions) q_.truncate(nodes);
     const std::span<const Token> tokens = tree_.tokens();
     const std::span<const std::int32_t> parents = tree_.parents();
     parents_[0] = kTreeRoot;
@@ -247,12 +300,28 @@ class SpeculativeDecoder {
     // The model's top-k only where a recycled candidate could clear the cost's bar: on a pass
     // that charges nearly a pass per token (a small model on a CPU) no top-k node ever would, and
     // ranking every row would be pure overhead.
-    const bool want_top = top_k_ != 0 && min_node_probability_ < top_k_ceiling(drafter);
+    bool want_top = top_k_ != 0 && min_node_probability_ < top_k_ceiling(drafter);
+    if constexpr (kTreeDistributions && !kTopKWithDistributions) want_top = false;
     const std::span<Token> top = std::span<Token>(top_).first(want_top ? top_k_ * (nodes + 1) : 0);
     const std::span<const std::int32_t> pass_parents = std::span<const std::int32_t>(parents_).first(nodes + 1);
     bool chain_shaped = true;
     for (std::size_t i = 0; i < nodes && chain_shaped; ++i) chain_shaped = parents[i] + 1 == static_cast<std::int32_t>(i);
-    if constexpr (TopKTreeModel<M>) {
+    if constexpr (kTreeDistributions) {
+      const DraftDistributions& q = q_;
+      if constexpr (kTopKWithDistributions) {
+        if (want_top) {
+          model_->forward_tree(pos, fed, pass_parents, next, top, q);
+        } else if (chain_shaped) {
+          chain_forward(pos, fed, next);
+        } else {
+          model_->forward_tree(pos, fed, pass_parents, next, q);
+        }
+      } else if (chain_shaped) {
+        chain_forward(pos, fed, next);
+      } else {
+        model_->forward_tree(pos, fed, pass_parents, next, q);
+      }
+    } else if constexpr (TopKTreeModel<M>) {
       if (want_top) {
         model_->forward_tree(pos, fed, pass_parents, next, top);
       } else if (chain_shaped) {
@@ -277,6 +346,16 @@ class SpeculativeDecoder {
     }
     for (std::size_t j = 0; j < outcome.emitted; ++j) emitted_[j] = next_[kept[j]];
     return nodes;
+  }
+
+  // A chain-shaped tree pass with its drafts' distributions, read as chosen by a model that
+  // does not take them on chains (still exact, less often accepted).
+  void chain_forward(std::size_t pos, std::span<const Token> fed, std::span<Token> next) {
+    if constexpr (DistributionTargetModel<M>) {
+      model_->forward(pos, fed, next, std::as_const(q_));
+    } else {
+      model_->forward(pos, fed, next);
+    }
   }
 
   // The best estimate a recycled top-k candidate can get from this drafter (1 when it does not say).
@@ -322,6 +401,28 @@ class SpeculativeDecoder {
     return DraftPlanner::plan_one(&*cost_, 1, 1.0, 0, probabilities.first(made));
   }
 
+  // The drafts of the next chain pass with their distributions, into fed_[1..] and q_: as
+  // many as the cost makes worth sending (a stopping rule when any was drawn).
+  std::size_t drawn_chain(const D& drafter, const SequenceState& state, const DecodeOptions& options,
+                          std::size_t cap) {
+    const std::size_t limit = std::min(fed_.size() - 1, draft_limit(state, options, cap));
+    q_.clear();
+    if (limit == 0) return 0;
+    const std::span<float> probabilities = std::span<float>(probabilities_).first(limit);
+    std::size_t made =
+        std::min<std::size_t>(drafter.predict(std::span<Token>(fed_).subspan(1, limit), probabilities, q_), limit);
+    if (q_.size() < made) {
+      throw std::logic_error("ngramspec: the drafter proposed " + std::to_string(made) + " drafts and " +
+                             std::to_string(q_.size()) + " distributions; it must give one per draft");
+    }
+    if (cost_ && made > 0) {
+      made = any_drawn() ? drawn_cut(probabilities.first(made))
+                         : DraftPlanner::plan_one(&*cost_, 1, 1.0, 0, probabilities.first(made));
+    }
+    q_.truncate(made);
+    return made;
+  }
+
   M* model_;
   std::optional<D> owned_;
   D* borrowed_ = nullptr;
@@ -338,6 +439,9 @@ class SpeculativeDecoder {
   std::vector<Token> top_;             // the model's top-k after each fed token
   std::size_t top_k_ = 0;
   float min_node_probability_ = 0.0f;  // no node below it pays for itself under the cost
+  // Drafts with distributions only.
+  DraftDistributions q_;  // what each draft of the pass was drawn from
+  float least_ = 0.0f;    // the least estimate a drawn draft is sent with (0: no cost, all)
 };
 
 }  // namespace ngramspec

@@ -24,8 +24,14 @@ namespace ngramspec {
 /// followed a token in the model's eyes a moment ago is a strong guess of what follows it
 /// now, even where the text never repeated.
 ///
-/// Memory is fixed at construction: vocab_size × k tokens (32,000 × 8 is 1 MiB) plus a byte a
-/// row, bytes_for(vocab_size, k). record() and lookups never allocate. One table per sequence
+/// A table made with probabilities (TopKTable(vocab, k, true)) also keeps, per row, the
+/// probability of each token under the model's sampling distribution (record_distribution(),
+/// which SamplingModel calls with the rows it samples from): drafters that draw their drafts
+/// from it can then say what they drew from (DraftDistributions), so that rejection sampling
+/// accepts them in proportion to how near that distribution is to the model's now.
+///
+/// Memory is fixed at construction: vocab_size × k tokens (32,000 × 8 is 1 MiB), as many floats
+/// with probabilities, plus a byte a row, bytes_for(vocab_size, k[, true]). record() and lookups never allocate. One table per sequence
 /// (the TreeDrafter's own), or one shared by the sequences of a batch, which then learn from
 /// each other (and keep what they learnt across requests; reset_drafter does not clear a
 /// shared table). A vocabulary is at most kMaxVocabSize tokens (a table of at most 2 GiB), and
@@ -44,8 +50,9 @@ class TopKTable {
 
   /// Bytes a table of `vocab_size` rows of `k` tokens holds: the rows and a byte a row (exact
   /// for vocab_size <= kMaxVocabSize and k <= kMaxK, where nothing overflows).
-  [[nodiscard]] static constexpr std::size_t bytes_for(std::size_t vocab_size, std::size_t k) noexcept {
-    return vocab_size * (k * sizeof(Token) + 1);
+  [[nodiscard]] static constexpr std::size_t bytes_for(std::size_t vocab_size, std::size_t k,
+                                                      bool probabilities = false) noexcept {
+    return vocab_size * (k * (sizeof(Token) + (probabilities ? sizeof(float) : 0)) + 1);
   }
 
   /// Throws std::invalid_argument naming the value when `vocab_size` is above kMaxVocabSize:
@@ -57,18 +64,18 @@ class TopKTable {
     }
   }
 
-  /// A table for token ids 0 .. vocab_size - 1, `k` tokens a row. Throws
-  /// std::invalid_argument naming the value for a vocabulary of 0 or above kMaxVocabSize, k
-  /// outside 1 .. kMaxK, or a table larger than the machine's physical memory; AllocationError
-  /// (a std::bad_alloc) when its memory cannot be allocated.
-  TopKTable(std::size_t vocab_size, std::size_t k) : vocab_(vocab_size), k_(k) {
+  /// A table for token ids 0 .. vocab_size - 1, `k` tokens a row, and with `probabilities`
+  /// their probabilities too. Throws std::invalid_argument naming the value for a vocabulary
+  /// of 0 or above kMaxVocabSize, k outside 1 .. kMaxK, or a table larger than the machine's
+  /// physical memory; AllocationError (a std::bad_alloc) when its memory cannot be allocated.
+  TopKTable(std::size_t vocab_size, std::size_t k, bool probabilities = false) : vocab_(vocab_size), k_(k) {
     if (vocab_size == 0) throw std::invalid_argument("ngramspec: TopKTable: the vocabulary size is 0");
     if (k == 0 || k > kMaxK) {
       throw std::invalid_argument("ngramspec: TopKTable: k = " + std::to_string(k) + "; it must be 1 .. " +
                                   std::to_string(kMaxK));
     }
     check_vocab_size(vocab_size);
-    const std::size_t bytes = bytes_for(vocab_size, k);
+    const std::size_t bytes = bytes_for(vocab_size, k, probabilities);
     const std::size_t machine = detail::physical_memory_bytes();
     if (machine != 0 && bytes > machine) {
       throw std::invalid_argument("ngramspec: TopKTable: vocab_size = " + std::to_string(vocab_size) + " x k = " +
@@ -78,6 +85,7 @@ class TopKTable {
     detail::allocating("a TopKTable (its rows)", bytes, [&] {
       rows_.assign(vocab_size * k, 0);
       filled_.assign(vocab_size, 0);
+      if (probabilities) probabilities_.assign(vocab_size * k, 0.0f);
     });
   }
 
@@ -99,16 +107,56 @@ class TopKTable {
   void record_unchecked(std::span<const Token> tokens, std::span<const Token> top) noexcept {
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       std::copy_n(top.data() + i * k_, k_, rows_.data() + static_cast<std::size_t>(tokens[i]) * k_);
-      filled_[tokens[i]] = 1;
+      filled_[tokens[i]] = static_cast<std::uint8_t>(k_);  // k tokens, no probabilities
     }
+  }
+
+  /// Records one row with probabilities: the model's most likely tokens after `token`, best
+  /// first, and their probabilities under its sampling distribution (1 .. k() of each; fewer
+  /// when fewer tokens survive its filters). Throws std::invalid_argument naming the value,
+  /// recording nothing, for a table without probabilities, sizes that differ or lie outside
+  /// 1 .. k(), a token outside the vocabulary, or a probability outside [0, 1].
+  void record_distribution(Token token, std::span<const Token> top, std::span<const float> probabilities) {
+    if (probabilities_.empty()) {
+      throw std::invalid_argument("ngramspec: TopKTable::record_distribution: the table keeps no probabilities "
+                                  "(make it with TopKTable(vocab_size, k, true))");
+    }
+    if (top.size() != probabilities.size() || top.empty() || top.size() > k_) {
+      throw std::invalid_argument("ngramspec: TopKTable::record_distribution: " + std::to_string(top.size()) +
+                                  " tokens and " + std::to_string(probabilities.size()) +
+                                  " probabilities; it needs as many of each, 1 .. k = " + std::to_string(k_));
+    }
+    check(token, "a token");
+    for (const Token t : top) check(t, "a top-k token");
+    for (const float p : probabilities) {
+      if (!(p >= 0.0f && p <= 1.0f)) {
+        throw std::invalid_argument("ngramspec: TopKTable::record_distribution: a probability of " +
+                                    std::to_string(p) + "; probabilities are in [0, 1]");
+      }
+    }
+    const std::size_t at = static_cast<std::size_t>(token) * k_;
+    std::copy(top.begin(), top.end(), rows_.begin() + static_cast<std::ptrdiff_t>(at));
+    std::copy(probabilities.begin(), probabilities.end(), probabilities_.begin() + static_cast<std::ptrdiff_t>(at));
+    filled_[token] = static_cast<std::uint8_t>(top.size() | kWithProbabilities);
   }
 
   /// The recorded top tokens after `token`, best first; empty when never recorded (or when
   /// the token is outside the vocabulary).
   [[nodiscard]] std::span<const Token> row(Token token) const noexcept {
     if (token >= vocab_ || filled_[token] == 0) return {};
-    return {rows_.data() + static_cast<std::size_t>(token) * k_, k_};
+    return {rows_.data() + static_cast<std::size_t>(token) * k_, static_cast<std::size_t>(filled_[token] & kCountMask)};
   }
+
+  /// The probabilities of row(token)'s tokens when they were recorded with them
+  /// (record_distribution()); empty otherwise.
+  [[nodiscard]] std::span<const float> row_probabilities(Token token) const noexcept {
+    if (token >= vocab_ || (filled_[token] & kWithProbabilities) == 0) return {};
+    return {probabilities_.data() + static_cast<std::size_t>(token) * k_,
+            static_cast<std::size_t>(filled_[token] & kCountMask)};
+  }
+
+  /// Whether the table keeps probabilities (made with them).
+  [[nodiscard]] bool has_probabilities() const noexcept { return !probabilities_.empty(); }
 
   /// Forgets every row; keeps the memory.
   void clear() noexcept { std::fill(filled_.begin(), filled_.end(), std::uint8_t{0}); }
@@ -117,7 +165,7 @@ class TopKTable {
   [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_; }
   /// Bytes held; fixed at construction.
   [[nodiscard]] std::size_t memory_bytes() const noexcept {
-    return rows_.size() * sizeof(Token) + filled_.size() + sizeof(*this);
+    return rows_.size() * sizeof(Token) + probabilities_.size() * sizeof(float) + filled_.size() + sizeof(*this);
   }
 
  private:
@@ -128,9 +176,14 @@ class TopKTable {
     }
   }
 
+  // filled_[t]: the row's token count (0: never recorded), and whether it has probabilities.
+  static constexpr std::uint8_t kWithProbabilities = 0x80;
+  static constexpr std::uint8_t kCountMask = 0x7f;
+
   std::size_t vocab_;
   std::size_t k_;
   std::vector<Token> rows_;
+  std::vector<float> probabilities_;  // with probabilities: one per row token
   std::vector<std::uint8_t> filled_;
 };
 

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/top_k_table.hpp"
@@ -42,6 +43,17 @@ struct TreeConfig {
   /// at 16 to what the recycled top-k gives (docs/BENCHMARKS.md, "Trees on a real model"), for
   /// a count update per pass entry, and it needs the top-k the recycling asks for.
   bool enrich_counts = false;
+  /// Whether the model's candidates are drawn from the distribution the table recorded with
+  /// them (a TopKTable with probabilities, filled by SamplingModel::set_distribution_table)
+  /// instead of taken best first, each node saying what it was drawn from (predict_tree with
+  /// a DraftDistributions): for SamplingMode::rejection at temperature > 0, where a draft
+  /// drawn from a distribution near the model's is accepted with probability
+  /// sum min(p, q) instead of p(x). Off by default: greedy decoding and the exact mode accept
+  /// the model's best candidates more often than drawn ones. Rows recorded without
+  /// probabilities are taken best first either way.
+  bool draw_recycled = false;
+  /// Seed of those draws (their randomness is the drafter's own, apart from the verifier's).
+  std::uint64_t draw_seed = 0;
 };
 
 /// Drafts trees: the MatchDrafter chain as the spine, and at every node the alternatives the
@@ -112,6 +124,15 @@ class TreeDrafter {
   /// the size.
   std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
                            float min_path_probability = 0.0f) noexcept;
+  /// DistributionTreeDrafter: as above, and q's entries replaced by one per node: what a drawn
+  /// candidate (TreeConfig::draw_recycled) was drawn from (its row's tokens not taken before it
+  /// at its node, by their recorded probabilities), one-hot for the rest. A node's presence
+  /// never depends on its own drawn token (its estimate is its draw rank's), which is what
+  /// keeps rejection sampling exact; so the decoders must not cut such a tree by what follows
+  /// a node (they cut it by min_path_probability alone). q must have room for max_nodes entries
+  /// of top_k tokens (reserve()) for the call to allocate nothing.
+  std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth, float min_path_probability,
+                           DraftDistributions& q);
 
   /// Learns from a verified tree pass: `fed` the pass's tokens (the root, then the tree's
   /// nodes), `model_tokens` the model's token after each, `kept` the entries accept_tree()
@@ -134,6 +155,9 @@ class TreeDrafter {
   [[nodiscard]] std::uint64_t out_of_vocabulary_drafts() const noexcept { return chain_.out_of_vocabulary_drafts(); }
   /// The top-k table recycled (the drafter's own or the shared one), or nullptr.
   [[nodiscard]] const TopKTable* top_k_table() const noexcept { return table_; }
+  /// The same, for the model that records its distributions into it (with draw_recycled the
+  /// drafter's own table keeps probabilities: SamplingModel::set_distribution_table(drafter.top_k_table())).
+  [[nodiscard]] TopKTable* top_k_table() noexcept { return table_; }
   /// The best estimate a recycled top-k candidate can get now: the decoders ask the model for its
   /// top-k only when a pass's cost lets nodes this likely in.
   [[nodiscard]] float top_k_ceiling() const noexcept;
@@ -151,11 +175,15 @@ class TreeDrafter {
     std::array<Token, kSlotsPerContext> tokens{};
     std::array<std::uint16_t, kSlotsPerContext> counts{};
   };
+  static constexpr std::uint32_t kNotDrawn = 0xffffffffu;
   struct Candidate {
     Token token;
     float probability;
     std::uint8_t source_class;
     float base;  // the estimate before its class's scale: a text share, else 1
+    // Drawn from the node's row (draw_recycled): the row positions it could not be (taken
+    // before it); kNotDrawn when it was not drawn.
+    std::uint32_t excluded = kNotDrawn;
   };
   // A node's last (up to) 3 tokens, oldest first, and how many are known.
   struct Context {
@@ -167,6 +195,7 @@ class TreeDrafter {
     std::uint32_t text_order;
     std::uint32_t row_size;
     const Token* row;
+    const float* row_probabilities;  // the row's, when it has them and draw_recycled is on; else nullptr
   };
   // A heap entry in one integer, so that comparing and moving entries is one instruction: the
   // path probability's bits on top (a non-negative float orders as its bits do), then the
@@ -184,7 +213,14 @@ class TreeDrafter {
   [[nodiscard]] static float share(const Successors& entry, std::size_t slot) noexcept;
   // Finds a node's candidate lists and returns the best estimate among them (0: none).
   float locate(Context& context, std::size_t spine_made) const noexcept;
-  std::size_t expand(const Context& context, std::size_t spine_made, Candidate* out) const noexcept;
+  std::size_t expand(const Context& context, std::size_t spine_made, std::size_t owner, std::size_t depth,
+                     Candidate* out) const noexcept;
+  // Draws the row candidates of out[0 .. n) (draw_recycled): their tokens, each from the row's
+  // positions not yet taken; drops those the row has no token left for. Returns the new n.
+  std::size_t draw_row(const Context& context, std::size_t owner, std::size_t depth, Candidate* out,
+                       std::size_t n) const noexcept;
+  std::size_t build_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth, float min_path_probability,
+                         DraftDistributions* q);
   void reset_learning() noexcept;
 
   TreeConfig config_;
@@ -210,6 +246,7 @@ class TreeDrafter {
   std::vector<std::uint8_t> candidate_counts_;
   std::vector<Frontier> heap_;
   std::vector<std::uint8_t> on_path_;             // observe_pass: per pass entry
+  std::uint64_t trees_built_ = 0;                 // numbers each tree's draws apart
 };
 
 }  // namespace ngramspec
