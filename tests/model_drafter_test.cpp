@@ -196,6 +196,17 @@ struct Case {
   return RuleLogitsModel(c.draft_rule, c.vocab, c.noise_seed, c.noise, c.margin, c.draft_batch);
 }
 
+/// A case's greedy target (its rule) and draft model, the drafter over it, and a decoder over both.
+struct GreedyDecoding {
+  explicit GreedyDecoding(const Case& c)
+      : target(c.target.rule, c.target_batch), draft(draft_model(c)), drafter(draft, c.vocab, c.config),
+        decoder(target, drafter) {}
+  GreedyModel target;
+  RuleLogitsModel draft;
+  ModelDrafter<RuleLogitsModel> drafter;
+  SpeculativeDecoder<GreedyModel, ModelDrafter<RuleLogitsModel>> decoder;
+};
+
 /// The distribution q a draft must be drawn from, computed the plain way: softmax under the
 /// temperature over every token, sorted most likely first (then lower id), cut by top-k, top-p
 /// (over the top-k set's mass), min-p and the support, renormalized. Tokens in that order.
@@ -245,6 +256,9 @@ TEST(ModelDrafter, InvalidConfigThrowsNamingFieldAndValue) {
       {{.max_drafts = kMaxDraftsPerPass + 1}, "max_drafts", std::to_string(kMaxDraftsPerPass + 1)},
       {{.support = 0}, "support", "0"},
       {{.support = DraftDistributions::kMaxSupport + 1}, "support", "33"},
+      {{.min_probability = -0.5f}, "min_probability", "-0.5"},
+      {{.min_probability = 1.5f}, "min_probability", "1.5"},
+      {{.min_probability = std::numeric_limits<float>::quiet_NaN()}, "min_probability", "nan"},
       {{.sampling = {.temperature = -1.0f}}, "temperature", "-1"},
       {{.sampling = {.temperature = 1.0f, .top_p = 0.0f}}, "top_p", "0"},
   };
@@ -279,20 +293,17 @@ TEST(ModelDrafter, GreedyDecodingEqualsPlainForAnyDraftModel) {
   for (int trial = 0; trial < 300; ++trial) {
     const Case c = random_case(rng, trial % 3 == 2);
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + c.describe);
-    GreedyModel target(c.target.rule, c.target_batch);
-    RuleLogitsModel draft = draft_model(c);
-    ModelDrafter drafter(draft, c.vocab, c.config);
-    SpeculativeDecoder decoder(target, drafter);
-    if (trial % 4 == 1) decoder.set_verify_cost(VerifyCost::knee(1 + trial % 5));
+    GreedyDecoding d(c);
+    if (trial % 4 == 1) d.decoder.set_verify_cost(VerifyCost::knee(1 + trial % 5));
     const GreedyReference ref = plain_greedy(c.target.rule, c.prompt, c.options);
     // Twice: the second generation starts from the first one's drafter and draft model.
     for (int run = 0; run < 2; ++run) {
-      const DecodeResult result = decoder.generate(c.prompt, c.options);
+      const DecodeResult result = d.decoder.generate(c.prompt, c.options);
       ASSERT_EQ(result.tokens, ref.tokens);
       ASSERT_EQ(result.stop_reason, ref.stop_reason);
     }
-    EXPECT_TRUE(target.violations().empty()) << target.violations().front();
-    EXPECT_TRUE(draft.violations().empty()) << draft.violations().front();
+    EXPECT_TRUE(d.target.violations().empty()) << d.target.violations().front();
+    EXPECT_TRUE(d.draft.violations().empty()) << d.draft.violations().front();
   }
 }
 
@@ -304,11 +315,8 @@ TEST(ModelDrafter, DraftModelEqualToTheTargetHasEveryGreedyDraftAccepted) {
     c.draft_rule = c.target.rule;
     c.options.stop_tokens.clear();
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + c.describe);
-    GreedyModel target(c.target.rule, c.target_batch);
-    RuleLogitsModel draft = draft_model(c);
-    ModelDrafter drafter(draft, c.vocab, c.config);
-    SpeculativeDecoder decoder(target, drafter);
-    const DecodeResult result = decoder.generate(c.prompt, c.options);
+    GreedyDecoding d(c);
+    const DecodeResult result = d.decoder.generate(c.prompt, c.options);
     EXPECT_EQ(result.stats.accepted, result.stats.drafted);
     // Every pass but those the limits cut drafts min(max_drafts, room) tokens.
     const std::size_t k = std::min({c.config.max_drafts, c.options.max_drafts, c.target_batch - 1});
@@ -553,15 +561,14 @@ TEST(ModelDrafter, APassCostsOneDraftForwardPerDraftedToken) {
     Case c = random_case(rng, trial % 3 == 0);
     c.options.stop_tokens.clear();
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + c.describe);
-    GreedyModel target(c.target.rule, c.target_batch);
-    RuleLogitsModel draft = draft_model(c);
-    ModelDrafter drafter(draft, c.vocab, c.config);
-    SpeculativeDecoder decoder(target, drafter);
+    GreedyDecoding d(c);
+    const GreedyModel& target = d.target;
+    const RuleLogitsModel& draft = d.draft;
     std::size_t pass = 0, target_tokens = 0, draft_calls = 0, draft_tokens = 0;
     std::size_t last_k = 0, last_accepted = 0;
     bool checking = true;
     const std::size_t chunk = std::min(c.draft_batch, ModelDrafter<RuleLogitsModel>::kMaxFeedRows);
-    decoder.generate(c.prompt, c.options, [&](std::span<const Token> emitted) {
+    d.decoder.generate(c.prompt, c.options, [&](std::span<const Token> emitted) {
       const std::size_t fed = target.forwarded_tokens() - target_tokens;
       const std::size_t calls = draft.forward_calls() - draft_calls;
       const std::size_t tokens = draft.forwarded_tokens() - draft_tokens;
@@ -636,6 +643,42 @@ TEST(ModelDrafter, EstimatesLearnHowOftenTheDraftsAreAccepted) {
   }
 }
 
+TEST(ModelDrafter, TheGateStopsAtTheFirstDraftBelowItsProbability) {
+  // Against the same drafter without a gate: the same drafts up to the first whose running
+  // estimate is below min_probability, none from there on, and the draft model holds them all.
+  std::mt19937_64 rng(2908);
+  std::vector<Token> out(8), open_out(8);
+  std::vector<float> probabilities(8), open_probabilities(8);
+  DraftDistributions q;
+  std::size_t stopped_early = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    Case c = random_case(rng, trial % 2 == 0);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + c.describe);
+    RuleLogitsModel open_model = draft_model(c);
+    ModelDrafter open(open_model, c.vocab, c.config);
+    open.update(c.prompt);
+    const std::size_t k = open.predict(open_out, open_probabilities);
+    c.config.min_probability = static_cast<float>(std::uniform_real_distribution<double>(0.0, 0.6)(rng));
+    RuleLogitsModel gated_model = draft_model(c);
+    ModelDrafter gated(gated_model, c.vocab, c.config);
+    gated.update(c.prompt);
+    const std::size_t n = gated.predict(out, probabilities, q);
+    std::size_t expected = 0;
+    while (expected < k && open_probabilities[expected] >= c.config.min_probability) ++expected;
+    ASSERT_EQ(n, expected);
+    ASSERT_EQ(q.size(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(out[i], open_out[i]);
+      EXPECT_EQ(probabilities[i], open_probabilities[i]);
+    }
+    std::vector<Token> held = c.prompt;
+    held.insert(held.end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n < k ? n : n - 1));
+    EXPECT_EQ(gated_model.history(), held);
+    stopped_early += n < k ? 1 : 0;
+  }
+  EXPECT_GT(stopped_early, 50u);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Faults and allocations
 
@@ -646,6 +689,12 @@ TEST(ModelDrafter, ModelExceptionsPropagateAndTheDrafterRecovers) {
     const Case c = random_case(rng, trial % 2 == 0);
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + c.describe);
     RuleLogitsModel draft = draft_model(c);
+    {
+      // A drafter before it left tokens in the model, which this one does not assume it holds.
+      ModelDrafter earlier(draft, c.vocab, c.config);
+      earlier.update(std::vector<Token>(1 + trial % 7, 1));
+      (void)earlier.predict(out);
+    }
     ModelDrafter drafter(draft, c.vocab, c.config);
     std::vector<Token> sequence = c.prompt;
     drafter.update(c.prompt);

@@ -35,11 +35,17 @@ struct ModelDraftConfig {
   /// Most tokens a drawn draft's distribution keeps: 1 .. DraftDistributions::kMaxSupport.
   /// Default 8.
   std::size_t support = 8;
+  /// The gate, in [0, 1]: drafting stops at the first draft whose estimated chance of being
+  /// accepted with every draft before it falls below this; that draft is not proposed. 0 (the
+  /// default) drafts max_drafts whenever there is room. With a verify cost, the least path
+  /// probability a draft needs to pay (DraftPlanner::least_path_probability) spares the draft
+  /// model the forwards of drafts the planner would drop.
+  float min_probability = 0.0f;
 };
 
 /// Throws std::invalid_argument naming the field and its value when `config` is invalid:
 /// max_drafts outside 1 .. kMaxDraftsPerPass, support outside 1 .. DraftDistributions::kMaxSupport,
-/// or invalid sampling options (validate(SamplingOptions)).
+/// min_probability outside [0, 1] or NaN, or invalid sampling options (validate(SamplingOptions)).
 inline void validate(const ModelDraftConfig& config) {
   if (config.max_drafts == 0 || config.max_drafts > kMaxDraftsPerPass) {
     throw std::invalid_argument("ngramspec: ModelDraftConfig::max_drafts = " + std::to_string(config.max_drafts) +
@@ -48,6 +54,10 @@ inline void validate(const ModelDraftConfig& config) {
   if (config.support == 0 || config.support > DraftDistributions::kMaxSupport) {
     throw std::invalid_argument("ngramspec: ModelDraftConfig::support = " + std::to_string(config.support) +
                                 " is invalid; it must be 1 .. " + std::to_string(DraftDistributions::kMaxSupport));
+  }
+  if (!(config.min_probability >= 0.0f && config.min_probability <= 1.0f)) {
+    throw std::invalid_argument("ngramspec: ModelDraftConfig::min_probability = " +
+                                std::to_string(config.min_probability) + " is invalid; it must be in [0, 1]");
   }
   validate(config.sampling);
 }
@@ -67,11 +77,13 @@ inline void validate(const ModelDraftConfig& config) {
 /// The draft model's KV cache follows the observed sequence. predict() feeds what the model
 /// lacks of the observed sequence (after a pass: the target's own token, or the last accepted
 /// draft and it), then each draft but the last, one token a forward, so the model then holds the
-/// observed sequence followed by drafts 0 .. k-2. update() keeps the drafts the new tokens
+/// observed sequence followed by drafts 0 .. k-2 (k-1 when the gate, min_probability, stopped
+/// drafting at draft k). update() keeps the drafts the new tokens
 /// confirm (the accepted ones) and calls no model: the next predict() rolls back only what was
-/// rejected. A pass of k drafts thus costs k forwards of the draft model, k or k + 1 tokens:
-/// one per drafted token plus the target's own. The first predict() feeds the prompt, in
-/// forwards of up to min(max_batch(), kMaxFeedRows) tokens.
+/// rejected. A pass of k drafts thus costs k forwards of the draft model, k or k + 1 tokens: one
+/// per drafted token plus the target's own. The first predict() rolls the model back to 0,
+/// whatever it held, and feeds the prompt, in forwards of up to min(max_batch(), kMaxFeedRows)
+/// tokens.
 ///
 /// predict() is const in the Drafter concept and changes nothing observable: the observed
 /// sequence, and what any later predict() returns, are as before. It does run the draft model
@@ -165,8 +177,8 @@ class ModelDrafter {
     row_valid_ = false;
   }
 
-  /// Writes up to min(out.size(), max_drafts) drafts to `out`; returns how many (0 before any
-  /// token is observed).
+  /// Writes up to min(out.size(), max_drafts) drafts to `out`, fewer where the gate
+  /// (min_probability) stops; returns how many (0 before any token is observed).
   [[nodiscard]] std::size_t predict(std::span<Token> out) const { return draft(out, {}, nullptr); }
   /// The same drafts (limited also by probabilities.size()), and in probabilities[j] the
   /// estimated chance that drafts 0 .. j are all accepted (see the class comment).
@@ -223,14 +235,24 @@ class ModelDrafter {
     const std::size_t k = std::min(out.size(), config_.max_drafts);
     if (k == 0 || observed_.empty()) return 0;
     const std::size_t n = observed_.size();
+    std::size_t made = 0;
     try {
       catch_up();
       std::span<const float> row = row_;
+      double chance = 1.0;  // that every draft so far is accepted
       for (std::size_t i = 0; i < k; ++i) {
         const Choice choice = choose(row, n + i, q);
+        const double estimate = chance * estimate_of(choice.confidence);
+        if (estimate < static_cast<double>(config_.min_probability)) {
+          if (q != nullptr) q->truncate(i);
+          break;
+        }
+        chance = estimate;
         out[i] = choice.token;
+        if (!probabilities.empty()) probabilities[i] = static_cast<float>(chance);
         drafted_[i] = choice.token;
         confidence_[i] = choice.confidence;
+        made = i + 1;
         if (i + 1 < k) {
           model_->forward(n + i, std::span<const Token>(out.subspan(i, 1)), std::span<float>(draft_row_));
           ahead_.push_back(choice.token);
@@ -247,17 +269,15 @@ class ModelDrafter {
       if (q != nullptr) q->clear();
       throw;
     }
-    recorded_ = k;
+    recorded_ = made;
     recorded_at_ = n;
-    if (!probabilities.empty()) {
-      double chance = 1.0;
-      for (std::size_t i = 0; i < k; ++i) {
-        const std::size_t b = bin(confidence_[i]);
-        chance *= (hits_[b] + kPrior * confidence_[i]) / (tried_[b] + kPrior);
-        probabilities[i] = static_cast<float>(chance);
-      }
-    }
-    return k;
+    return made;
+  }
+
+  // The chance that a draft of this confidence is accepted once the drafts before it were.
+  [[nodiscard]] double estimate_of(double confidence) const noexcept {
+    const std::size_t b = bin(confidence);
+    return (hits_[b] + kPrior * confidence) / (tried_[b] + kPrior);
   }
 
   // Brings the model to hold exactly the observed sequence, with row_ the logits after it.
@@ -407,10 +427,11 @@ class ModelDrafter {
   std::size_t feed_rows_ = 1;
   std::vector<Token> observed_;
   // The model's cache: it holds held_ tokens, observed_[0, cached_) first; when cached_ is the
-  // observed length, the drafts in ahead_ follow. lost_: held_ is unknown after an exception.
+  // observed length, the drafts in ahead_ follow. lost_: held_ is unknown, before the first
+  // predict() (the model may hold another drafter's tokens) and after an exception.
   mutable std::size_t held_ = 0;
   mutable std::size_t cached_ = 0;
-  mutable bool lost_ = false;
+  mutable bool lost_ = true;
   mutable std::vector<Token> ahead_;
   mutable bool row_valid_ = false;  // row_ is the row after observed_, which the model holds
   mutable std::vector<float> row_;
