@@ -49,12 +49,14 @@ class RuleLogitsModel {
       violations_.push_back("forward of " + std::to_string(tokens.size()));
     }
     if (logits.size() != tokens.size() * vocab_) violations_.push_back("logits of " + std::to_string(logits.size()));
-    if (fault_ != 0 && --fault_ == 0) throw ModelFault("injected forward fault");
+    const bool fault = fault_ != 0 && --fault_ == 0;
+    if (fault && fault_timing_ == FaultTiming::before_change) throw ModelFault("injected forward fault");
     history_.resize(std::min(pos, history_.size()));
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       history_.push_back(tokens[i]);
       row(history_, logits.subspan(i * vocab_, vocab_));
     }
+    if (fault) throw ModelFault("injected forward fault");
   }
   void rollback(std::size_t pos) {
     ++rollback_calls_;
@@ -77,8 +79,11 @@ class RuleLogitsModel {
   }
 
   void reserve(std::size_t n) { history_.reserve(n); }
-  /// The `k`-th forward from now (1-based) throws ModelFault before changing anything; 0 disarms.
-  void fail_forward_at(std::size_t k) noexcept { fault_ = k; }
+  /// The `k`-th forward from now (1-based) throws ModelFault, before or after taking its tokens in; 0 disarms.
+  void fail_forward_at(std::size_t k, FaultTiming timing = FaultTiming::before_change) noexcept {
+    fault_ = k;
+    fault_timing_ = timing;
+  }
   /// The row after a prefix of `length` tokens has a NaN logit for `token`.
   void nan_after(std::size_t length, Token token) noexcept {
     nan_at_ = length;
@@ -103,6 +108,7 @@ class RuleLogitsModel {
   std::size_t forwarded_tokens_ = 0;
   std::size_t rollback_calls_ = 0;
   std::size_t fault_ = 0;
+  FaultTiming fault_timing_ = FaultTiming::before_change;
   std::size_t nan_at_ = std::numeric_limits<std::size_t>::max();
   Token nan_token_ = 0;
 };
@@ -698,11 +704,17 @@ TEST(ModelDrafter, ModelExceptionsPropagateAndTheDrafterRecovers) {
     ModelDrafter drafter(draft, c.vocab, c.config);
     std::vector<Token> sequence = c.prompt;
     drafter.update(c.prompt);
+    if (trial % 3 == 1) {
+      // The first forward fails, having taken the prompt's first tokens in.
+      draft.fail_forward_at(1, FaultTiming::after_change);
+      EXPECT_THROW((void)drafter.predict(out), ModelFault);
+    }
     std::size_t n = drafter.predict(out);
     sequence.insert(sequence.end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n / 2));
     sequence.push_back(0);
     drafter.update(std::span<const Token>(sequence).subspan(c.prompt.size()));
-    draft.fail_forward_at(1 + trial % std::max<std::size_t>(n, 1));
+    draft.fail_forward_at(1 + trial % std::max<std::size_t>(n, 1),
+                          trial % 4 < 2 ? FaultTiming::before_change : FaultTiming::after_change);
     if (trial % 2 == 0 && n > 1) {
       EXPECT_THROW((void)drafter.predict(out), ModelFault);
     } else {
@@ -725,6 +737,7 @@ TEST(ModelDrafter, ModelExceptionsPropagateAndTheDrafterRecovers) {
     std::vector<Token> held = sequence;
     held.insert(held.end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n - 1));
     EXPECT_EQ(draft.history(), held);
+    EXPECT_TRUE(draft.violations().empty()) << draft.violations().front();
   }
 }
 
