@@ -77,13 +77,12 @@ inline void validate(const ModelDraftConfig& config) {
 /// The draft model's KV cache follows the observed sequence. predict() feeds what the model
 /// lacks of the observed sequence (after a pass: the target's own token, or the last accepted
 /// draft and it), then each draft but the last, one token a forward, so the model then holds the
-/// observed sequence followed by drafts 0 .. k-2 (k-1 when the gate, min_probability, stopped
-/// drafting at draft k). update() keeps the drafts the new tokens
-/// confirm (the accepted ones) and calls no model: the next predict() rolls back only what was
-/// rejected. A pass of k drafts thus costs k forwards of the draft model, k or k + 1 tokens: one
-/// per drafted token plus the target's own. The first predict() rolls the model back to 0,
-/// whatever it held, and feeds the prompt, in forwards of up to min(max_batch(), kMaxFeedRows)
-/// tokens.
+/// observed sequence followed by drafts 0 .. k-2 (all k when the gate, min_probability, stopped
+/// drafting after them). update() keeps the drafts the new tokens confirm (the accepted ones)
+/// and calls no model: the next predict() rolls back only what was rejected. A pass of k drafts
+/// thus costs k forwards of the draft model, k or k + 1 tokens: one per drafted token plus the
+/// target's own. The first predict() rolls the model back to 0, whatever it held, and feeds the
+/// prompt, in forwards of up to min(max_batch(), kMaxFeedRows) tokens.
 ///
 /// predict() is const in the Drafter concept and changes nothing observable: the observed
 /// sequence, and what any later predict() returns, are as before. It does run the draft model
@@ -98,8 +97,8 @@ inline void validate(const ModelDraftConfig& config) {
 /// bin's last kMemory drafts. So a new sequence starts at c_j itself, and the estimates follow
 /// how often drafts of each confidence are accepted, whatever the verifier (greedy, exact-match
 /// or rejection sampling). c_j is q_j(x_j) for a drawn draft (the chance that a target with the
-/// draft model's distribution draws the same token) and the draft model's softmax probability of
-/// its argmax for a greedy one. probabilities[j] is the running product (non-increasing).
+/// draft model's distribution draws the same token) and, for a greedy one, the probability of
+/// the argmax under the draft model's softmax at temperature 1. probabilities[j] is the running product (non-increasing).
 ///
 /// Errors: exceptions from the model propagate; the drafter then holds its observed sequence
 /// and, since the model's cache is no longer known, the next predict() rolls the model back to
