@@ -1,5 +1,5 @@
-// ngramspec-generate: text generation from a llama2.c checkpoint, greedy or sampled, with n-gram speculation sized by
-// the model's own measured verify cost.
+// ngramspec-generate: text generation from a llama2.c checkpoint, greedy or sampled, with n-gram speculation (or
+// drafts from the model's own first layers) sized by the model's own measured verify cost.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,7 +22,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: ngramspec-generate --model M --tokenizer T (--prompt TEXT | --prompts FILE) [--steps N] [--k K]\n"
     "                          [--tree-nodes N [--recycle K] [--tree-width W] [--carry-over] [--enrich-counts]]\n"
-    "                          [--cost SPEC] [--no-speculate]\n"
+    "                          [--cost SPEC] [--draft-layers L] [--no-speculate]\n"
     "                          [--check] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                          [--sampling-mode exact|rejection]\n"
     "  --prompts FILE  one prompt a line (empty lines skipped), each a request of its own; prints the totals\n"
@@ -42,7 +42,11 @@ constexpr const char* kUsage =
     "                  measure (default): time this model's passes of 1 .. K+1 tokens at start and print the\n"
     "                  curve; knee:N: flat up to N tokens, then linear; table:1=1,2=1.9,...: measured points;\n"
     "                  none: no cost model, the drafter's own gate decides (MatchDrafter)\n"
-    "  --no-speculate  plain decoding, one token per pass (no --k, --cost or tree options)\n"
+    "  --draft-layers L draft with the model's own first L layers, then its final norm and classifier\n"
+    "                  (self-speculation; a ModelDrafter, greedy or drawing from the draft's distribution under\n"
+    "                  the same sampling options) instead of MatchDrafter; 1 to the model's n_layers (default:\n"
+    "                  off); with a cost model, drafting stops at the first draft too unlikely to pay\n"
+    "  --no-speculate  plain decoding, one token per pass (no --k, --cost, tree or draft options)\n"
     "  --check         also decode plainly and report whether the outputs are identical, and the speedup: each\n"
     "                  decoding runs 3 times, alternating, and the median times are compared (the speculative\n"
     "                  runs use the same cost model)\n"
@@ -116,6 +120,13 @@ int main(int argc, char** argv) {
                                                : ngramspec::cli::read_prompt_lines(args.prompts_file);
     Transformer model = Transformer::load(args.model, std::max(width + 1, Transformer::kDefaultMaxBatch));
     const Tokenizer tokenizer(args.tokenizer, model.vocab_size());
+    if (args.draft_layers > model.config().n_layers) {
+      throw std::invalid_argument("--draft-layers " + std::to_string(args.draft_layers) + " is more than the " +
+                                  std::to_string(model.config().n_layers) + " layers of '" + args.model + "'");
+    }
+    // The self-draft: the model's first layers over its own weights, with a KV cache of its own.
+    std::optional<Transformer> draft;
+    if (args.draft_layers != 0) draft.emplace(Transformer::early_exit(model, args.draft_layers));
     std::vector<std::vector<ngramspec::Token>> prompts;
     for (const std::string& text : texts) {
       prompts.push_back(tokenizer.encode(text));
@@ -155,9 +166,13 @@ int main(int argc, char** argv) {
         drafter.emplace(make_tree_drafter(model, args.recycle, args.carry_over, args.enrich_counts, args.tree_width,
                                           args.sampling));
       }
+      std::optional<ngramspec::ModelDrafter<Transformer>> self_drafter;
+      if (draft && speculate) self_drafter.emplace(make_self_drafter(model, *draft, width, args.sampling, cost));
       for (const auto& prompt : prompts) {
-        const Generation g = drafter ? generate_tree(model, prompt, args.steps, width, *drafter, args.sampling, cost)
-                                     : generate(model, prompt, args.steps, width, speculate, args.sampling, cost);
+        const Generation g =
+            drafter        ? generate_tree(model, prompt, args.steps, width, *drafter, args.sampling, cost)
+            : self_drafter ? generate_with_draft(model, prompt, args.steps, width, *self_drafter, args.sampling, cost)
+                           : generate(model, prompt, args.steps, width, speculate, args.sampling, cost);
         const ngramspec::DecodeStats& s = g.result.stats;
         run.outputs.push_back(g.result.tokens);
         run.stats.prefill_passes += s.prefill_passes;

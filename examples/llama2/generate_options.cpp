@@ -111,6 +111,9 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
       options.carry_over = true;
     } else if (flag == "--enrich-counts") {
       options.enrich_counts = true;
+    } else if (flag == "--draft-layers") {
+      options.draft_layers = parse_count(flag, value());
+      if (options.draft_layers == 0) throw std::invalid_argument("--draft-layers must be at least 1, got 0");
     } else if (flag == "--steps") {
       options.steps = parse_count(flag, value());
     } else if (flag == "--k") {
@@ -179,6 +182,12 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   }
   if (options.enrich_counts && options.recycle == 0) {
     throw std::invalid_argument("--enrich-counts counts the model's top-k, which --recycle 0 does not ask for");
+  }
+  if (options.draft_layers != 0 && options.tree_nodes != 0) {
+    throw std::invalid_argument("--draft-layers drafts chains, and --tree-nodes drafts trees: give one of them");
+  }
+  if (options.draft_layers != 0 && !options.speculate) {
+    throw std::invalid_argument("--draft-layers drafts with the model's first layers, and --no-speculate drafts nothing");
   }
   if (options.tree_nodes != 0 && !options.speculate) {
     throw std::invalid_argument("--tree-nodes drafts trees, and --no-speculate drafts nothing");

@@ -27,6 +27,10 @@ struct GenerateOptions {
   std::size_t tree_width = 8;
   bool carry_over = false;  ///< --carry-over: trees keep what they learnt (top-k, counts) across --prompts
   bool enrich_counts = false;  ///< --enrich-counts: trees count the model's top-1 as text (TreeConfig::enrich_counts)
+  /// --draft-layers: 0 drafts with MatchDrafter (the default); L drafts with a ModelDrafter over the model's
+  /// first L layers, then its final norm and classifier (self-speculation: Transformer::early_exit), L from 1 to
+  /// the model's n_layers (checked once the model is read). Chains only: refused with --tree-nodes.
+  std::size_t draft_layers = 0;
   std::size_t steps = 256;  ///< --steps
   /// --k: 1 .. kMaxDraftsPerPass; by default kDefaultK, or kDefaultKWithoutCost with --cost none.
   std::size_t k = kDefaultK;

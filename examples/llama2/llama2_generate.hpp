@@ -104,6 +104,34 @@ inline Generation generate_tree(Transformer& model, std::span<const Token> promp
   return detail::timed_generation(model, prompt, steps, nodes, "tree nodes", true, drafter, sampling, cost);
 }
 
+/// Self-speculative generation: as generate(), with `drafter` (borrowed) drafting from a draft model, such as
+/// Transformer::early_exit of `model` (see make_self_drafter()), up to `k` drafts a pass. Greedy at temperature 0,
+/// otherwise sampled through a SamplingModel with `sampling`; the output is plain decoding's either way. Throws
+/// std::invalid_argument as generate() does.
+inline Generation generate_with_draft(Transformer& model, std::span<const Token> prompt, std::size_t steps,
+                                      std::size_t k, ModelDrafter<Transformer>& drafter,
+                                      const SamplingOptions& sampling = {},
+                                      const std::optional<VerifyCost>& cost = std::nullopt) {
+  return detail::timed_generation(model, prompt, steps, k, "k", true, drafter, sampling, cost);
+}
+
+/// The ModelDrafter ngramspec-generate drafts with over `draft` (an early exit of `model`, which must outlive
+/// it): up to `k` drafts a pass, chosen under the target's own sampling options (greedy at temperature 0; else
+/// drawn from the draft's distribution under the same temperature and filters, which is the q a rejection
+/// verifier needs), and, with a cost, only drafts whose estimated chance of acceptance reaches the least a draft
+/// needs to pay under it (DraftPlanner::least_path_probability), so that the draft model does not run for drafts
+/// the planner would drop.
+[[nodiscard]] inline ModelDrafter<Transformer> make_self_drafter(const Transformer& model, Transformer& draft,
+                                                                 std::size_t k, const SamplingOptions& sampling,
+                                                                 const std::optional<VerifyCost>& cost) {
+  ModelDraftConfig config;
+  config.max_drafts = k;
+  config.sampling = sampling;
+  // Above 1 where a draft costs more than a pass emits: then no draft pays, which a gate of 1 says too.
+  if (cost) config.min_probability = std::min(1.0f, DraftPlanner::least_path_probability(*cost, 1, 1.0, k));
+  return ModelDrafter<Transformer>(draft, model.vocab_size(), config);
+}
+
 /// The TreeDrafter ngramspec-generate drafts trees with for `model`: MatchDrafter's spine sized by the model's
 /// context, a top-k table of `recycle` tokens per row over its vocabulary (0: none, text-only trees),
 /// TreeConfig's carry_over and enrich_counts, at most `width` children a node (max_children), and for sampling in

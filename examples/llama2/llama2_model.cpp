@@ -196,7 +196,7 @@ Transformer Transformer::random(const Config& config, std::uint64_t seed, std::s
   Transformer model(config, std::move(weights), max_batch);
   // RMSNorm gains of one, as a freshly initialised network has.
   const auto ones = [&](const float* p, std::size_t count) {
-    float* w = model.weights_.data() + (p - model.weights_.data());
+    float* w = model.weights_->data() + (p - model.weights_->data());
     std::fill_n(w, count, 1.0f);
   };
   for (const Layer& layer : model.layers_) {
@@ -208,12 +208,12 @@ Transformer Transformer::random(const Config& config, std::uint64_t seed, std::s
 }
 
 Transformer::Transformer(const Config& config, std::vector<float> weights, std::size_t max_batch)
-    : config_(config), max_batch_(max_batch), weights_(std::move(weights)) {
+    : config_(config), max_batch_(max_batch), weights_(std::make_shared<std::vector<float>>(std::move(weights))) {
   if (max_batch_ == 0) throw std::invalid_argument("llama2: max_batch must be at least 1");
   const Config& c = config_;
   const std::size_t L = c.n_layers;
   const std::size_t kv = c.kv_dim();
-  const float* p = weights_.data();
+  const float* p = weights_->data();
   const auto take = [&p](std::size_t count) {
     const float* start = p;
     p += count;
@@ -237,6 +237,34 @@ Transformer::Transformer(const Config& config, std::vector<float> weights, std::
                             wo + l * c.dim * c.dim, rms_ffn + l * c.dim, w1 + l * c.hidden_dim * c.dim,
                             w2 + l * c.dim * c.hidden_dim, w3 + l * c.hidden_dim * c.dim});
   }
+  allocate();
+}
+
+Transformer Transformer::early_exit(const Transformer& base, std::size_t layers, std::size_t max_batch) {
+  if (layers == 0 || layers > base.config_.n_layers) {
+    throw std::invalid_argument("llama2: an early exit after " + std::to_string(layers) +
+                                " layers; the model has 1 to " + std::to_string(base.config_.n_layers));
+  }
+  if (max_batch == 0) throw std::invalid_argument("llama2: max_batch must be at least 1");
+  return Transformer(base, layers, max_batch);
+}
+
+Transformer::Transformer(const Transformer& base, std::size_t layers, std::size_t max_batch)
+    : config_(base.config_),
+      max_batch_(max_batch),
+      weights_(base.weights_),
+      token_embedding_(base.token_embedding_),
+      layers_(base.layers_.begin(), base.layers_.begin() + static_cast<std::ptrdiff_t>(layers)),
+      rms_final_(base.rms_final_),
+      classifier_(base.classifier_) {
+  config_.n_layers = layers;
+  allocate();
+}
+
+void Transformer::allocate() {
+  const Config& c = config_;
+  const std::size_t L = c.n_layers;
+  const std::size_t kv = c.kv_dim();
   key_cache_.resize(L * c.seq_len * kv);
   value_cache_.resize(L * c.seq_len * kv);
   const std::size_t b = max_batch_;

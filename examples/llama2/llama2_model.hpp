@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -65,8 +66,14 @@ class Transformer {
   static Transformer load(const std::filesystem::path& path, std::size_t max_batch = kDefaultMaxBatch);
   /// A model of shape `config` with deterministic pseudo-random weights drawn from `seed`.
   static Transformer random(const Config& config, std::uint64_t seed, std::size_t max_batch = kDefaultMaxBatch);
+  /// The early exit of `base` after its first `layers` blocks: those blocks, then the final norm and the classifier
+  /// (self-speculation's draft, as LayerSkip drafts; Elhoushi et al. 2024). It shares base's weights (no copy; they
+  /// live while either model does) and has a KV cache of its own, for `layers` blocks; its config() says
+  /// n_layers = layers. With layers = base's n_layers its logits are bitwise base's. Throws
+  /// std::invalid_argument naming the value when layers is 0 or more than base's n_layers, or max_batch is 0.
+  static Transformer early_exit(const Transformer& base, std::size_t layers, std::size_t max_batch = kDefaultMaxBatch);
 
-  // Movable, not copyable: the layer pointers point into weights_, whose buffer a move keeps.
+  // Movable, not copyable: the layer pointers point into *weights_, which a move keeps.
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
   Transformer(Transformer&&) noexcept = default;
@@ -132,6 +139,10 @@ class Transformer {
   };
 
   Transformer(const Config& config, std::vector<float> weights, std::size_t max_batch);
+  // early_exit(): base's first `layers` blocks over its weights.
+  Transformer(const Transformer& base, std::size_t layers, std::size_t max_batch);
+  // Sizes the KV cache and the activations for config_ and max_batch_, and computes the RoPE table.
+  void allocate();
   void check_pass(std::size_t pos, std::span<const Token> tokens, std::size_t logits_size) const;
   // The pass proper, once its input is checked: a chain, or the tree whose depths are in depth_.
   void run(std::size_t pos, std::span<const Token> tokens, bool tree, std::span<float> logits);
@@ -140,7 +151,8 @@ class Transformer {
   Config config_;
   std::size_t max_batch_;
   std::size_t length_ = 0;
-  std::vector<float> weights_;  // the checkpoint's floats, in file order
+  // The checkpoint's floats, in file order; shared with the early exits made from this model.
+  std::shared_ptr<std::vector<float>> weights_;
   const float* token_embedding_ = nullptr;
   std::vector<Layer> layers_;
   const float* rms_final_ = nullptr;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,47 @@ TEST(Llama2Decode, SampledSpeculativeEqualsSampledPlainForEachSeed) {
   }
   EXPECT_GT(accepted, 0u) << "no draft was ever accepted, so the comparison proves little";
   EXPECT_NE(stories.front(), stories.back());
+}
+
+// Self-speculation: drafts from the model's first L layers (a ModelDrafter over Transformer::early_exit), greedy
+// and sampled, for every L and several draft widths, with and without a cost model, give plain decoding's tokens.
+// With every layer the draft is the model: every greedy draft is accepted.
+TEST(Llama2Decode, SelfDraftedEqualsPlainForEveryLayerCount) {
+  NGRAMSPEC_REQUIRE_MODELS();
+  Transformer model = Transformer::load(models_dir() / "stories260K.bin", 17);
+  const Tokenizer tokenizer(models_dir() / "tok512.bin", 512);
+  const std::vector<std::string> texts = {"Once upon a time", ""};
+  std::size_t accepted = 0;
+  for (std::size_t layers = 1; layers <= model.config().n_layers; ++layers) {
+    Transformer draft = Transformer::early_exit(model, layers);
+    for (const std::size_t k : {1u, 6u}) {
+      for (const float temperature : {0.0f, 1.0f}) {
+        SamplingOptions sampling;
+        sampling.temperature = temperature;
+        sampling.seed = layers * 100 + k;
+        const std::optional<VerifyCost> cost =
+            k == 6 ? std::optional<VerifyCost>(VerifyCost::knee(3)) : std::optional<VerifyCost>();
+        ModelDrafter<Transformer> drafter = make_self_drafter(model, draft, k, sampling, cost);
+        for (const std::string& text : texts) {
+          SCOPED_TRACE("L = " + std::to_string(layers) + ", k = " + std::to_string(k) +
+                       ", T = " + std::to_string(temperature) + ", prompt '" + text + "'");
+          const std::vector<Token> prompt = tokenizer.encode(text);
+          const Generation plain = generate(model, prompt, 48, k, false, sampling);
+          const Generation spec = generate_with_draft(model, prompt, 48, k, drafter, sampling, cost);
+          ASSERT_EQ(spec.result.tokens, plain.result.tokens);
+          EXPECT_EQ(spec.result.stop_reason, plain.result.stop_reason);
+          accepted += spec.result.stats.accepted;
+          if (layers == model.config().n_layers && temperature == 0.0f) {
+            EXPECT_EQ(spec.result.stats.accepted, spec.result.stats.drafted);
+            if (!cost) {
+              EXPECT_GT(spec.result.stats.drafted, 0u);
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0u);
 }
 
 TEST(Llama2Cost, TokenCountsAreOneMoreThanPowersOfTwoUpToKPlusOne) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <stdexcept>
 #include <filesystem>
 #include <fstream>
@@ -102,6 +103,58 @@ TEST(Llama2Model, SharedCheckpointIsBitwiseBatchInvariantAcrossRollback) {
   Transformer fresh = Transformer::load(test::models_dir() / "stories260K.bin", 17);
   (void)chunked_logits(fresh, 0, std::vector<Token>(tokens.begin(), tokens.begin() + 20), nullptr);
   EXPECT_TRUE(bitwise_equal(resumed, chunked_logits(fresh, 20, other, nullptr)));
+}
+
+// The early exit after every layer is the model itself, bitwise, however the positions are chunked.
+TEST(Llama2Model, EarlyExitAfterEveryLayerIsBitwiseTheModel) {
+  for (const Config& config : small_configs()) {
+    for (std::uint32_t seed = 1; seed <= 3; ++seed) {
+      SCOPED_TRACE("dim " + std::to_string(config.dim) + ", seed " + std::to_string(seed));
+      std::mt19937 rng(seed);
+      Transformer model = Transformer::random(config, seed, 9);
+      Transformer exit = Transformer::early_exit(model, config.n_layers, 5);
+      EXPECT_EQ(exit.config().n_layers, config.n_layers);
+      EXPECT_EQ(exit.max_batch(), 5u);
+      const std::vector<Token> tokens = random_tokens(rng, config.seq_len, config.vocab_size);
+      EXPECT_TRUE(bitwise_equal(chunked_logits(model, 0, tokens, nullptr), chunked_logits(exit, 0, tokens, &rng)));
+    }
+  }
+}
+
+// An early exit after fewer layers is another model (its own logits), the same whichever model it is cut from
+// (the base, or a longer exit of it), and it outlives the model whose weights it shares.
+TEST(Llama2Model, EarlyExitsShareTheWeightsAndNest) {
+  const Config config{40, 60, 3, 4, 2, 97, 48, true};
+  std::mt19937 rng(5);
+  const std::vector<Token> tokens = random_tokens(rng, 32, config.vocab_size);
+  std::optional<Transformer> model(Transformer::random(config, 21, 8));
+  Transformer one = Transformer::early_exit(*model, 1);
+  Transformer two = Transformer::early_exit(*model, 2);
+  Transformer one_of_two = Transformer::early_exit(two, 1);
+  EXPECT_EQ(one.config().n_layers, 1u);
+  const std::vector<float> full = chunked_logits(*model, 0, tokens, &rng);
+  const std::vector<float> first = chunked_logits(one, 0, tokens, &rng);
+  EXPECT_FALSE(bitwise_equal(full, first));
+  EXPECT_FALSE(bitwise_equal(chunked_logits(two, 0, tokens, &rng), first));
+  EXPECT_TRUE(bitwise_equal(chunked_logits(one_of_two, 0, tokens, &rng), first));
+  model.reset();
+  one.rollback(0);
+  EXPECT_TRUE(bitwise_equal(chunked_logits(one, 0, tokens, &rng), first));
+}
+
+TEST(Llama2Model, EarlyExitRefusesALayerCountOutsideTheModel) {
+  const Config config{40, 60, 2, 4, 2, 97, 48, true};
+  const Transformer model = Transformer::random(config, 1, 8);
+  for (const std::size_t layers : {std::size_t{0}, std::size_t{3}, std::size_t{100}}) {
+    try {
+      (void)Transformer::early_exit(model, layers);
+      ADD_FAILURE() << layers << " layers accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("after " + std::to_string(layers) + " layers"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("1 to 2"));
+    }
+  }
+  EXPECT_THROW((void)Transformer::early_exit(model, 1, 0), std::invalid_argument);
 }
 
 // After a chunk is fed and rolled back, the next forward sees only what was kept: its logits are bitwise those
