@@ -918,5 +918,58 @@ TEST(RejectionSampling, GreedyIsPlainDecodingWhateverIsDrafted) {
   }
 }
 
+
+/// A draft model for ConditionalModel: logits log draft_q(a, b, 4), a distribution unlike the model's.
+class UnlikeDraftModel {
+ public:
+  void forward(std::size_t pos, std::span<const Token> tokens, std::span<float> logits) {
+    history_.resize(pos);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      history_.push_back(tokens[i]);
+      const Token a = history_.size() >= 2 ? history_[history_.size() - 2] : 0;
+      const std::array<double, kVocab> q = draft_q(a, history_.back(), kVocab);
+      for (Token t = 0; t < kVocab; ++t) logits[i * kVocab + t] = static_cast<float>(std::log(q[t]));
+    }
+  }
+  void rollback(std::size_t pos) { history_.resize(pos); }
+  [[nodiscard]] std::size_t max_batch() const noexcept { return 8; }
+  [[nodiscard]] std::size_t vocab_size() const noexcept { return kVocab; }
+
+ private:
+  std::vector<Token> history_;
+};
+
+TEST(RejectionSampling, ModelDrafterDrawingKeepsTheModelsDistributionUnderItsGateAndACost) {
+  // A draft model drawing from its own distribution, its gate and the decoder's cut stopping
+  // chains by estimates known before each draw.
+  const SamplingOptions base{.temperature = 1.0f};
+  ConditionalModel model;
+  SamplingModel<ConditionalModel> sampling(model, rejection(base));
+  UnlikeDraftModel draft_model;
+  ModelDraftConfig config;
+  config.max_drafts = 2;
+  config.sampling = {.temperature = 1.0f};
+  config.min_probability = 0.35f;
+  ModelDrafter<UnlikeDraftModel> drafter(draft_model, kVocab, config);
+  SpeculativeDecoder decoder(sampling, drafter);
+  decoder.set_verify_cost(VerifyCost::knee(2));
+  DecodeStats total;
+  const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
+                                   SamplingOptions o = rejection(base);
+                                   o.seed = seed;
+                                   sampling.set_options(o);
+                                   // The drafter draws with the request's seed too (its own stream).
+                                   drafter.set_sampling({.temperature = 1.0f, .seed = seed});
+                                   DecodeResult result = decoder.generate(kPrompt, kDecode);
+                                   total.drafted += result.stats.drafted;
+                                   total.accepted += result.stats.accepted;
+                                   return result.tokens;
+                                 }),
+                                 exact_joint(Conditional{}));
+  EXPECT_LT(r.statistic, r.critical) << describe(r);
+  EXPECT_GT(total.accepted, kRuns / 4);
+  EXPECT_GT(total.drafted - total.accepted, kRuns / 10);
+}
+
 }  // namespace
 }  // namespace ngramspec::test

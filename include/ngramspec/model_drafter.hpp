@@ -72,7 +72,12 @@ inline void validate(const ModelDraftConfig& config) {
 /// 2^32. The verifiers draw from stream 0 (the plain draw) and small streams (rejection
 /// sampling's tests and resample), so no draw decides both a draft and its verification, even
 /// with the verifier's seed; and the drafts at a position depend only on (seed, position) and
-/// the draft model's logits, never on what was drafted or rolled back before.
+/// the draft model's logits, never on what was drafted or rolled back before. For rejection
+/// sampling the drafts must be random across requests as the verifier's draws are: give each
+/// request its seed (set_sampling(), the sampler's seed will do: the streams differ). A drafter
+/// whose seed stays fixed while the sampler's changes drafts a fixed function of the text,
+/// which is chosen, not drawn, and verified as drawn biases the output (the chi-square test
+/// RejectionSampling.ModelDrafter... in tests/sampling_distribution_test.cpp reseeds per request).
 ///
 /// The draft model's KV cache follows the observed sequence. predict() feeds what the model
 /// lacks of the observed sequence (after a pass: the target's own token, or the last accepted

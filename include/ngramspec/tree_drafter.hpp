@@ -53,6 +53,8 @@ struct TreeConfig {
   /// probabilities are taken best first either way.
   bool draw_recycled = false;
   /// Seed of those draws (their randomness is the drafter's own, apart from the verifier's).
+  /// The draws also number every tree built since construction or set_draw_seed(), so requests
+  /// that share a seed still draw afresh; set_draw_seed() per request makes them reproducible.
   std::uint64_t draw_seed = 0;
 };
 
@@ -147,6 +149,12 @@ class TreeDrafter {
 
   /// Forgets the sequence (keeping what carry_over keeps); keeps the memory.
   void reset() noexcept;
+  /// Seeds the draws of draw_recycled anew (TreeConfig::draw_seed) and restarts their
+  /// numbering: the next request draws as a drafter constructed with this seed would.
+  void set_draw_seed(std::uint64_t seed) noexcept {
+    config_.draw_seed = seed;
+    trees_built_ = 0;
+  }
 
   [[nodiscard]] const TreeConfig& config() const noexcept { return config_; }
   /// The spine's drafter.
