@@ -57,6 +57,28 @@ std::size_t most_drafts(const LlamaCppDrafterConfig& c) {
 }
 #endif
 
+// The draft models of --draft-model, each loaded with the model's context and threads and checked
+// to share its vocabulary; a failure names the option and the file.
+std::vector<std::unique_ptr<Engine>> load_draft_models(const LlamaOptions& o, const Engine& target) {
+  std::vector<std::unique_ptr<Engine>> drafts;
+  for (const std::string& path : o.draft_models) {
+    try {
+      EngineConfig config{path, o.threads, o.parallel, target.context(), 0, o.verbose, o.flash_attention};
+      drafts.push_back(std::make_unique<Engine>(config));
+      drafts.back()->require_vocabulary_of(target);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("--draft-model '" + path + "': " + e.what());
+    }
+  }
+  return drafts;
+}
+
+// The file name of a path, for table rows.
+std::string file_name(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -262,6 +284,7 @@ int run(const LlamaOptions& o) {
   std::vector<std::vector<Token>> prompts;
   for (const std::string& t : texts) prompts.push_back(engine.tokenize(t, true));
   llama_cpp::detail::prompt_limit_check(engine, prompts);
+  const std::vector<std::unique_ptr<Engine>> draft_models = load_draft_models(o, engine);
 
   RunSettings settings;
   settings.max_new_tokens = o.n;
@@ -345,6 +368,25 @@ int run(const LlamaOptions& o) {
           c, [drafter] { return LlamaCppDrafter(drafter); }));
       BatchSpeculator<LlamaCppDrafter>* s = llama_speculators.back().get();
       contenders.push_back({describe(drafter),
+                            [&engine, s, &prompts, &settings, max_drafts] {
+                              return decode_speculative(engine, *s, prompts, settings, max_drafts);
+                            },
+                            {}, {}, true, {}, {}});
+    }
+    // llama.cpp's draft-model speculation with each draft model: a drafter per sequence, each in
+    // its own sequence of the draft model's context.
+    const DraftSimpleConfig draft_simple{static_cast<std::int32_t>(o.llama_draft_max)};
+    for (const std::unique_ptr<Engine>& draft : draft_models) {
+      BatchConfig c;
+      c.max_sequences = o.parallel;
+      c.max_pass_tokens = engine.max_pass_tokens();
+      std::int32_t sequence = 0;
+      llama_speculators.push_back(std::make_unique<BatchSpeculator<LlamaCppDrafter>>(c, [&, d = draft.get()] {
+        return LlamaCppDrafter(draft_simple, engine.handle(), d->handle(), sequence++);
+      }));
+      BatchSpeculator<LlamaCppDrafter>* s = llama_speculators.back().get();
+      const auto max_drafts = static_cast<std::size_t>(draft_simple.n_max);
+      contenders.push_back({describe(draft_simple) + " " + file_name(draft->path()),
                             [&engine, s, &prompts, &settings, max_drafts] {
                               return decode_speculative(engine, *s, prompts, settings, max_drafts);
                             },

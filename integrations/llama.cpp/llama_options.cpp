@@ -98,6 +98,12 @@ const char* llama_usage() noexcept {
          "  --llama-drafter S  with --compare: a llama.cpp drafter to run, TYPE[:key=value,...] (repeatable, each\n"
          "                     drafter once; default: every n-gram type at its defaults and at settings that\n"
          "                     draft on short texts)\n"
+         "  --draft-model F    a draft model GGUF of the model's vocabulary (make_draft_gguf.py writes one of the\n"
+         "                     model's first blocks): ngramspec drafts with it (up to --k tokens a pass) instead\n"
+         "                     of from the text; with --compare (repeatable, each file once) each one joins the\n"
+         "                     table twice, as ngramspec's drafter and as llama.cpp's draft-simple\n"
+         "  --llama-draft-max N  with --compare and --draft-model: most tokens a draft of llama.cpp's draft-simple\n"
+         "                     holds, 1 to 1024 (default 3, llama.cpp's --spec-draft-n-max)\n"
          "  --repeats N        timed rounds of --check, --compare and --curve (default 3)\n"
          "  --curve 1,4,16     measure the cost of passes of 1 .. --curve-tokens (default 17) tokens per sequence,\n"
          "                     at position --curve-at (default 256) of each sequence,\n"
@@ -105,7 +111,7 @@ const char* llama_usage() noexcept {
          "                     and --curve-tokens tokens per sequence costs after one like it, and exit\n"
          "  --json             print the result as JSON (with --check or --compare: each run's divergences)\n"
          "  --verbose          show llama.cpp's log\n"
-         "Every option but --llama-drafter at most once.\n";
+         "Every option but --llama-drafter and --draft-model at most once.\n";
 }
 
 LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
@@ -116,7 +122,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view flag = args[i];
     given.push_back(flag);
-    if (flag != "--llama-drafter" && flag != "--help" && flag != "-h") once.once(flag);
+    if (flag != "--llama-drafter" && flag != "--draft-model" && flag != "--help" && flag != "-h") once.once(flag);
     const auto value = [&]() -> std::string_view {
       if (i + 1 >= args.size()) throw std::invalid_argument(std::string(flag) + " needs a value");
       return args[++i];
@@ -184,6 +190,13 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       cli::refuse_repeated_item(flag, drafters, described, spec);
       drafters.push_back(described);
       o.llama_drafters.emplace_back(spec);
+    } else if (flag == "--draft-model") {
+      const std::string_view path = value();
+      cli::refuse_repeated_item(flag, o.draft_models, std::string(path), path);
+      o.draft_models.emplace_back(path);
+    } else if (flag == "--llama-draft-max") {
+      o.llama_draft_max = parse_count(flag, value(), 1, 1024);
+      o.llama_draft_max_given = true;
     } else if (flag == "--repeats") {
       o.repeats = parse_count(flag, value(), 1, 1000);
     } else if (flag == "--corpus") {
@@ -224,7 +237,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   if (!o.curve.empty()) {
     refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--k", "--cost", "--print-cost", "--pass-shape", "--temperature",
                  "--top-k", "--top-p", "--min-p", "--seed", "--ignore-eos", "--no-speculate", "--check", "--compare",
-                 "--corpus", "--corpus-file", "--json"},
+                 "--corpus", "--corpus-file", "--json", "--draft-model"},
                 "does nothing with --curve, which only times passes (its options: --threads, --ctx, --flash-attn, --curve-at, "
                 "--curve-tokens, --repeats, --verbose)");
   } else {
@@ -232,7 +245,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   }
   if (!o.check && !o.compare && o.curve.empty()) refuse_with({"--repeats"}, "goes with --check, --compare or --curve");
   if (!o.speculate) {
-    refuse_with({"--k", "--cost", "--print-cost", "--pass-shape", "--corpus", "--corpus-file"},
+    refuse_with({"--k", "--cost", "--print-cost", "--pass-shape", "--corpus", "--corpus-file", "--draft-model"},
                 "does nothing with --no-speculate, which drafts nothing");
   }
   if (o.pass_shape_given && o.fixed_shape && (o.parallel != 1 || o.cost_source != LlamaOptions::Cost::measure)) {
@@ -248,6 +261,23 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
     throw std::invalid_argument("--no-speculate decodes plainly; --check and --compare decode both ways already");
   }
   if (!o.llama_drafters.empty() && !o.compare) throw std::invalid_argument("--llama-drafter goes with --compare");
+  if (!o.draft_models.empty()) {
+    if (!o.compare) {
+      refuse_with({"--corpus", "--corpus-file"},
+                  "drafts from text, and --draft-model drafts with the model instead (--compare runs both)");
+    }
+    if (!o.speculate || !o.curve.empty()) {
+      throw std::invalid_argument(std::string("--draft-model drafts; it does nothing with ") +
+                                  (o.speculate ? "--curve" : "--no-speculate"));
+    }
+    if (o.draft_models.size() > 1 && !o.compare) {
+      throw std::invalid_argument("--draft-model '" + o.draft_models[1] +
+                                  "': more than one draft model goes with --compare only, which runs each");
+    }
+  }
+  if (o.llama_draft_max_given && (!o.compare || o.draft_models.empty())) {
+    throw std::invalid_argument("--llama-draft-max goes with --compare and --draft-model (llama.cpp's draft-simple)");
+  }
   if (o.cost_source == LlamaOptions::Cost::none && !o.k_given) o.k = LlamaOptions::kDefaultKWithoutCost;
   validate(o.sampling);
   // Greedy decoding takes the most likely token: a filter or a seed would change nothing.

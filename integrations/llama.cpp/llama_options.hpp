@@ -45,6 +45,12 @@ struct LlamaOptions {
   bool check = false;                ///< --check
   bool compare = false;              ///< --compare
   std::vector<std::string> llama_drafters;  ///< --llama-drafter SPEC (repeatable, checked): drafters --compare runs
+  /// --draft-model GGUF (repeatable with --compare, each file once): a draft model of the same
+  /// vocabulary; ngramspec drafts with it (ModelDrafter), and --compare runs llama.cpp's
+  /// draft-simple with it too.
+  std::vector<std::string> draft_models;
+  std::size_t llama_draft_max = 3;   ///< --llama-draft-max: llama.cpp's draft-simple n_max (its default, 3)
+  bool llama_draft_max_given = false;
   std::size_t repeats = 3;           ///< --repeats: timed rounds of --check and --compare
   std::size_t corpus_mib = 0;        ///< --corpus MIB: a SharedCorpus across prompts
   std::string corpus_file;           ///< --corpus-file FILE: a corpus file (ngramspec-corpus build)
