@@ -15,6 +15,7 @@
 #include "ngramspec/logits_model.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"
+#include "ngramspec/model_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/position_random.hpp"
 #include "ngramspec/sampling.hpp"

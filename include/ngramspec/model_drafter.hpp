@@ -1,0 +1,433 @@
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ngramspec/decode_step.hpp"
+#include "ngramspec/draft_distribution.hpp"
+#include "ngramspec/drafter.hpp"
+#include "ngramspec/logits_model.hpp"
+#include "ngramspec/position_random.hpp"
+#include "ngramspec/sampling_options.hpp"
+#include "ngramspec/token.hpp"
+
+namespace ngramspec {
+
+/// Configuration of a ModelDrafter; validated by its constructor (validate()).
+struct ModelDraftConfig {
+  /// Most drafts one predict() proposes, beyond the room its caller gives: 1 .. kMaxDraftsPerPass.
+  std::size_t max_drafts = 4;
+  /// How each draft is chosen from the draft model's logits, and the seed of its draws.
+  /// temperature 0 (the default): the argmax, ties to the lowest id, its q one-hot. Otherwise
+  /// the draft is drawn from the distribution the options give (temperature, then top-k, top-p,
+  /// min-p, as TokenSampler filters) restricted to its `support` most likely tokens and
+  /// renormalized, and that distribution is its q.
+  SamplingOptions sampling{};
+  /// Most tokens a drawn draft's distribution keeps: 1 .. DraftDistributions::kMaxSupport.
+  /// Default 8.
+  std::size_t support = 8;
+};
+
+/// Throws std::invalid_argument naming the field and its value when `config` is invalid:
+/// max_drafts outside 1 .. kMaxDraftsPerPass, support outside 1 .. DraftDistributions::kMaxSupport,
+/// or invalid sampling options (validate(SamplingOptions)).
+inline void validate(const ModelDraftConfig& config) {
+  if (config.max_drafts == 0 || config.max_drafts > kMaxDraftsPerPass) {
+    throw std::invalid_argument("ngramspec: ModelDraftConfig::max_drafts = " + std::to_string(config.max_drafts) +
+                                " is invalid; it must be 1 .. " + std::to_string(kMaxDraftsPerPass));
+  }
+  if (config.support == 0 || config.support > DraftDistributions::kMaxSupport) {
+    throw std::invalid_argument("ngramspec: ModelDraftConfig::support = " + std::to_string(config.support) +
+                                " is invalid; it must be 1 .. " + std::to_string(DraftDistributions::kMaxSupport));
+  }
+  validate(config.sampling);
+}
+
+/// Drafts with a model: any LogitsModel (a smaller model, or the target's own first layers)
+/// proposes up to max_drafts tokens a pass, one after the other, each from the logits after the
+/// observed sequence and the drafts before it. A Drafter, an EstimatingDrafter and a
+/// DistributionDrafter (`predict(out, probabilities, q)` gives each draft's q).
+///
+/// Draws: a drawn draft at absolute position p (the observed length plus its index; the
+/// prompt's first token is position 0) uses position_uniform(seed, p, kDrawStream), stream
+/// 2^32. The verifiers draw from stream 0 (the plain draw) and small streams (rejection
+/// sampling's tests and resample), so no draw decides both a draft and its verification, even
+/// with the verifier's seed; and the drafts at a position depend only on (seed, position) and
+/// the draft model's logits, never on what was drafted or rolled back before.
+///
+/// The draft model's KV cache follows the observed sequence. predict() feeds what the model
+/// lacks of the observed sequence (after a pass: the target's own token, or the last accepted
+/// draft and it), then each draft but the last, one token a forward, so the model then holds the
+/// observed sequence followed by drafts 0 .. k-2. update() keeps the drafts the new tokens
+/// confirm (the accepted ones) and calls no model: the next predict() rolls back only what was
+/// rejected. A pass of k drafts thus costs k forwards of the draft model, k or k + 1 tokens:
+/// one per drafted token plus the target's own. The first predict() feeds the prompt, in
+/// forwards of up to min(max_batch(), kMaxFeedRows) tokens.
+///
+/// predict() is const in the Drafter concept and changes nothing observable: the observed
+/// sequence, and what any later predict() returns, are as before. It does run the draft model
+/// (held by pointer), whose cache then holds the drafts; a second predict() without an update
+/// between rolls them back and drafts the same tokens again.
+///
+/// Acceptance estimates (predict(out, probabilities)): the chance that draft j is accepted once
+/// drafts 0 .. j-1 were is read from its confidence c_j and the sequence's record: drafts are
+/// binned by confidence (kBins bins of equal width), and a bin's estimate is
+/// (hits + kPrior * c_j) / (tried + kPrior), where tried counts the drafts of that bin whose
+/// predecessors the next update() confirmed and hits those it confirmed too, both over about the
+/// bin's last kMemory drafts. So a new sequence starts at c_j itself, and the estimates follow
+/// how often drafts of each confidence are accepted, whatever the verifier (greedy, exact-match
+/// or rejection sampling). c_j is q_j(x_j) for a drawn draft (the chance that a target with the
+/// draft model's distribution draws the same token) and the draft model's softmax probability of
+/// its argmax for a greedy one. probabilities[j] is the running product (non-increasing).
+///
+/// Errors: exceptions from the model propagate; the drafter then holds its observed sequence
+/// and, since the model's cache is no longer known, the next predict() rolls the model back to
+/// 0 and feeds the sequence again (reset() also makes it usable). A NaN or +inf logit, or a row
+/// with every logit -inf, throws std::domain_error naming the token and position.
+///
+/// Memory: scratch for min(max_batch(), kMaxFeedRows) + 2 rows of logits and two vocabulary-
+/// sized arrays is allocated at construction; the observed sequence grows with it (reserve()).
+/// Once warm, update() and predict() allocate nothing (given a DraftDistributions reserved for
+/// max_drafts entries). The model must outlive the drafter and serve it alone (not the target:
+/// the draft model's cache is the drafter's), and hold as many positions as the target.
+/// Thread safety: none; one drafter per sequence, one thread at a time, const calls included.
+template <LogitsModel M>
+class ModelDrafter {
+ public:
+  /// The stream of position_uniform the drafts are drawn from.
+  static constexpr std::uint64_t kDrawStream = std::uint64_t{1} << 32;
+  /// Most tokens one forward feeds when the model catches up with the observed sequence.
+  static constexpr std::size_t kMaxFeedRows = 64;
+  /// Confidence bins of the acceptance record.
+  static constexpr std::size_t kBins = 8;
+  /// The acceptance record's memory, in drafts per bin.
+  static constexpr double kMemory = 64;
+  /// Weight of a draft's own confidence in its estimate, in drafts.
+  static constexpr double kPrior = 2;
+
+  /// Drafts with `model`, which must outlive the drafter. Throws std::invalid_argument naming
+  /// the value for an invalid config, a vocab_size of 0 or one Token cannot number, a model whose
+  /// vocab_size() differs from `vocab_size` (the target's vocabulary), or whose max_batch() is 0.
+  ModelDrafter(M& model, std::size_t vocab_size, const ModelDraftConfig& config = {})
+      : model_(&model), config_(config), vocab_(vocab_size) {
+    validate(config_);
+    if (vocab_ == 0) throw std::invalid_argument("ngramspec: ModelDrafter: the vocabulary size is 0");
+    if (vocab_ - 1 > std::numeric_limits<Token>::max()) {
+      throw std::invalid_argument("ngramspec: ModelDrafter: vocabulary size " + std::to_string(vocab_) +
+                                  " exceeds what a Token can number");
+    }
+    const std::size_t model_vocab = static_cast<std::size_t>(std::as_const(model).vocab_size());
+    if (model_vocab != vocab_) {
+      throw std::invalid_argument("ngramspec: ModelDrafter: the draft model's vocab_size() is " +
+                                  std::to_string(model_vocab) + "; the target's vocabulary has " +
+                                  std::to_string(vocab_) + " tokens");
+    }
+    const std::size_t max_batch = static_cast<std::size_t>(std::as_const(model).max_batch());
+    if (max_batch == 0) throw std::invalid_argument("ngramspec: ModelDrafter: the draft model's max_batch() is 0");
+    feed_rows_ = std::min(max_batch, kMaxFeedRows);
+    feed_logits_.resize(feed_rows_ * vocab_);
+    row_.resize(vocab_);
+    draft_row_.resize(vocab_);
+    weights_.resize(vocab_);
+    order_.resize(vocab_);
+    ahead_.reserve(config_.max_drafts);
+    drafted_.resize(config_.max_drafts);
+    confidence_.resize(config_.max_drafts);
+  }
+
+  /// Observes one token, appended to the sequence.
+  void update(Token token) { update(std::span<const Token>(&token, 1)); }
+  /// Observes several tokens in order; records how the last predict()'s drafts fared and keeps
+  /// the model's entries for those the tokens confirm. Calls no model.
+  void update(std::span<const Token> tokens) {
+    if (tokens.empty()) return;
+    observed_.insert(observed_.end(), tokens.begin(), tokens.end());
+    const std::size_t before = observed_.size() - tokens.size();
+    if (recorded_ != 0 && recorded_at_ == before) record(tokens);
+    recorded_ = 0;
+    if (cached_ == before) {
+      std::size_t confirmed = 0;
+      while (confirmed < ahead_.size() && confirmed < tokens.size() && ahead_[confirmed] == tokens[confirmed]) {
+        ++confirmed;
+      }
+      cached_ += confirmed;
+    }
+    ahead_.clear();
+    row_valid_ = false;
+  }
+
+  /// Writes up to min(out.size(), max_drafts) drafts to `out`; returns how many (0 before any
+  /// token is observed).
+  [[nodiscard]] std::size_t predict(std::span<Token> out) const { return draft(out, {}, nullptr); }
+  /// The same drafts (limited also by probabilities.size()), and in probabilities[j] the
+  /// estimated chance that drafts 0 .. j are all accepted (see the class comment).
+  [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<float> probabilities) const {
+    return draft(out.first(std::min(out.size(), probabilities.size())), probabilities, nullptr);
+  }
+  /// As above, and replaces q's entries with one per draft: one-hot for greedy drafts, else the
+  /// distribution the draft was drawn from (config().support tokens at most, most likely first,
+  /// probabilities summing to 1). Reserve q for max_drafts entries to keep this allocation-free.
+  [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<float> probabilities,
+                                    DraftDistributions& q) const {
+    return draft(out.first(std::min(out.size(), probabilities.size())), probabilities, &q);
+  }
+
+  /// Forgets the sequence and the acceptance record; keeps the memory. The model is rolled back
+  /// by the next predict(), not here.
+  void reset() noexcept {
+    observed_.clear();
+    cached_ = 0;
+    ahead_.clear();
+    row_valid_ = false;
+    recorded_ = 0;
+    hits_.fill(0.0);
+    tried_.fill(0.0);
+  }
+
+  /// Room for a sequence of `tokens`, so that update() does not allocate.
+  void reserve(std::size_t tokens) { observed_.reserve(tokens); }
+
+  [[nodiscard]] const ModelDraftConfig& config() const noexcept { return config_; }
+  /// Replaces the sampling options (a new seed for a new request, say) after validating them.
+  void set_sampling(const SamplingOptions& options) {
+    validate(options);
+    config_.sampling = options;
+  }
+  /// The observed sequence.
+  [[nodiscard]] std::span<const Token> sequence() const noexcept { return observed_; }
+  /// Tokens the vocabulary holds (the model's vocab_size()).
+  [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_; }
+  /// The draft model.
+  [[nodiscard]] M& model() noexcept { return *model_; }
+  [[nodiscard]] const M& model() const noexcept { return *model_; }
+
+ private:
+  // The chosen token and its confidence (see the class comment).
+  struct Choice {
+    Token token;
+    double confidence;
+  };
+
+  std::size_t draft(std::span<Token> out, std::span<float> probabilities, DraftDistributions* q) const {
+    if (q != nullptr) q->clear();
+    recorded_ = 0;
+    const std::size_t k = std::min(out.size(), config_.max_drafts);
+    if (k == 0 || observed_.empty()) return 0;
+    const std::size_t n = observed_.size();
+    try {
+      catch_up();
+      std::span<const float> row = row_;
+      for (std::size_t i = 0; i < k; ++i) {
+        const Choice choice = choose(row, n + i, q);
+        out[i] = choice.token;
+        drafted_[i] = choice.token;
+        confidence_[i] = choice.confidence;
+        if (i + 1 < k) {
+          model_->forward(n + i, std::span<const Token>(out.subspan(i, 1)), std::span<float>(draft_row_));
+          ahead_.push_back(choice.token);
+          ++held_;
+          row = draft_row_;
+        }
+      }
+    } catch (...) {
+      // The model's cache is unknown now: the next predict() starts it from 0.
+      lost_ = true;
+      row_valid_ = false;
+      ahead_.clear();
+      cached_ = 0;
+      if (q != nullptr) q->clear();
+      throw;
+    }
+    recorded_ = k;
+    recorded_at_ = n;
+    if (!probabilities.empty()) {
+      double chance = 1.0;
+      for (std::size_t i = 0; i < k; ++i) {
+        const std::size_t b = bin(confidence_[i]);
+        chance *= (hits_[b] + kPrior * confidence_[i]) / (tried_[b] + kPrior);
+        probabilities[i] = static_cast<float>(chance);
+      }
+    }
+    return k;
+  }
+
+  // Brings the model to hold exactly the observed sequence, with row_ the logits after it.
+  void catch_up() const {
+    const std::size_t n = observed_.size();
+    if (lost_) {
+      model_->rollback(0);
+      held_ = 0;
+      cached_ = 0;
+      lost_ = false;
+    }
+    if (row_valid_) {
+      // A second predict() after the same update: only the drafts go.
+      if (held_ > n) model_->rollback(n);
+      held_ = n;
+      ahead_.clear();
+      return;
+    }
+    // The last observed token is fed again when the model holds it already (its row is not kept
+    // beyond a predict()), so that the row after it is known.
+    const std::size_t start = std::min(cached_, n - 1);
+    if (held_ > start) model_->rollback(start);
+    held_ = start;
+    cached_ = start;
+    ahead_.clear();
+    std::size_t rows = 0;
+    for (std::size_t pos = start; pos < n; pos += rows) {
+      rows = std::min(feed_rows_, n - pos);
+      model_->forward(pos, std::span<const Token>(observed_).subspan(pos, rows),
+                      std::span<float>(feed_logits_).first(rows * vocab_));
+      held_ = cached_ = pos + rows;
+    }
+    const auto last = feed_logits_.begin() + static_cast<std::ptrdiff_t>((rows - 1) * vocab_);
+    std::copy(last, last + static_cast<std::ptrdiff_t>(vocab_), row_.begin());
+    row_valid_ = true;
+  }
+
+  // The draft at `position` from `row`; pushes its q.
+  Choice choose(std::span<const float> row, std::uint64_t position, DraftDistributions* q) const {
+    std::size_t best = 0;
+    for (std::size_t t = 0; t < vocab_; ++t) {
+      const float l = row[t];
+      if (std::isnan(l) || l == std::numeric_limits<float>::infinity()) bad_row(l, t, position);
+      if (l > row[best]) best = t;
+    }
+    const double top = row[best];
+    if (top == -std::numeric_limits<double>::infinity()) bad_row(row[best], vocab_, position);
+    const SamplingOptions& options = config_.sampling;
+    if (options.temperature == 0.0f) {
+      double total = 0.0;
+      for (std::size_t t = 0; t < vocab_; ++t) total += std::exp(static_cast<double>(row[t]) - top);
+      if (q != nullptr) q->push_one_hot();
+      return {static_cast<Token>(best), 1.0 / total};
+    }
+    // Weights under the temperature; the candidates are the tokens of weight above 0.
+    const double inv_t = 1.0 / static_cast<double>(options.temperature);
+    std::size_t n = 0;
+    for (std::size_t t = 0; t < vocab_; ++t) {
+      const double w = std::exp((static_cast<double>(row[t]) - top) * inv_t);
+      weights_[t] = w;
+      if (w > 0.0) order_[n++] = static_cast<Token>(t);
+    }
+    // "More likely first, then lower id": every filter keeps a prefix of this order, and so
+    // does the support, so the kept tokens are its first `kept`.
+    const auto likelier = [this](Token a, Token b) {
+      return weights_[a] != weights_[b] ? weights_[a] > weights_[b] : a < b;
+    };
+    const auto first = order_.begin();
+    if (options.top_k != 0 && options.top_k < n) {
+      std::nth_element(first, first + static_cast<std::ptrdiff_t>(options.top_k - 1),
+                       first + static_cast<std::ptrdiff_t>(n), likelier);
+      n = options.top_k;
+    }
+    const std::size_t ranked = std::min(n, config_.support);
+    std::partial_sort(first, first + static_cast<std::ptrdiff_t>(ranked), first + static_cast<std::ptrdiff_t>(n),
+                      likelier);
+    std::size_t kept = ranked;
+    if (options.top_p < 1.0f && n > 1) {
+      double total = 0.0;
+      for (std::size_t i = 0; i < n; ++i) total += weights_[order_[i]];
+      const double mass = static_cast<double>(options.top_p) * total;
+      double cumulative = 0.0;
+      std::size_t keep = 0;
+      while (keep < ranked && cumulative < mass) cumulative += weights_[order_[keep++]];
+      kept = std::max<std::size_t>(keep, 1);
+    }
+    if (options.min_p > 0.0f) {
+      // The argmax has weight 1, so the threshold is min_p itself.
+      std::size_t keep = 1;
+      while (keep < kept && weights_[order_[keep]] >= static_cast<double>(options.min_p)) ++keep;
+      kept = keep;
+    }
+    double total = 0.0;
+    for (std::size_t i = 0; i < kept; ++i) total += weights_[order_[i]];
+    float* const probabilities = support_probabilities_.data();
+    for (std::size_t i = 0; i < kept; ++i) {
+      probabilities[i] = static_cast<float>(weights_[order_[i]] / total);
+    }
+    const double target = position_uniform(options.seed, position, kDrawStream) * total;
+    double cumulative = 0.0;
+    std::size_t chosen = kept - 1;  // u * total rounded up to the total
+    for (std::size_t i = 0; i < kept; ++i) {
+      cumulative += weights_[order_[i]];
+      if (target < cumulative) {
+        chosen = i;
+        break;
+      }
+    }
+    if (q != nullptr) {
+      q->push_unchecked(std::span<const Token>(order_).first(kept),
+                        std::span<const float>(support_probabilities_).first(kept));
+    }
+    return {order_[chosen], weights_[order_[chosen]] / total};
+  }
+
+  // The first update() after a predict(): which of its drafts the tokens confirmed.
+  void record(std::span<const Token> tokens) noexcept {
+    constexpr double kDecay = 1.0 - 1.0 / kMemory;
+    const std::size_t seen = std::min(recorded_, tokens.size());
+    for (std::size_t i = 0; i < seen; ++i) {
+      const bool hit = tokens[i] == drafted_[i];
+      const std::size_t b = bin(confidence_[i]);
+      hits_[b] = hits_[b] * kDecay + (hit ? 1.0 : 0.0);
+      tried_[b] = tried_[b] * kDecay + 1.0;
+      if (!hit) break;
+    }
+  }
+
+  [[nodiscard]] static std::size_t bin(double confidence) noexcept {
+    return std::min(kBins - 1, static_cast<std::size_t>(confidence * static_cast<double>(kBins)));
+  }
+
+  [[noreturn]] void bad_row(float value, std::size_t token, std::uint64_t position) const {
+    if (token == vocab_) {
+      throw std::domain_error("ngramspec: ModelDrafter: every logit of the draft model is -inf at position " +
+                              std::to_string(position) + "; no token can be drafted");
+    }
+    throw std::domain_error("ngramspec: ModelDrafter: the draft model's logit of token " + std::to_string(token) +
+                            " at position " + std::to_string(position) + " is " +
+                            (std::isnan(value) ? std::string("NaN") : std::string("+inf")) +
+                            "; logits must be finite or -inf");
+  }
+
+  M* model_;
+  ModelDraftConfig config_;
+  std::size_t vocab_;
+  std::size_t feed_rows_ = 1;
+  std::vector<Token> observed_;
+  // The model's cache: it holds held_ tokens, observed_[0, cached_) first; when cached_ is the
+  // observed length, the drafts in ahead_ follow. lost_: held_ is unknown after an exception.
+  mutable std::size_t held_ = 0;
+  mutable std::size_t cached_ = 0;
+  mutable bool lost_ = false;
+  mutable std::vector<Token> ahead_;
+  mutable bool row_valid_ = false;  // row_ is the row after observed_, which the model holds
+  mutable std::vector<float> row_;
+  mutable std::vector<float> draft_row_;
+  mutable std::vector<float> feed_logits_;  // feed_rows_ x vocab_
+  // choose()'s scratch.
+  mutable std::vector<double> weights_;
+  mutable std::vector<Token> order_;
+  mutable std::array<float, DraftDistributions::kMaxSupport> support_probabilities_{};
+  // The last predict()'s drafts, for the next update()'s record; recorded_ = how many (0: none).
+  mutable std::vector<Token> drafted_;
+  mutable std::vector<double> confidence_;
+  mutable std::size_t recorded_ = 0;
+  mutable std::size_t recorded_at_ = 0;
+  // The acceptance record per confidence bin: decayed hits and trials.
+  std::array<double, kBins> hits_{};
+  std::array<double, kBins> tried_{};
+};
+
+}  // namespace ngramspec
