@@ -14,6 +14,7 @@
 
 #include <ngramspec/batch_speculator.hpp>
 #include <ngramspec/mapped_corpus.hpp>
+#include <ngramspec/model_drafter.hpp>
 #include <ngramspec/shared_corpus.hpp>
 
 #include "command_line.hpp"
@@ -21,6 +22,7 @@
 #include "llama_decoding.hpp"
 #include "llama_divergence.hpp"
 #include "llama_engine.hpp"
+#include "llama_logits_model.hpp"
 #include "llama_options.hpp"
 #if NGRAMSPEC_LLAMA_CPP_DRAFTERS
 #include "llama_cpp_drafter.hpp"
@@ -72,6 +74,20 @@ std::vector<std::unique_ptr<Engine>> load_draft_models(const LlamaOptions& o, co
   }
   return drafts;
 }
+
+// ngramspec drafting with one draft model: a ModelDrafter per sequence, each over a sequence of
+// the draft model's context of its own.
+struct DraftModelSpeculator {
+  using Drafter = ModelDrafter<EngineLogitsModel>;
+  DraftModelSpeculator(Engine& draft, const BatchConfig& batch, const ModelDraftConfig& drafter) {
+    for (std::size_t s = 0; s < batch.max_sequences; ++s) models.emplace_back(draft, s);
+    std::size_t next = 0;
+    speculator = std::make_unique<BatchSpeculator<Drafter>>(
+        batch, [&] { return Drafter(models[next++], draft.vocab_size(), drafter); });
+  }
+  std::vector<EngineLogitsModel> models;  // sized once: the drafters hold pointers into it
+  std::unique_ptr<BatchSpeculator<Drafter>> speculator;
+};
 
 // The file name of a path, for table rows.
 std::string file_name(const std::string& path) {
@@ -316,20 +332,38 @@ int run(const LlamaOptions& o) {
   // sequence, and their memory is what every update walks.
   drafter.cap = std::clamp<std::size_t>(engine.context(), MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
   BatchSpeculator<MatchDrafter> speculator(batch, drafter, corpus.get(), file.get());
+  // With --draft-model: ngramspec drafts with each draft model (ModelDrafter, drawing its drafts
+  // as the run samples, so that each draft's q is the draft model's distribution).
+  ModelDraftConfig model_drafter;
+  model_drafter.max_drafts = o.k;
+  model_drafter.sampling = o.sampling;
+  std::vector<std::unique_ptr<DraftModelSpeculator>> draft_speculators;
+  for (const std::unique_ptr<Engine>& draft : draft_models) {
+    draft_speculators.push_back(std::make_unique<DraftModelSpeculator>(*draft, batch, model_drafter));
+  }
+  const auto speculate = [&](auto& s) {
+    if (!cost.shape) return decode_speculative(engine, s, prompts, settings, o.k);
+    const FixedPassShape shape{o.k, &cost.shape->entry, &cost.shape->streak};
+    return decode_speculative(engine, s, prompts, settings, o.k, &shape);
+  };
   const auto run_plain = [&] { return decode_plain(engine, prompts, settings); };
   const auto run_ngramspec = [&] {
     if (corpus) corpus->clear();  // every timed run starts from the same corpus
-    if (!cost.shape) return decode_speculative(engine, speculator, prompts, settings, o.k);
-    const FixedPassShape shape{o.k, &cost.shape->entry, &cost.shape->streak};
-    return decode_speculative(engine, speculator, prompts, settings, o.k, &shape);
+    return speculate(speculator);
   };
+  // ngramspec's run outside --compare: with the draft model when one is given.
+  const auto run_ngramspec_drafter = [&] {
+    return draft_speculators.empty() ? run_ngramspec() : speculate(*draft_speculators.front()->speculator);
+  };
+  const auto draft_model_name = [&](std::size_t i) { return "ngramspec draft-model " + file_name(draft_models[i]->path()); };
 
   if (!o.check && !o.compare) {
-    const RunResult r = o.speculate ? run_ngramspec() : run_plain();
+    const RunResult r = o.speculate ? run_ngramspec_drafter() : run_plain();
     if (o.json) {
       std::printf("{\"model\": %s, \"cost\": %s, \"runs\": [%s], \"outputs\": [", json_string(engine.description()).c_str(),
                   json_string(cost.cost ? cost.cost->spec() : "none").c_str(),
-                  run_json(o.speculate ? "ngramspec" : "plain", r, r.seconds, r.seconds, true).c_str());
+                  run_json(!o.speculate ? "plain" : draft_models.empty() ? "ngramspec" : draft_model_name(0), r, r.seconds,
+                           r.seconds, true).c_str());
       for (std::size_t i = 0; i < r.outputs.size(); ++i) {
         std::printf("%s{\"prompt\": %s, \"text\": %s, \"tokens\": [", i ? ", " : "", json_string(texts[i]).c_str(),
                     json_string(engine.detokenize(r.outputs[i])).c_str());
@@ -344,13 +378,17 @@ int run(const LlamaOptions& o) {
     }
     std::printf("%s\n", engine.description().c_str());
     if (o.speculate) std::printf("%s\n", cost.line.c_str());
-    print_run(o.speculate ? "ngramspec" : "plain", r);
+    print_run(!o.speculate ? "plain" : draft_models.empty() ? "ngramspec" : "draft-model", r);
     return 0;
   }
 
   std::vector<Contender> contenders;
   contenders.push_back({"plain", run_plain, {}, {}, true, {}, {}});
-  contenders.push_back({"ngramspec", run_ngramspec, {}, {}, true, {}, {}});
+  if (o.compare || draft_models.empty()) contenders.push_back({"ngramspec", run_ngramspec, {}, {}, true, {}, {}});
+  for (std::size_t i = 0; i < draft_speculators.size(); ++i) {
+    BatchSpeculator<DraftModelSpeculator::Drafter>* s = draft_speculators[i]->speculator.get();
+    contenders.push_back({draft_model_name(i), [&speculate, s] { return speculate(*s); }, {}, {}, true, {}, {}});
+  }
 #if NGRAMSPEC_LLAMA_CPP_DRAFTERS
   std::vector<std::unique_ptr<BatchSpeculator<LlamaCppDrafter>>> llama_speculators;
   if (o.compare) {

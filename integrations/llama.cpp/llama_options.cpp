@@ -66,7 +66,8 @@ const char* llama_usage() noexcept {
          "  --parallel N       sequences decoded together in one llama_batch, 1 to 256 (default 1); a finished\n"
          "                     sequence's slot takes the next prompt\n"
          "  --ctx N            tokens each sequence holds (default: the model's training context)\n"
-         "  --k N              most drafts per sequence and pass, 1 to 1024 (default 16; 4 with --cost none)\n"
+         "  --k N              most drafts per sequence and pass, 1 to 1024 (default 16; 4 with --cost none or\n"
+         "                     --draft-model, whose every draft is a pass of the draft model)\n"
          "  --cost SPEC        what a verify pass costs, which sizes every pass's drafts: measure (default: time\n"
          "                     this model's passes at start), none (MatchDrafter's own gate decides), flat,\n"
          "                     knee:N, or table:1=1,2=1.5,... (what --print-cost prints)\n"
@@ -278,7 +279,9 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   if (o.llama_draft_max_given && (!o.compare || o.draft_models.empty())) {
     throw std::invalid_argument("--llama-draft-max goes with --compare and --draft-model (llama.cpp's draft-simple)");
   }
-  if (o.cost_source == LlamaOptions::Cost::none && !o.k_given) o.k = LlamaOptions::kDefaultKWithoutCost;
+  if ((o.cost_source == LlamaOptions::Cost::none || !o.draft_models.empty()) && !o.k_given) {
+    o.k = LlamaOptions::kDefaultKWithoutCost;
+  }
   validate(o.sampling);
   // Greedy decoding takes the most likely token: a filter or a seed would change nothing.
   if (o.sampling.temperature == 0) {

@@ -61,7 +61,8 @@ struct LlamaOptions {
   bool verbose = false;              ///< --verbose: llama.cpp's log
 
   static constexpr std::size_t kDefaultK = 16;           ///< with a cost: it keeps drafts that do not pay out
-  static constexpr std::size_t kDefaultKWithoutCost = 4;  ///< --cost none: the drafter's gate alone
+  /// --cost none (the drafter's gate alone) or --draft-model (a draft model's pass per draft).
+  static constexpr std::size_t kDefaultKWithoutCost = 4;
 };
 
 /// Parses the arguments after the program name. Throws std::invalid_argument naming the option

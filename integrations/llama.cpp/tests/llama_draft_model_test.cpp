@@ -21,12 +21,14 @@
 #include <unistd.h>
 
 #include <ngramspec/batch_speculator.hpp>
+#include <ngramspec/model_drafter.hpp>
 
 #include "common.h"
 #include "llama.h"
 #include "llama_cpp_drafter.hpp"
 #include "llama_decoding.hpp"
 #include "llama_engine.hpp"
+#include "llama_logits_model.hpp"
 #include "speculative.h"
 
 namespace {
@@ -268,6 +270,69 @@ TEST(DraftSimple, RefusesWhatItCannotUseByName) {
             std::string::npos);
 }
 
+// ngramspec's ModelDrafter over a draft model's context, one sequence of it per drafter.
+struct ModelDrafting {
+  using Drafter = ModelDrafter<EngineLogitsModel>;
+  ModelDrafting(Engine& draft, const BatchConfig& batch, const ModelDraftConfig& config) {
+    for (std::size_t s = 0; s < batch.max_sequences; ++s) models.emplace_back(draft, s);
+    std::size_t next = 0;
+    speculator = std::make_unique<BatchSpeculator<Drafter>>(
+        batch, [&] { return Drafter(models[next++], draft.vocab_size(), config); });
+  }
+  std::vector<EngineLogitsModel> models;
+  std::unique_ptr<BatchSpeculator<Drafter>> speculator;
+};
+
+// Many random settings, one invariant: decoding with drafts of a draft model (every depth, widths,
+// draft counts, costs, greedy and sampled) emits what plain decoding emits; and greedy drafts of
+// the whole model, sent as drafted (no cost), are every one accepted.
+TEST(ModelDrafterInLlama, OutputIsPlainDecodingsForRandomSettings) {
+  REQUIRE_MODEL();
+  std::mt19937_64 rng(20261129);
+  std::uint64_t accepted = 0;
+  for (const std::size_t parallel : {std::size_t{1}, std::size_t{3}}) {
+    Engine target({kModel, 1, parallel, 256, 0, false});
+    for (const std::size_t layers : {std::size_t{1}, std::size_t{2}, kBlocks}) {
+      Engine draft({draft_gguf(layers), 1, parallel, 256, 0, false});
+      draft.require_vocabulary_of(target);
+      for (int trial = 0; trial < 2; ++trial) {
+        std::vector<std::string> texts;
+        for (std::size_t i = 0; i < parallel + 1; ++i) texts.push_back(kPrompts[rng() % kPrompts.size()]);
+        const auto prompts = tokenized(target, texts);
+        RunSettings settings;
+        settings.max_new_tokens = 30 + rng() % 60;
+        settings.stop_at_eog = rng() % 2 == 0;
+        const bool sampled = trial == 1;
+        if (sampled) {
+          settings.sampling.temperature = rng() % 2 ? 1.0f : 0.7f;
+          settings.sampling.top_p = rng() % 2 ? 1.0f : 0.9f;
+          settings.sampling.seed = rng() % 1000;
+        }
+        const std::size_t k = 1 + rng() % 6;
+        BatchConfig batch;
+        batch.max_sequences = parallel;
+        batch.max_pass_tokens = target.max_pass_tokens();
+        const bool costed = rng() % 2 == 0;
+        if (costed) batch.cost = VerifyCost::parse("table:1=1,2=1.2,3=1.5,5=2,9=3");
+        ModelDraftConfig config;
+        config.max_drafts = k;
+        config.sampling = settings.sampling;
+        ModelDrafting drafting(draft, batch, config);
+        const RunResult plain = decode_plain(target, prompts, settings);
+        const RunResult spec = decode_speculative(target, *drafting.speculator, prompts, settings, k);
+        ASSERT_EQ(spec.outputs, plain.outputs) << "parallel " << parallel << ", layers " << layers << ", k " << k
+                                               << (sampled ? ", sampled" : ", greedy") << (costed ? ", cost" : "");
+        accepted += spec.accepted;
+        if (layers == kBlocks && !sampled && !costed) {
+          EXPECT_GT(spec.drafted, 0u);
+          EXPECT_EQ(spec.accepted, spec.drafted) << "the whole model drafts what it will choose";
+        }
+      }
+    }
+  }
+  EXPECT_GT(accepted, 100u) << "drafts must really be accepted for the identity to mean something";
+}
+
 // The program as a user runs it.
 std::string run_program(const std::string& args, int& status) {
   const std::string command = std::string(NGRAMSPEC_LLAMA_PROGRAM) + " " + args + " 2>&1";
@@ -304,6 +369,24 @@ TEST(DraftModelProgram, CompareRunsDraftSimpleBesideTheOthersWithOutputIdentical
   ASSERT_NE(row, std::string::npos) << out;
   const std::string line = out.substr(row, out.find('\n', row) - row);
   EXPECT_NE(line.find("| yes |"), std::string::npos) << line;
+}
+
+TEST(DraftModelProgram, CheckWithADraftModelIsIdenticalAndItsDraftsAccepted) {
+  REQUIRE_MODEL();
+  for (const std::string sampling : {"", " --temperature 1 --seed 3"}) {
+    int status = 0;
+    const std::string out = run_program("--model " + kModel + " --prompts " + NGRAMSPEC_PROMPTS_FILE +
+                                            " --n 48 --threads 1 --check --repeats 1 --cost none --draft-model " +
+                                            draft_gguf(kBlocks) + sampling + " --json",
+                                        status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("\"identical\": true"), std::string::npos) << out;
+    const std::size_t run = out.find("{\"drafter\": \"ngramspec draft-model draft5.gguf\"");
+    ASSERT_NE(run, std::string::npos) << out;
+    const std::size_t accepted = out.find("\"accepted\": ", run);
+    ASSERT_NE(accepted, std::string::npos) << out;
+    EXPECT_GT(std::stoul(out.substr(accepted + 12)), 100u) << out.substr(run, 300);
+  }
 }
 
 TEST(DraftModelProgram, RefusesDraftModelsItCannotUseNamingThem) {
