@@ -5,11 +5,15 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include <ngramspec/batch_speculator.hpp>
 #include <ngramspec/logits_model.hpp>
+#include <ngramspec/model_drafter.hpp>
 #include <ngramspec/token.hpp>
 
 #include "llama_engine.hpp"
@@ -63,5 +67,22 @@ class EngineLogitsModel {
 };
 
 static_assert(LogitsModel<EngineLogitsModel>);
+
+/// ngramspec drafting with one draft model for every sequence of a BatchSpeculator: a
+/// ModelDrafter per slot, each over a sequence of the draft engine of its own (slot i, sequence
+/// i; the engine needs batch.max_sequences of them). The engine must outlive it.
+struct DraftModelSpeculator {
+  using Drafter = ModelDrafter<EngineLogitsModel>;
+  /// Throws what the drafters and BatchSpeculator throw (std::invalid_argument naming the value).
+  DraftModelSpeculator(Engine& draft, const BatchConfig& batch, const ModelDraftConfig& drafter) {
+    models.reserve(batch.max_sequences);  // the drafters hold pointers into it
+    for (std::size_t s = 0; s < batch.max_sequences; ++s) models.emplace_back(draft, s);
+    std::size_t next = 0;
+    speculator = std::make_unique<BatchSpeculator<Drafter>>(
+        batch, [&] { return Drafter(models[next++], draft.vocab_size(), drafter); });
+  }
+  std::vector<EngineLogitsModel> models;
+  std::unique_ptr<BatchSpeculator<Drafter>> speculator;
+};
 
 }  // namespace ngramspec::llama_cpp

@@ -75,20 +75,6 @@ std::vector<std::unique_ptr<Engine>> load_draft_models(const LlamaOptions& o, co
   return drafts;
 }
 
-// ngramspec drafting with one draft model: a ModelDrafter per sequence, each over a sequence of
-// the draft model's context of its own.
-struct DraftModelSpeculator {
-  using Drafter = ModelDrafter<EngineLogitsModel>;
-  DraftModelSpeculator(Engine& draft, const BatchConfig& batch, const ModelDraftConfig& drafter) {
-    for (std::size_t s = 0; s < batch.max_sequences; ++s) models.emplace_back(draft, s);
-    std::size_t next = 0;
-    speculator = std::make_unique<BatchSpeculator<Drafter>>(
-        batch, [&] { return Drafter(models[next++], draft.vocab_size(), drafter); });
-  }
-  std::vector<EngineLogitsModel> models;  // sized once: the drafters hold pointers into it
-  std::unique_ptr<BatchSpeculator<Drafter>> speculator;
-};
-
 // The file name of a path, for table rows.
 std::string file_name(const std::string& path) {
   const std::size_t slash = path.find_last_of('/');

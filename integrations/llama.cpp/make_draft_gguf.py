@@ -22,7 +22,7 @@ count and the tensors per block, and writes nothing.
 Only the standard library: the GGUF is read and written by this file (versions 2 and 3: the
 header, the metadata, the tensor table, then the tensor data at `general.alignment`, 32 when
 absent). Tensor bytes are copied unchanged, whatever their type. The file is written beside
---out and renamed into place when complete. Errors name the value and exit 2.
+--out and renamed into place when complete (its folder is made when missing). Errors name the value and exit 2.
 """
 import argparse
 import os
@@ -265,8 +265,9 @@ def main():
         if os.path.exists(args.out) and os.path.samefile(args.out, args.model):
             fail(f"--out {args.out!r} is the --model file itself; give another name")
         folder = os.path.dirname(os.path.abspath(args.out))
-        if not os.path.isdir(folder):
-            fail(f"--out {args.out!r}: its folder {folder!r} does not exist")
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            fail(f"--out {args.out!r}: {folder!r} is not a folder")
+        os.makedirs(folder, exist_ok=True)
         arch, blocks, dropped = write_draft(args.model, args.out, layers)
     except GGUFError as e:
         fail(str(e))

@@ -29,29 +29,16 @@
 #include "llama_decoding.hpp"
 #include "llama_engine.hpp"
 #include "llama_logits_model.hpp"
+#include "llama_test_support.hpp"
 #include "speculative.h"
 
 namespace {
 
 using namespace ngramspec;
 using namespace ngramspec::llama_cpp;
+using namespace ngramspec::llama_cpp::testing;
 
-const std::string kShared = NGRAMSPEC_SHARED_DIR;
-const std::string kModel = kShared + "/models/stories260K.gguf";
 constexpr std::size_t kBlocks = 5;  // stories260K's block count (make_draft_gguf.py --list)
-
-#define REQUIRE_MODEL()                                                                                      \
-  do {                                                                                                       \
-    if (!std::filesystem::exists(kModel)) GTEST_SKIP() << kModel << " not found (the shared folder is not beside the project)"; \
-  } while (0)
-
-const std::vector<std::string> kPrompts = {
-    "Once upon a time",
-    "Lily and Ben went to the park. Lily and Ben",
-    "One day, a little girl named Sue",
-    "Tom had a big red ball. Tom liked his ball. Tom",
-    "The sun was hot",
-};
 
 // A folder of this run's files, removed when the tests end.
 std::filesystem::path scratch() {
@@ -78,12 +65,6 @@ std::string draft_gguf(std::size_t layers) {
                               " --layers " + std::to_string(layers) + " --out " + out + " > /dev/null";
   if (std::system(command.c_str()) != 0) throw std::runtime_error("make_draft_gguf.py failed: " + command);
   return made[layers] = out;
-}
-
-std::vector<std::vector<Token>> tokenized(const Engine& engine, const std::vector<std::string>& texts) {
-  std::vector<std::vector<Token>> out;
-  for (const std::string& t : texts) out.push_back(engine.tokenize(t, true));
-  return out;
 }
 
 Token argmax(std::span<const float> row) {
@@ -270,19 +251,6 @@ TEST(DraftSimple, RefusesWhatItCannotUseByName) {
             std::string::npos);
 }
 
-// ngramspec's ModelDrafter over a draft model's context, one sequence of it per drafter.
-struct ModelDrafting {
-  using Drafter = ModelDrafter<EngineLogitsModel>;
-  ModelDrafting(Engine& draft, const BatchConfig& batch, const ModelDraftConfig& config) {
-    for (std::size_t s = 0; s < batch.max_sequences; ++s) models.emplace_back(draft, s);
-    std::size_t next = 0;
-    speculator = std::make_unique<BatchSpeculator<Drafter>>(
-        batch, [&] { return Drafter(models[next++], draft.vocab_size(), config); });
-  }
-  std::vector<EngineLogitsModel> models;
-  std::unique_ptr<BatchSpeculator<Drafter>> speculator;
-};
-
 // Many random settings, one invariant: decoding with drafts of a draft model (every depth, widths,
 // draft counts, costs, greedy and sampled) emits what plain decoding emits; and greedy drafts of
 // the whole model, sent as drafted (no cost), are every one accepted.
@@ -317,7 +285,7 @@ TEST(ModelDrafterInLlama, OutputIsPlainDecodingsForRandomSettings) {
         ModelDraftConfig config;
         config.max_drafts = k;
         config.sampling = settings.sampling;
-        ModelDrafting drafting(draft, batch, config);
+        DraftModelSpeculator drafting(draft, batch, config);
         const RunResult plain = decode_plain(target, prompts, settings);
         const RunResult spec = decode_speculative(target, *drafting.speculator, prompts, settings, k);
         ASSERT_EQ(spec.outputs, plain.outputs) << "parallel " << parallel << ", layers " << layers << ", k " << k
@@ -331,18 +299,6 @@ TEST(ModelDrafterInLlama, OutputIsPlainDecodingsForRandomSettings) {
     }
   }
   EXPECT_GT(accepted, 100u) << "drafts must really be accepted for the identity to mean something";
-}
-
-// The program as a user runs it.
-std::string run_program(const std::string& args, int& status) {
-  const std::string command = std::string(NGRAMSPEC_LLAMA_PROGRAM) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (pipe != nullptr && std::fgets(buf.data(), buf.size(), pipe) != nullptr) out += buf.data();
-  status = pipe == nullptr ? -1 : pclose(pipe);
-  status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
 }
 
 // A copy of a draft whose vocabulary differs from the model's in one token's text.
