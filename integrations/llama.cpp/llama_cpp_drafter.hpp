@@ -56,6 +56,8 @@ void quiet_llama_cpp_logs();
 /// drafts (common_speculative_draft: the last token, then one draft a pass of the draft model,
 /// its argmax); afterwards it cuts the draft context back to before the draft, as the loop does
 /// before verifying. The draft model's context thus does exactly the work llama.cpp's does.
+/// A draft-model pass llama.cpp refuses throws std::runtime_error naming its size and position;
+/// reset() then makes the drafter usable again.
 ///
 /// Thread safety: none; one drafter per thread.
 class LlamaCppDrafter {
