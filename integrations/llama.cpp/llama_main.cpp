@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -11,6 +12,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <unistd.h>
 
 #include <ngramspec/batch_speculator.hpp>
 #include <ngramspec/mapped_corpus.hpp>
@@ -21,6 +24,7 @@
 #include "llama_cost.hpp"
 #include "llama_decoding.hpp"
 #include "llama_divergence.hpp"
+#include "llama_draft_gguf.hpp"
 #include "llama_engine.hpp"
 #include "llama_logits_model.hpp"
 #include "llama_options.hpp"
@@ -59,26 +63,58 @@ std::size_t most_drafts(const LlamaCppDrafterConfig& c) {
 }
 #endif
 
-// The draft models of --draft-model, each loaded with the model's context and threads and checked
-// to share its vocabulary; a failure names the option and the file.
-std::vector<std::unique_ptr<Engine>> load_draft_models(const LlamaOptions& o, const Engine& target) {
-  std::vector<std::unique_ptr<Engine>> drafts;
-  for (const std::string& path : o.draft_models) {
-    try {
-      EngineConfig config{path, o.threads, o.parallel, target.context(), 0, o.verbose, o.flash_attention};
-      drafts.push_back(std::make_unique<Engine>(config));
-      drafts.back()->require_vocabulary_of(target);
-    } catch (const std::runtime_error& e) {
-      throw std::runtime_error("--draft-model '" + path + "': " + e.what());
-    }
-  }
-  return drafts;
-}
+// A draft model of --draft-model or --draft-layers, loaded, and what the table calls it.
+struct DraftModel {
+  std::unique_ptr<Engine> engine;
+  std::string label;
+};
 
 // The file name of a path, for table rows.
 std::string file_name(const std::string& path) {
   const std::size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The draft models of --draft-model (each file) or --draft-layers (each cut of the one file, or
+// of --model, written to a temporary file removed once loaded), each loaded with the model's
+// context and threads and checked to share its vocabulary; a failure names the option and value.
+std::vector<DraftModel> load_draft_models(const LlamaOptions& o, const Engine& target) {
+  std::vector<DraftModel> drafts;
+  const auto load = [&](const std::string& path) {
+    EngineConfig config{path, o.threads, o.parallel, target.context(), 0, o.verbose, o.flash_attention};
+    auto engine = std::make_unique<Engine>(config);
+    engine->require_vocabulary_of(target);
+    return engine;
+  };
+  for (const std::string& path : o.draft_layers.empty() ? o.draft_models : std::vector<std::string>{}) {
+    try {
+      drafts.push_back({load(path), file_name(path)});
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("--draft-model '" + path + "': " + e.what());
+    }
+  }
+  const std::string source = o.draft_models.empty() ? o.model : o.draft_models.front();
+  for (const std::size_t layers : o.draft_layers) {
+    const std::string temporary = (std::filesystem::temp_directory_path() /
+                                   ("ngramspec-llama-draft-" + std::to_string(::getpid()) + "-" + std::to_string(layers) + ".gguf"))
+                                      .string();
+    try {
+      const std::size_t blocks = write_first_blocks(source, layers, temporary);
+      std::unique_ptr<Engine> engine;
+      try {
+        engine = load(temporary);
+      } catch (...) {
+        std::filesystem::remove(temporary);
+        throw;
+      }
+      std::filesystem::remove(temporary);  // llama.cpp has read or mapped it
+      drafts.push_back({std::move(engine), file_name(source) + " " + std::to_string(layers) + " of " +
+                                               std::to_string(blocks) + " blocks"});
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("--draft-layers " + std::to_string(layers) + ": " + e.what());
+    }
+  }
+  return drafts;
 }
 
 double median(std::vector<double> v) {
@@ -286,7 +322,7 @@ int run(const LlamaOptions& o) {
   std::vector<std::vector<Token>> prompts;
   for (const std::string& t : texts) prompts.push_back(engine.tokenize(t, true));
   llama_cpp::detail::prompt_limit_check(engine, prompts);
-  const std::vector<std::unique_ptr<Engine>> draft_models = load_draft_models(o, engine);
+  const std::vector<DraftModel> draft_models = load_draft_models(o, engine);
 
   RunSettings settings;
   settings.max_new_tokens = o.n;
@@ -324,8 +360,8 @@ int run(const LlamaOptions& o) {
   model_drafter.max_drafts = o.k;
   model_drafter.sampling = o.sampling;
   std::vector<std::unique_ptr<DraftModelSpeculator>> draft_speculators;
-  for (const std::unique_ptr<Engine>& draft : draft_models) {
-    draft_speculators.push_back(std::make_unique<DraftModelSpeculator>(*draft, batch, model_drafter));
+  for (const DraftModel& draft : draft_models) {
+    draft_speculators.push_back(std::make_unique<DraftModelSpeculator>(*draft.engine, batch, model_drafter));
   }
   const auto speculate = [&](auto& s) {
     if (!cost.shape) return decode_speculative(engine, s, prompts, settings, o.k);
@@ -341,7 +377,7 @@ int run(const LlamaOptions& o) {
   const auto run_ngramspec_drafter = [&] {
     return draft_speculators.empty() ? run_ngramspec() : speculate(*draft_speculators.front()->speculator);
   };
-  const auto draft_model_name = [&](std::size_t i) { return "ngramspec draft-model " + file_name(draft_models[i]->path()); };
+  const auto draft_model_name = [&](std::size_t i) { return "ngramspec draft-model " + draft_models[i].label; };
 
   if (!o.check && !o.compare) {
     const RunResult r = o.speculate ? run_ngramspec_drafter() : run_plain();
@@ -400,17 +436,17 @@ int run(const LlamaOptions& o) {
     // llama.cpp's draft-model speculation with each draft model: a drafter per sequence, each in
     // its own sequence of the draft model's context.
     const DraftSimpleConfig draft_simple{static_cast<std::int32_t>(o.llama_draft_max)};
-    for (const std::unique_ptr<Engine>& draft : draft_models) {
+    for (const DraftModel& draft : draft_models) {
       BatchConfig c;
       c.max_sequences = o.parallel;
       c.max_pass_tokens = engine.max_pass_tokens();
       std::int32_t sequence = 0;
-      llama_speculators.push_back(std::make_unique<BatchSpeculator<LlamaCppDrafter>>(c, [&, d = draft.get()] {
+      llama_speculators.push_back(std::make_unique<BatchSpeculator<LlamaCppDrafter>>(c, [&, d = draft.engine.get()] {
         return LlamaCppDrafter(draft_simple, engine.handle(), d->handle(), sequence++);
       }));
       BatchSpeculator<LlamaCppDrafter>* s = llama_speculators.back().get();
       const auto max_drafts = static_cast<std::size_t>(draft_simple.n_max);
-      contenders.push_back({describe(draft_simple) + " " + file_name(draft->path()),
+      contenders.push_back({describe(draft_simple) + " " + draft.label,
                             [&engine, s, &prompts, &settings, max_drafts] {
                               return decode_speculative(engine, *s, prompts, settings, max_drafts);
                             },

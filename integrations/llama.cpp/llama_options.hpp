@@ -49,6 +49,11 @@ struct LlamaOptions {
   /// vocabulary; ngramspec drafts with it (ModelDrafter), and --compare runs llama.cpp's
   /// draft-simple with it too.
   std::vector<std::string> draft_models;
+  /// --draft-layers L,...: draft models of the first L blocks of the --draft-model file, or of
+  /// --model without one (each L once; more than one with --compare).
+  std::vector<std::size_t> draft_layers;
+  /// Whether ngramspec drafts with a draft model (--draft-model or --draft-layers).
+  [[nodiscard]] bool drafts_with_model() const noexcept { return !draft_models.empty() || !draft_layers.empty(); }
   std::size_t llama_draft_max = 3;   ///< --llama-draft-max: llama.cpp's draft-simple n_max (its default, 3)
   bool llama_draft_max_given = false;
   std::size_t repeats = 3;           ///< --repeats: timed rounds of --check and --compare

@@ -27,6 +27,7 @@
 #include "llama.h"
 #include "llama_cpp_drafter.hpp"
 #include "llama_decoding.hpp"
+#include "llama_draft_gguf.hpp"
 #include "llama_engine.hpp"
 #include "llama_logits_model.hpp"
 #include "llama_test_support.hpp"
@@ -345,6 +346,74 @@ TEST(DraftModelProgram, CheckWithADraftModelIsIdenticalAndItsDraftsAccepted) {
   }
 }
 
+// write_first_blocks (--draft-layers) writes, for every depth, a draft that llama.cpp loads with
+// that many blocks and that decodes as make_draft_gguf.py's file of the same depth does; what it
+// cannot do it refuses by name, leaving no file.
+TEST(DraftGguf, FirstBlocksDecodeAsTheToolsFileDoes) {
+  REQUIRE_MODEL();
+  Engine target({kModel, 1, 1, 256, 0, false});
+  const auto prompts = tokenized(target, {kPrompts[0], kPrompts[1], kPrompts[4]});
+  RunSettings settings;
+  settings.max_new_tokens = 32;
+  settings.stop_at_eog = false;
+  for (std::size_t layers = 1; layers <= kBlocks; ++layers) {
+    const std::string out = (scratch() / ("cut" + std::to_string(layers) + ".gguf")).string();
+    EXPECT_EQ(write_first_blocks(kModel, layers, out), kBlocks);
+    Engine ours({out, 1, 1, 256, 0, false});
+    Engine tools({draft_gguf(layers), 1, 1, 256, 0, false});
+    EXPECT_EQ(ours.layers(), layers);
+    ours.require_vocabulary_of(target);
+    EXPECT_EQ(decode_plain(ours, prompts, settings).outputs, decode_plain(tools, prompts, settings).outputs)
+        << "layers " << layers;
+  }
+  const auto error = [](const std::string& source, std::size_t layers, const std::string& out) {
+    try {
+      write_first_blocks(source, layers, out);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no exception)");
+  };
+  const std::string out = (scratch() / "refused.gguf").string();
+  EXPECT_NE(error(kModel, 0, out).find("a draft of 0 blocks is out of range: '" + kModel + "' has 5"), std::string::npos);
+  EXPECT_NE(error(kModel, kBlocks + 1, out).find("a draft of 6 blocks is out of range"), std::string::npos);
+  EXPECT_NE(error(NGRAMSPEC_DRAFT_TOOL, 1, out).find(std::string("cannot read '") + NGRAMSPEC_DRAFT_TOOL + "' as a GGUF file"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  const std::string unwritable = (scratch() / "no-such-folder" / "draft.gguf").string();
+  EXPECT_NE(error(kModel, 1, unwritable).find("cannot write the draft of '" + kModel + "' to '" + unwritable + "'"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(unwritable));
+}
+
+// Every "drafted" and "accepted" figure of a --json run, in order.
+std::vector<unsigned long> draft_counts(const std::string& json) {
+  std::vector<unsigned long> counts;
+  for (const std::string key : {"\"drafted\": ", "\"accepted\": "}) {
+    for (std::size_t at = json.find(key); at != std::string::npos; at = json.find(key, at + 1)) {
+      counts.push_back(std::stoul(json.substr(at + key.size())));
+    }
+  }
+  return counts;
+}
+
+// --draft-layers cuts the model in the program and drafts exactly as the tool's files do.
+TEST(DraftModelProgram, DraftLayersDraftAsTheToolsFilesDo) {
+  REQUIRE_MODEL();
+  const std::string base = "--model " + kModel + " --prompts " + NGRAMSPEC_PROMPTS_FILE +
+                           " --n 40 --threads 1 --compare --repeats 1 --cost none --llama-drafter ngram-simple:n=2,m=4 --json ";
+  int status = 0;
+  const std::string cut = run_program(base + "--draft-layers 1,2", status);
+  EXPECT_EQ(status, 0) << cut;
+  const std::string files = run_program(base + "--draft-model " + draft_gguf(1) + " --draft-model " + draft_gguf(2), status);
+  EXPECT_EQ(status, 0) << files;
+  EXPECT_NE(cut.find("\"ngramspec draft-model stories260K.gguf 2 of 5 blocks\""), std::string::npos) << cut;
+  EXPECT_NE(cut.find("\"llama.cpp:draft-simple(n_max=3) stories260K.gguf 1 of 5 blocks\""), std::string::npos) << cut;
+  const std::vector<unsigned long> counts = draft_counts(cut);
+  EXPECT_EQ(counts.size(), 14u) << cut;  // 7 runs: plain, ngramspec, 2 draft models twice, one n-gram setting
+  EXPECT_EQ(counts, draft_counts(files));
+}
+
 TEST(DraftModelProgram, RefusesDraftModelsItCannotUseNamingThem) {
   REQUIRE_MODEL();
   int status = 0;
@@ -376,6 +445,12 @@ TEST(DraftModelProgram, RefusesDraftModelsItCannotUseNamingThem) {
       {"--prompt hi --compare --llama-draft-max 4", "--llama-draft-max goes with --compare and --draft-model"},
       {"--prompt hi --compare --draft-model a.gguf --llama-draft-max 0", "--llama-draft-max 0: is out of range: 1 to 1024"},
       {"--prompt hi --draft-model a.gguf --corpus 4", "--corpus drafts from text, and --draft-model drafts with the model instead"},
+      {"--prompt hi --draft-layers 1,2", "--draft-layers 1,2: more than one draft model goes with --compare only"},
+      {"--prompt hi --compare --draft-layers 2,1,2", "--draft-layers: '2' is given twice"},
+      {"--prompt hi --compare --draft-layers 0", "--draft-layers 0: is out of range: 1 to 1024"},
+      {"--prompt hi --compare --draft-layers 1 --draft-model a.gguf --draft-model b.gguf",
+       "--draft-layers cuts one model: give at most one --draft-model"},
+      {"--prompt hi --no-speculate --draft-layers 1", "--draft-layers does nothing with --no-speculate"},
   };
   for (const auto& [args, message] : cases) {
     out = run_program("--model /nonexistent/model.gguf " + args, status);
