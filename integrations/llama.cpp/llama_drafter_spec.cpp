@@ -154,4 +154,8 @@ std::string describe(const LlamaCppDrafterConfig& c) {
   return s;
 }
 
+std::string describe(const DraftSimpleConfig& c) {
+  return "llama.cpp:draft-simple(n_max=" + std::to_string(c.n_max) + ")";
+}
+
 }  // namespace ngramspec::llama_cpp

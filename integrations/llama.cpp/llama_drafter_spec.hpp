@@ -36,6 +36,17 @@ struct LlamaCppDrafterConfig {
   bool quiet_logs = true;
 };
 
+/// llama.cpp's draft-model speculation ("draft-simple"): a second model drafts greedily, one
+/// token a pass of its own context, as llama.cpp's examples/speculative-simple does with -md.
+struct DraftSimpleConfig {
+  /// Most tokens one draft holds (common_params_speculative_draft::n_max, llama.cpp's
+  /// --spec-draft-n-max; 3 is its default), 1-1024.
+  std::int32_t n_max = 3;
+};
+
+/// "llama.cpp:draft-simple(n_max=3)".
+[[nodiscard]] std::string describe(const DraftSimpleConfig& config);
+
 /// Throws std::invalid_argument naming the field and its value when `config` is invalid: a
 /// field outside its range, or n_min above n_max (ngram-mod: a draft holds at most n_max tokens).
 void validate_config(const LlamaCppDrafterConfig& config);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include "llama.h"
@@ -73,6 +74,8 @@ Engine::Engine(const EngineConfig& config) {
   char size[64];
   std::snprintf(size, sizeof size, ", %.1f MiB", static_cast<double>(llama_model_size(model_)) / (1 << 20));
   description_ = std::string(desc) + size;
+  path_ = config.model;
+  layers_ = static_cast<std::size_t>(std::max(0, llama_model_n_layer(model_)));
   for (std::size_t t = 0; t < vocab_size_; ++t) {
     if (llama_vocab_is_eog(vocab_, static_cast<llama_token>(t))) stop_tokens_.push_back(static_cast<Token>(t));
   }
@@ -219,6 +222,33 @@ void Engine::truncate(std::size_t sequence, std::size_t length) {
     throw std::runtime_error("the model's memory cannot drop sequence " + std::to_string(sequence) +
                              "'s tokens from position " + std::to_string(length) +
                              " (llama_memory_seq_rm refused): rejected drafts cannot be rolled back");
+  }
+}
+
+void Engine::require_vocabulary_of(const Engine& target) const {
+  const auto refuse = [&](const std::string& what) {
+    throw std::runtime_error("the draft model " + quoted(path_) + " does not share the vocabulary of " +
+                             quoted(target.path_) + ": " + what + " (a draft model must have the model's tokens)");
+  };
+  if (vocab_size_ != target.vocab_size_) {
+    refuse("it has " + std::to_string(vocab_size_) + " tokens, the model " + std::to_string(target.vocab_size_));
+  }
+  if (llama_vocab_type(vocab_) != llama_vocab_type(target.vocab_)) {
+    refuse("its tokenizer type is " + std::to_string(llama_vocab_type(vocab_)) + ", the model's " +
+           std::to_string(llama_vocab_type(target.vocab_)));
+  }
+  if (llama_vocab_bos(vocab_) != llama_vocab_bos(target.vocab_) || llama_vocab_eos(vocab_) != llama_vocab_eos(target.vocab_)) {
+    refuse("its BOS/EOS are " + std::to_string(llama_vocab_bos(vocab_)) + "/" + std::to_string(llama_vocab_eos(vocab_)) +
+           ", the model's " + std::to_string(llama_vocab_bos(target.vocab_)) + "/" +
+           std::to_string(llama_vocab_eos(target.vocab_)));
+  }
+  for (std::size_t t = 0; t < vocab_size_; ++t) {
+    const char* mine = llama_vocab_get_text(vocab_, static_cast<llama_token>(t));
+    const char* theirs = llama_vocab_get_text(target.vocab_, static_cast<llama_token>(t));
+    if (std::string_view(mine != nullptr ? mine : "") != std::string_view(theirs != nullptr ? theirs : "")) {
+      refuse("token " + std::to_string(t) + " is " + quoted(mine != nullptr ? mine : "") + " there, " +
+             quoted(theirs != nullptr ? theirs : "") + " in the model");
+    }
   }
 }
 

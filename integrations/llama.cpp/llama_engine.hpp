@@ -62,6 +62,19 @@ class Engine {
   [[nodiscard]] std::size_t max_pass_tokens() const noexcept { return max_pass_tokens_; }
   /// "llama 260K all F32, 0.00 B params, 1.1 MiB" and the like.
   [[nodiscard]] const std::string& description() const noexcept { return description_; }
+  /// The GGUF file it loaded.
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  /// The block count of the model (llama_model_n_layer).
+  [[nodiscard]] std::size_t layers() const noexcept { return layers_; }
+
+  /// Throws std::runtime_error naming both files and the first difference unless this model's
+  /// vocabulary is `target`'s token for token (the same size, type, text of every token and
+  /// BOS/EOS), as a draft model's must be: a draft is the target's token ids.
+  void require_vocabulary_of(const Engine& target) const;
+
+  /// llama.cpp's context, for llama.cpp's own code that drives one (common_speculative's
+  /// draft-model types). Owned by this Engine.
+  [[nodiscard]] llama_context* handle() const noexcept { return context_ptr_; }
 
   /// Starts an empty pass.
   void clear_pass() noexcept;
@@ -92,6 +105,8 @@ class Engine {
   std::size_t sequences_ = 0;
   std::size_t max_pass_tokens_ = 0;
   std::string description_;
+  std::string path_;
+  std::size_t layers_ = 0;
   std::vector<Token> stop_tokens_;
   struct Pass;
   std::unique_ptr<Pass> pass_;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -12,15 +13,20 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h>
+
 #include <ngramspec/batch_speculator.hpp>
 #include <ngramspec/mapped_corpus.hpp>
+#include <ngramspec/model_drafter.hpp>
 #include <ngramspec/shared_corpus.hpp>
 
 #include "command_line.hpp"
 #include "llama_cost.hpp"
 #include "llama_decoding.hpp"
 #include "llama_divergence.hpp"
+#include "llama_draft_gguf.hpp"
 #include "llama_engine.hpp"
+#include "llama_logits_model.hpp"
 #include "llama_options.hpp"
 #if NGRAMSPEC_LLAMA_CPP_DRAFTERS
 #include "llama_cpp_drafter.hpp"
@@ -56,6 +62,60 @@ std::size_t most_drafts(const LlamaCppDrafterConfig& c) {
   }
 }
 #endif
+
+// A draft model of --draft-model or --draft-layers, loaded, and what the table calls it.
+struct DraftModel {
+  std::unique_ptr<Engine> engine;
+  std::string label;
+};
+
+// The file name of a path, for table rows.
+std::string file_name(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The draft models of --draft-model (each file) or --draft-layers (each cut of the one file, or
+// of --model, written to a temporary file removed once loaded), each loaded with the model's
+// context and threads and checked to share its vocabulary; a failure names the option and value.
+std::vector<DraftModel> load_draft_models(const LlamaOptions& o, const Engine& target) {
+  std::vector<DraftModel> drafts;
+  const auto load = [&](const std::string& path) {
+    EngineConfig config{path, o.threads, o.parallel, target.context(), 0, o.verbose, o.flash_attention};
+    auto engine = std::make_unique<Engine>(config);
+    engine->require_vocabulary_of(target);
+    return engine;
+  };
+  for (const std::string& path : o.draft_layers.empty() ? o.draft_models : std::vector<std::string>{}) {
+    try {
+      drafts.push_back({load(path), file_name(path)});
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("--draft-model '" + path + "': " + e.what());
+    }
+  }
+  const std::string source = o.draft_models.empty() ? o.model : o.draft_models.front();
+  for (const std::size_t layers : o.draft_layers) {
+    const std::string temporary = (std::filesystem::temp_directory_path() /
+                                   ("ngramspec-llama-draft-" + std::to_string(::getpid()) + "-" + std::to_string(layers) + ".gguf"))
+                                      .string();
+    try {
+      const std::size_t blocks = write_first_blocks(source, layers, temporary);
+      std::unique_ptr<Engine> engine;
+      try {
+        engine = load(temporary);
+      } catch (...) {
+        std::filesystem::remove(temporary);
+        throw;
+      }
+      std::filesystem::remove(temporary);  // llama.cpp has read or mapped it
+      drafts.push_back({std::move(engine), file_name(source) + " " + std::to_string(layers) + " of " +
+                                               std::to_string(blocks) + " blocks"});
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("--draft-layers " + std::to_string(layers) + ": " + e.what());
+    }
+  }
+  return drafts;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -262,6 +322,7 @@ int run(const LlamaOptions& o) {
   std::vector<std::vector<Token>> prompts;
   for (const std::string& t : texts) prompts.push_back(engine.tokenize(t, true));
   llama_cpp::detail::prompt_limit_check(engine, prompts);
+  const std::vector<DraftModel> draft_models = load_draft_models(o, engine);
 
   RunSettings settings;
   settings.max_new_tokens = o.n;
@@ -293,20 +354,38 @@ int run(const LlamaOptions& o) {
   // sequence, and their memory is what every update walks.
   drafter.cap = std::clamp<std::size_t>(engine.context(), MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
   BatchSpeculator<MatchDrafter> speculator(batch, drafter, corpus.get(), file.get());
+  // With --draft-model: ngramspec drafts with each draft model (ModelDrafter, drawing its drafts
+  // as the run samples, so that each draft's q is the draft model's distribution).
+  ModelDraftConfig model_drafter;
+  model_drafter.max_drafts = o.k;
+  model_drafter.sampling = o.sampling;
+  std::vector<std::unique_ptr<DraftModelSpeculator>> draft_speculators;
+  for (const DraftModel& draft : draft_models) {
+    draft_speculators.push_back(std::make_unique<DraftModelSpeculator>(*draft.engine, batch, model_drafter));
+  }
+  const auto speculate = [&](auto& s) {
+    if (!cost.shape) return decode_speculative(engine, s, prompts, settings, o.k);
+    const FixedPassShape shape{o.k, &cost.shape->entry, &cost.shape->streak};
+    return decode_speculative(engine, s, prompts, settings, o.k, &shape);
+  };
   const auto run_plain = [&] { return decode_plain(engine, prompts, settings); };
   const auto run_ngramspec = [&] {
     if (corpus) corpus->clear();  // every timed run starts from the same corpus
-    if (!cost.shape) return decode_speculative(engine, speculator, prompts, settings, o.k);
-    const FixedPassShape shape{o.k, &cost.shape->entry, &cost.shape->streak};
-    return decode_speculative(engine, speculator, prompts, settings, o.k, &shape);
+    return speculate(speculator);
   };
+  // ngramspec's run outside --compare: with the draft model when one is given.
+  const auto run_ngramspec_drafter = [&] {
+    return draft_speculators.empty() ? run_ngramspec() : speculate(*draft_speculators.front()->speculator);
+  };
+  const auto draft_model_name = [&](std::size_t i) { return "ngramspec draft-model " + draft_models[i].label; };
 
   if (!o.check && !o.compare) {
-    const RunResult r = o.speculate ? run_ngramspec() : run_plain();
+    const RunResult r = o.speculate ? run_ngramspec_drafter() : run_plain();
     if (o.json) {
       std::printf("{\"model\": %s, \"cost\": %s, \"runs\": [%s], \"outputs\": [", json_string(engine.description()).c_str(),
                   json_string(cost.cost ? cost.cost->spec() : "none").c_str(),
-                  run_json(o.speculate ? "ngramspec" : "plain", r, r.seconds, r.seconds, true).c_str());
+                  run_json(!o.speculate ? "plain" : draft_models.empty() ? "ngramspec" : draft_model_name(0), r, r.seconds,
+                           r.seconds, true).c_str());
       for (std::size_t i = 0; i < r.outputs.size(); ++i) {
         std::printf("%s{\"prompt\": %s, \"text\": %s, \"tokens\": [", i ? ", " : "", json_string(texts[i]).c_str(),
                     json_string(engine.detokenize(r.outputs[i])).c_str());
@@ -321,13 +400,17 @@ int run(const LlamaOptions& o) {
     }
     std::printf("%s\n", engine.description().c_str());
     if (o.speculate) std::printf("%s\n", cost.line.c_str());
-    print_run(o.speculate ? "ngramspec" : "plain", r);
+    print_run(!o.speculate ? "plain" : draft_models.empty() ? "ngramspec" : "draft-model", r);
     return 0;
   }
 
   std::vector<Contender> contenders;
   contenders.push_back({"plain", run_plain, {}, {}, true, {}, {}});
-  contenders.push_back({"ngramspec", run_ngramspec, {}, {}, true, {}, {}});
+  if (o.compare || draft_models.empty()) contenders.push_back({"ngramspec", run_ngramspec, {}, {}, true, {}, {}});
+  for (std::size_t i = 0; i < draft_speculators.size(); ++i) {
+    BatchSpeculator<DraftModelSpeculator::Drafter>* s = draft_speculators[i]->speculator.get();
+    contenders.push_back({draft_model_name(i), [&speculate, s] { return speculate(*s); }, {}, {}, true, {}, {}});
+  }
 #if NGRAMSPEC_LLAMA_CPP_DRAFTERS
   std::vector<std::unique_ptr<BatchSpeculator<LlamaCppDrafter>>> llama_speculators;
   if (o.compare) {
@@ -345,6 +428,25 @@ int run(const LlamaOptions& o) {
           c, [drafter] { return LlamaCppDrafter(drafter); }));
       BatchSpeculator<LlamaCppDrafter>* s = llama_speculators.back().get();
       contenders.push_back({describe(drafter),
+                            [&engine, s, &prompts, &settings, max_drafts] {
+                              return decode_speculative(engine, *s, prompts, settings, max_drafts);
+                            },
+                            {}, {}, true, {}, {}});
+    }
+    // llama.cpp's draft-model speculation with each draft model: a drafter per sequence, each in
+    // its own sequence of the draft model's context.
+    const DraftSimpleConfig draft_simple{static_cast<std::int32_t>(o.llama_draft_max)};
+    for (const DraftModel& draft : draft_models) {
+      BatchConfig c;
+      c.max_sequences = o.parallel;
+      c.max_pass_tokens = engine.max_pass_tokens();
+      std::int32_t sequence = 0;
+      llama_speculators.push_back(std::make_unique<BatchSpeculator<LlamaCppDrafter>>(c, [&, d = draft.engine.get()] {
+        return LlamaCppDrafter(draft_simple, engine.handle(), d->handle(), sequence++);
+      }));
+      BatchSpeculator<LlamaCppDrafter>* s = llama_speculators.back().get();
+      const auto max_drafts = static_cast<std::size_t>(draft_simple.n_max);
+      contenders.push_back({describe(draft_simple) + " " + draft.label,
                             [&engine, s, &prompts, &settings, max_drafts] {
                               return decode_speculative(engine, *s, prompts, settings, max_drafts);
                             },

@@ -8,6 +8,7 @@
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <ngramspec/decode_step.hpp>
 
@@ -30,6 +31,21 @@ std::size_t parse_count(std::string_view flag, std::string_view text, std::size_
     bad(flag, text, "is out of range: " + std::to_string(min) + " to " + std::to_string(max));
   }
   return value;
+}
+
+// "1,4,16": whole numbers from min to max, each once.
+std::vector<std::size_t> parse_count_list(std::string_view flag, std::string_view text, std::size_t min, std::size_t max) {
+  std::vector<std::size_t> values;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, comma - start);
+    const std::size_t value = parse_count(flag, item, min, max);
+    cli::refuse_repeated_item(flag, values, value, item);
+    values.push_back(value);
+    start = comma + 1;
+  }
+  return values;
 }
 
 float parse_real(std::string_view flag, std::string_view text) {
@@ -58,7 +74,8 @@ T choice(std::string_view flag, std::string_view text, std::initializer_list<std
 
 const char* llama_usage() noexcept {
   return "usage: ngramspec-llama --model FILE.gguf (--prompt TEXT | --prompts FILE) [options]\n"
-         "Decodes with llama.cpp, drafting with ngramspec (MatchDrafter through BatchSpeculator).\n"
+         "Decodes with llama.cpp, drafting with ngramspec (MatchDrafter, or ModelDrafter with a draft model, through\n"
+         "BatchSpeculator).\n"
          "  --model FILE       a GGUF model llama.cpp loads\n"
          "  --prompt TEXT      one prompt (\"\" decodes from BOS alone); --prompts FILE: one prompt a line\n"
          "  --n N              most tokens generated per prompt (default 256)\n"
@@ -66,7 +83,8 @@ const char* llama_usage() noexcept {
          "  --parallel N       sequences decoded together in one llama_batch, 1 to 256 (default 1); a finished\n"
          "                     sequence's slot takes the next prompt\n"
          "  --ctx N            tokens each sequence holds (default: the model's training context)\n"
-         "  --k N              most drafts per sequence and pass, 1 to 1024 (default 16; 4 with --cost none)\n"
+         "  --k N              most drafts per sequence and pass, 1 to 1024 (default 16; 4 with --cost none or\n"
+         "                     --draft-model, whose every draft is a pass of the draft model)\n"
          "  --cost SPEC        what a verify pass costs, which sizes every pass's drafts: measure (default: time\n"
          "                     this model's passes at start), none (MatchDrafter's own gate decides), flat,\n"
          "                     knee:N, or table:1=1,2=1.5,... (what --print-cost prints)\n"
@@ -93,11 +111,22 @@ const char* llama_usage() noexcept {
          "                     the largest |logit|) or 'NOT a near tie'), both speeds, the mean accepted length and\n"
          "                     'speedup N.NNx' (plain time / speculative time, medians of --repeats alternating runs)\n"
          "  --compare          plain, ngramspec and llama.cpp's own n-gram drafters (through its\n"
-         "                     common_speculative code) on the same prompts in one run: one table, then such a\n"
-         "                     line for every drafter's prompts that differ\n"
+         "                     common_speculative code; with a draft model, both drafters of each draft model too)\n"
+         "                     on the same prompts in one run: one table, then such a line for every drafter's\n"
+         "                     prompts that differ\n"
          "  --llama-drafter S  with --compare: a llama.cpp drafter to run, TYPE[:key=value,...] (repeatable, each\n"
          "                     drafter once; default: every n-gram type at its defaults and at settings that\n"
          "                     draft on short texts)\n"
+         "  --draft-model F    a draft model GGUF of the model's vocabulary (make_draft_gguf.py writes one of the\n"
+         "                     model's first blocks): ngramspec drafts with it (up to --k tokens a pass) instead\n"
+         "                     of from the text; with --compare (repeatable, each file once) each one joins the\n"
+         "                     table twice, as ngramspec's drafter and as llama.cpp's draft-simple\n"
+         "  --draft-layers L,... draft models of the first L blocks of the --draft-model file, or of --model\n"
+         "                     without one (written as make_draft_gguf.py writes them, into a temporary file\n"
+         "                     that is removed once loaded), each L from 1 to the block count and once; more\n"
+         "                     than one goes with --compare\n"
+         "  --llama-draft-max N  with --compare and a draft model: most tokens a draft of llama.cpp's\n"
+         "                     draft-simple holds, 1 to 1024 (default 3, llama.cpp's --spec-draft-n-max)\n"
          "  --repeats N        timed rounds of --check, --compare and --curve (default 3)\n"
          "  --curve 1,4,16     measure the cost of passes of 1 .. --curve-tokens (default 17) tokens per sequence,\n"
          "                     at position --curve-at (default 256) of each sequence,\n"
@@ -105,7 +134,7 @@ const char* llama_usage() noexcept {
          "                     and --curve-tokens tokens per sequence costs after one like it, and exit\n"
          "  --json             print the result as JSON (with --check or --compare: each run's divergences)\n"
          "  --verbose          show llama.cpp's log\n"
-         "Every option but --llama-drafter at most once.\n";
+         "Every option but --llama-drafter and --draft-model at most once.\n";
 }
 
 LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
@@ -116,7 +145,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view flag = args[i];
     given.push_back(flag);
-    if (flag != "--llama-drafter" && flag != "--help" && flag != "-h") once.once(flag);
+    if (flag != "--llama-drafter" && flag != "--draft-model" && flag != "--help" && flag != "-h") once.once(flag);
     const auto value = [&]() -> std::string_view {
       if (i + 1 >= args.size()) throw std::invalid_argument(std::string(flag) + " needs a value");
       return args[++i];
@@ -184,6 +213,15 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       cli::refuse_repeated_item(flag, drafters, described, spec);
       drafters.push_back(described);
       o.llama_drafters.emplace_back(spec);
+    } else if (flag == "--draft-model") {
+      const std::string_view path = value();
+      cli::refuse_repeated_item(flag, o.draft_models, std::string(path), path);
+      o.draft_models.emplace_back(path);
+    } else if (flag == "--draft-layers") {
+      o.draft_layers = parse_count_list(flag, value(), 1, 1024);
+    } else if (flag == "--llama-draft-max") {
+      o.llama_draft_max = parse_count(flag, value(), 1, 1024);
+      o.llama_draft_max_given = true;
     } else if (flag == "--repeats") {
       o.repeats = parse_count(flag, value(), 1, 1000);
     } else if (flag == "--corpus") {
@@ -191,16 +229,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
     } else if (flag == "--corpus-file") {
       o.corpus_file = value();
     } else if (flag == "--curve") {
-      const std::string_view text = value();
-      std::size_t start = 0;
-      while (start <= text.size()) {
-        const std::size_t comma = std::min(text.find(',', start), text.size());
-        const std::string_view item = text.substr(start, comma - start);
-        const std::size_t sequences = parse_count(flag, item, 1, 256);
-        cli::refuse_repeated_item(flag, o.curve, sequences, item);
-        o.curve.push_back(sequences);
-        start = comma + 1;
-      }
+      o.curve = parse_count_list(flag, value(), 1, 256);
     } else if (flag == "--curve-at") {
       o.curve_at = parse_count(flag, value(), 0, std::size_t{1} << 24);
     } else if (flag == "--curve-tokens") {
@@ -224,7 +253,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   if (!o.curve.empty()) {
     refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--k", "--cost", "--print-cost", "--pass-shape", "--temperature",
                  "--top-k", "--top-p", "--min-p", "--seed", "--ignore-eos", "--no-speculate", "--check", "--compare",
-                 "--corpus", "--corpus-file", "--json"},
+                 "--corpus", "--corpus-file", "--json", "--draft-model", "--draft-layers"},
                 "does nothing with --curve, which only times passes (its options: --threads, --ctx, --flash-attn, --curve-at, "
                 "--curve-tokens, --repeats, --verbose)");
   } else {
@@ -232,7 +261,8 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   }
   if (!o.check && !o.compare && o.curve.empty()) refuse_with({"--repeats"}, "goes with --check, --compare or --curve");
   if (!o.speculate) {
-    refuse_with({"--k", "--cost", "--print-cost", "--pass-shape", "--corpus", "--corpus-file"},
+    refuse_with({"--k", "--cost", "--print-cost", "--pass-shape", "--corpus", "--corpus-file", "--draft-model",
+                 "--draft-layers"},
                 "does nothing with --no-speculate, which drafts nothing");
   }
   if (o.pass_shape_given && o.fixed_shape && (o.parallel != 1 || o.cost_source != LlamaOptions::Cost::measure)) {
@@ -248,7 +278,32 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
     throw std::invalid_argument("--no-speculate decodes plainly; --check and --compare decode both ways already");
   }
   if (!o.llama_drafters.empty() && !o.compare) throw std::invalid_argument("--llama-drafter goes with --compare");
-  if (o.cost_source == LlamaOptions::Cost::none && !o.k_given) o.k = LlamaOptions::kDefaultKWithoutCost;
+  if (o.drafts_with_model()) {
+    if (!o.compare) {
+      refuse_with({"--corpus", "--corpus-file"},
+                  "drafts from text, and --draft-model drafts with the model instead (--compare runs both)");
+    }
+    if (!o.draft_layers.empty() && o.draft_models.size() > 1) {
+      throw std::invalid_argument("--draft-layers cuts one model: give at most one --draft-model (without one it cuts "
+                                  "--model)");
+    }
+    if (o.draft_layers.size() > 1 && !o.compare) {
+      throw std::invalid_argument("--draft-layers " + std::to_string(o.draft_layers[0]) + "," +
+                                  std::to_string(o.draft_layers[1]) +
+                                  ": more than one draft model goes with --compare only, which runs each");
+    }
+    if (o.draft_models.size() > 1 && !o.compare) {
+      throw std::invalid_argument("--draft-model '" + o.draft_models[1] +
+                                  "': more than one draft model goes with --compare only, which runs each");
+    }
+  }
+  if (o.llama_draft_max_given && (!o.compare || !o.drafts_with_model())) {
+    throw std::invalid_argument("--llama-draft-max goes with --compare and --draft-model or --draft-layers (llama.cpp's "
+                                "draft-simple)");
+  }
+  if ((o.cost_source == LlamaOptions::Cost::none || o.drafts_with_model()) && !o.k_given) {
+    o.k = LlamaOptions::kDefaultKWithoutCost;
+  }
   validate(o.sampling);
   // Greedy decoding takes the most likely token: a filter or a seed would change nothing.
   if (o.sampling.temperature == 0) {

@@ -45,6 +45,17 @@ struct LlamaOptions {
   bool check = false;                ///< --check
   bool compare = false;              ///< --compare
   std::vector<std::string> llama_drafters;  ///< --llama-drafter SPEC (repeatable, checked): drafters --compare runs
+  /// --draft-model GGUF (repeatable with --compare, each file once): a draft model of the same
+  /// vocabulary; ngramspec drafts with it (ModelDrafter), and --compare runs llama.cpp's
+  /// draft-simple with it too.
+  std::vector<std::string> draft_models;
+  /// --draft-layers L,...: draft models of the first L blocks of the --draft-model file, or of
+  /// --model without one (each L once; more than one with --compare).
+  std::vector<std::size_t> draft_layers;
+  /// Whether ngramspec drafts with a draft model (--draft-model or --draft-layers).
+  [[nodiscard]] bool drafts_with_model() const noexcept { return !draft_models.empty() || !draft_layers.empty(); }
+  std::size_t llama_draft_max = 3;   ///< --llama-draft-max: llama.cpp's draft-simple n_max (its default, 3)
+  bool llama_draft_max_given = false;
   std::size_t repeats = 3;           ///< --repeats: timed rounds of --check and --compare
   std::size_t corpus_mib = 0;        ///< --corpus MIB: a SharedCorpus across prompts
   std::string corpus_file;           ///< --corpus-file FILE: a corpus file (ngramspec-corpus build)
@@ -55,7 +66,8 @@ struct LlamaOptions {
   bool verbose = false;              ///< --verbose: llama.cpp's log
 
   static constexpr std::size_t kDefaultK = 16;           ///< with a cost: it keeps drafts that do not pay out
-  static constexpr std::size_t kDefaultKWithoutCost = 4;  ///< --cost none: the drafter's gate alone
+  /// --cost none (the drafter's gate alone) or --draft-model (a draft model's pass per draft).
+  static constexpr std::size_t kDefaultKWithoutCost = 4;
 };
 
 /// Parses the arguments after the program name. Throws std::invalid_argument naming the option

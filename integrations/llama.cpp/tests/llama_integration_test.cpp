@@ -24,31 +24,13 @@
 #include "llama_divergence.hpp"
 #include "llama.h"
 #include "llama_engine.hpp"
+#include "llama_test_support.hpp"
 
 namespace {
 
 using namespace ngramspec;
 using namespace ngramspec::llama_cpp;
-
-const std::string kShared = NGRAMSPEC_SHARED_DIR;
-const std::string kModel = kShared + "/models/stories260K.gguf";
-
-#define REQUIRE_MODEL()                                                                                      \
-  do {                                                                                                       \
-    if (!std::filesystem::exists(kModel)) GTEST_SKIP() << kModel << " not found (the shared folder is not beside the project)"; \
-  } while (0)
-
-// Prompts whose stories repeat names and phrases, so drafts get accepted, and a few that do not.
-const std::vector<std::string> kPrompts = {
-    "Once upon a time",
-    "Lily and Ben went to the park. Lily and Ben",
-    "The cat sat on the mat. The cat sat on the",
-    "One day, a little girl named Sue",
-    "Tom had a big red ball. Tom liked his ball. Tom",
-    "The sun was hot",
-    "Mom said, \"Let's go home.\" Mom said,",
-    "x",
-};
+using namespace ngramspec::llama_cpp::testing;
 
 std::string what_of(const std::exception& e) { return e.what(); }
 
@@ -60,12 +42,6 @@ std::string error_of(F&& f) {
     return what_of(e);
   }
   return "(no exception)";
-}
-
-std::vector<std::vector<Token>> tokenized(const Engine& engine, const std::vector<std::string>& texts) {
-  std::vector<std::vector<Token>> out;
-  for (const std::string& t : texts) out.push_back(engine.tokenize(t, true));
-  return out;
 }
 
 TEST(LlamaIntegration, GoldenStoryFromBosPlainAndSpeculative) {
@@ -267,18 +243,6 @@ TEST(LlamaIntegration, BadInputIsRefusedByName) {
   // The engine is usable after a refusal.
   const std::vector<std::vector<Token>> short_prompt = {engine.tokenize("Once", true)};
   EXPECT_EQ(decode_plain(engine, short_prompt, RunSettings{4, true, {}}).generated, 4u);
-}
-
-// The program as a user runs it.
-std::string run_program(const std::string& args, int& status) {
-  const std::string command = std::string(NGRAMSPEC_LLAMA_PROGRAM) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (pipe != nullptr && std::fgets(buf.data(), buf.size(), pipe) != nullptr) out += buf.data();
-  status = pipe == nullptr ? -1 : pclose(pipe);
-  status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
 }
 
 TEST(LlamaIntegration, ProgramCheckReportsIdenticalAndSpeedup) {
