@@ -180,6 +180,8 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
                                                                  : "--enrich-counts") +
                                 " applies to trees only: it needs --tree-nodes");
   }
+  // Drawn candidates are drawn from what the row keeps of each distribution: the widest row covers the most.
+  if (!has_recycle && options.sampling.mode == SamplingMode::rejection) options.recycle = GenerateOptions::kRejectionRecycle;
   if (options.enrich_counts && options.recycle == 0) {
     throw std::invalid_argument("--enrich-counts counts the model's top-k, which --recycle 0 does not ask for");
   }
