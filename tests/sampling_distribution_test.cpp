@@ -697,6 +697,25 @@ const SamplingOptions kFilterCases[] = {
          std::to_string(o.top_p) + ", min_p " + std::to_string(o.min_p);
 }
 
+/// kRuns requests in the rejection mode with `base` and seeds 0 .. kRuns - 1, `reseed(seed)`
+/// seeding the drafter alike; their stats summed into `total`; the chi-square of their first
+/// three tokens against the distribution `base` gives.
+template <class Decoder, class Sampling, class Reseed>
+[[nodiscard]] ChiSquare rejection_runs(Decoder& decoder, Sampling& sampling, const SamplingOptions& base,
+                                       const DecodeOptions& options, Reseed&& reseed, DecodeStats& total) {
+  return chi_square(count_cells([&](std::uint64_t seed) {
+                      SamplingOptions o = rejection(base);
+                      o.seed = seed;
+                      sampling.set_options(o);
+                      reseed(seed);
+                      DecodeResult result = decoder.generate(kPrompt, options);
+                      total.drafted += result.stats.drafted;
+                      total.accepted += result.stats.accepted;
+                      return result.tokens;
+                    }),
+                    exact_joint(conditional_of(base)));
+}
+
 TEST(RejectionSampling, DrawnChainsKeepTheModelsDistributionWithEveryFilter) {
   for (const SamplingOptions& base : kFilterCases) {
     for (const DraftSource source : {DraftSource::unlike, DraftSource::narrow}) {
@@ -706,17 +725,8 @@ TEST(RejectionSampling, DrawnChainsKeepTheModelsDistributionWithEveryFilter) {
       DrawingDrafter drafter(source, conditional_of(base));
       SpeculativeDecoder decoder(sampling, drafter);
       DecodeStats total;
-      const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
-                                       SamplingOptions o = rejection(base);
-                                       o.seed = seed;
-                                       sampling.set_options(o);
-                                       drafter.seed(seed);
-                                       DecodeResult result = decoder.generate(kPrompt, kDecode);
-                                       total.drafted += result.stats.drafted;
-                                       total.accepted += result.stats.accepted;
-                                       return result.tokens;
-                                     }),
-                                     exact_joint(conditional_of(base)));
+      const auto reseed = [&](std::uint64_t seed) { drafter.seed(seed); };
+      const ChiSquare r = rejection_runs(decoder, sampling, base, kDecode, reseed, total);
       EXPECT_LT(r.statistic, r.critical) << describe(r);
       EXPECT_EQ(r.impossible, 0U);
       // Both outcomes happen often, so the test sees both branches of the rule.
@@ -734,17 +744,8 @@ TEST(RejectionSampling, DrawnTreesKeepTheModelsDistributionWithEveryFilter) {
     DrawingTreeDrafter drafter;
     SpeculativeDecoder decoder(sampling, drafter);
     DecodeStats total;
-    const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
-                                     SamplingOptions o = rejection(base);
-                                     o.seed = seed;
-                                     sampling.set_options(o);
-                                     drafter.seed(seed);
-                                     DecodeResult result = decoder.generate(kPrompt, kTreeDecode);
-                                     total.drafted += result.stats.drafted;
-                                     total.accepted += result.stats.accepted;
-                                     return result.tokens;
-                                   }),
-                                   exact_joint(conditional_of(base)));
+    const auto reseed = [&](std::uint64_t seed) { drafter.seed(seed); };
+    const ChiSquare r = rejection_runs(decoder, sampling, base, kTreeDecode, reseed, total);
     EXPECT_LT(r.statistic, r.critical) << describe(r);
     EXPECT_EQ(r.impossible, 0U);
     EXPECT_GT(total.accepted, kRuns / 4);
@@ -757,25 +758,14 @@ TEST(RejectionSampling, ChosenDraftsKeepTheModelsDistribution) {
   ConditionalModel model;
   SamplingModel<ConditionalModel> sampling(model, rejection(base));
   SpeculativeDecoder decoder(sampling, OracleDrafter(likely_rule(), 2));
-  const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
-                                   SamplingOptions o = rejection(base);
-                                   o.seed = seed;
-                                   sampling.set_options(o);
-                                   return decoder.generate(kPrompt, kDecode).tokens;
-                                 }),
-                                 exact_joint(Conditional{}));
+  DecodeStats total;
+  const ChiSquare r = rejection_runs(decoder, sampling, base, kDecode, [](std::uint64_t) {}, total);
   EXPECT_LT(r.statistic, r.critical) << "chains: " << describe(r);
 
   TreeConditionalModel tree_model;
   SamplingModel<TreeConditionalModel> tree_sampling(tree_model, rejection(base));
   SpeculativeDecoder tree_decoder(tree_sampling, TwoBranchTreeDrafter{});
-  const ChiSquare rt = chi_square(count_cells([&](std::uint64_t seed) {
-                                    SamplingOptions o = rejection(base);
-                                    o.seed = seed;
-                                    tree_sampling.set_options(o);
-                                    return tree_decoder.generate(kPrompt, kTreeDecode).tokens;
-                                  }),
-                                  exact_joint(Conditional{}));
+  const ChiSquare rt = rejection_runs(tree_decoder, tree_sampling, base, kTreeDecode, [](std::uint64_t) {}, total);
   EXPECT_LT(rt.statistic, rt.critical) << "trees: " << describe(rt);
 }
 
@@ -786,14 +776,9 @@ TEST(RejectionSampling, ADrafterThatMisstatesItsDistributionFailsTheSameTest) {
   SamplingModel<ConditionalModel> sampling(model, rejection(base));
   DrawingDrafter drafter(DraftSource::narrow, Conditional{}, /*lie=*/true);
   SpeculativeDecoder decoder(sampling, drafter);
-  const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
-                                   SamplingOptions o = rejection(base);
-                                   o.seed = seed;
-                                   sampling.set_options(o);
-                                   drafter.seed(seed);
-                                   return decoder.generate(kPrompt, kDecode).tokens;
-                                 }),
-                                 exact_joint(Conditional{}));
+  DecodeStats total;
+  const ChiSquare r =
+      rejection_runs(decoder, sampling, base, kDecode, [&](std::uint64_t seed) { drafter.seed(seed); }, total);
   EXPECT_GT(r.statistic, r.critical) << describe(r);
 }
 
@@ -861,16 +846,7 @@ TEST(RejectionSampling, TreeDrafterDrawingFromTheModelsRecordedDistributionsKeep
     DecodeOptions options = kTreeDecode;
     options.max_drafts = 6;
     DecodeStats total;
-    const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
-                                     SamplingOptions o = rejection(base);
-                                     o.seed = seed;
-                                     sampling.set_options(o);
-                                     DecodeResult result = decoder.generate(kPrompt, options);
-                                     total.drafted += result.stats.drafted;
-                                     total.accepted += result.stats.accepted;
-                                     return result.tokens;
-                                   }),
-                                   exact_joint(conditional_of(base)));
+    const ChiSquare r = rejection_runs(decoder, sampling, base, options, [](std::uint64_t) {}, total);
     EXPECT_LT(r.statistic, r.critical) << describe(r);
     EXPECT_EQ(r.impossible, 0U);
     EXPECT_GT(total.accepted, kRuns / 2);
@@ -954,18 +930,10 @@ TEST(RejectionSampling, ModelDrafterDrawingKeepsTheModelsDistributionUnderItsGat
   SpeculativeDecoder decoder(sampling, drafter);
   decoder.set_verify_cost(VerifyCost::knee(2));
   DecodeStats total;
-  const ChiSquare r = chi_square(count_cells([&](std::uint64_t seed) {
-                                   SamplingOptions o = rejection(base);
-                                   o.seed = seed;
-                                   sampling.set_options(o);
-                                   // The drafter draws with the request's seed too (its own stream).
-                                   drafter.set_sampling({.temperature = 1.0f, .seed = seed});
-                                   DecodeResult result = decoder.generate(kPrompt, kDecode);
-                                   total.drafted += result.stats.drafted;
-                                   total.accepted += result.stats.accepted;
-                                   return result.tokens;
-                                 }),
-                                 exact_joint(Conditional{}));
+  // The drafter draws with the request's seed too (its own stream).
+  const ChiSquare r = rejection_runs(
+      decoder, sampling, base, kDecode,
+      [&](std::uint64_t seed) { drafter.set_sampling({.temperature = 1.0f, .seed = seed}); }, total);
   EXPECT_LT(r.statistic, r.critical) << describe(r);
   EXPECT_GT(total.accepted, kRuns / 4);
   EXPECT_GT(total.drafted - total.accepted, kRuns / 10);

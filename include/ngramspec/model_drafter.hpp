@@ -19,6 +19,7 @@
 #include "ngramspec/position_random.hpp"
 #include "ngramspec/sampling_options.hpp"
 #include "ngramspec/token.hpp"
+#include "ngramspec/token_sampler.hpp"
 
 namespace ngramspec {
 
@@ -135,13 +136,10 @@ class ModelDrafter {
   /// the value for an invalid config, a vocab_size of 0 or one Token cannot number, a model whose
   /// vocab_size() differs from `vocab_size` (the target's vocabulary), or whose max_batch() is 0.
   ModelDrafter(M& model, std::size_t vocab_size, const ModelDraftConfig& config = {})
-      : model_(&model), config_(config), vocab_(vocab_size) {
-    validate(config_);
-    if (vocab_ == 0) throw std::invalid_argument("ngramspec: ModelDrafter: the vocabulary size is 0");
-    if (vocab_ - 1 > std::numeric_limits<Token>::max()) {
-      throw std::invalid_argument("ngramspec: ModelDrafter: vocabulary size " + std::to_string(vocab_) +
-                                  " exceeds what a Token can number");
-    }
+      : model_(&model),
+        config_(validated(config)),
+        vocab_(checked_vocabulary(vocab_size)),
+        sampler_(config_.sampling, vocab_) {
     const std::size_t model_vocab = static_cast<std::size_t>(std::as_const(model).vocab_size());
     if (model_vocab != vocab_) {
       throw std::invalid_argument("ngramspec: ModelDrafter: the draft model's vocab_size() is " +
@@ -154,8 +152,6 @@ class ModelDrafter {
     feed_logits_.resize(feed_rows_ * vocab_);
     row_.resize(vocab_);
     draft_row_.resize(vocab_);
-    weights_.resize(vocab_);
-    order_.resize(vocab_);
     ahead_.reserve(config_.max_drafts);
     drafted_.resize(config_.max_drafts);
     confidence_.resize(config_.max_drafts);
@@ -216,7 +212,7 @@ class ModelDrafter {
   [[nodiscard]] const ModelDraftConfig& config() const noexcept { return config_; }
   /// Replaces the sampling options (a new seed for a new request, say) after validating them.
   void set_sampling(const SamplingOptions& options) {
-    validate(options);
+    sampler_.set_options(options);
     config_.sampling = options;
   }
   /// The observed sequence.
@@ -320,6 +316,19 @@ class ModelDrafter {
     row_valid_ = true;
   }
 
+  static const ModelDraftConfig& validated(const ModelDraftConfig& config) {
+    validate(config);
+    return config;
+  }
+  static std::size_t checked_vocabulary(std::size_t vocab) {
+    if (vocab == 0) throw std::invalid_argument("ngramspec: ModelDrafter: the vocabulary size is 0");
+    if (vocab - 1 > std::numeric_limits<Token>::max()) {
+      throw std::invalid_argument("ngramspec: ModelDrafter: vocabulary size " + std::to_string(vocab) +
+                                  " exceeds what a Token can number");
+    }
+    return vocab;
+  }
+
   // The draft at `position` from `row`; pushes its q.
   Choice choose(std::span<const float> row, std::uint64_t position, DraftDistributions* q) const {
     std::size_t best = 0;
@@ -337,68 +346,35 @@ class ModelDrafter {
       if (q != nullptr) q->push_one_hot();
       return {static_cast<Token>(best), 1.0 / total};
     }
-    // Weights under the temperature; the candidates are the tokens of weight above 0.
-    const double inv_t = 1.0 / static_cast<double>(options.temperature);
-    std::size_t n = 0;
-    for (std::size_t t = 0; t < vocab_; ++t) {
-      const double w = std::exp((static_cast<double>(row[t]) - top) * inv_t);
-      weights_[t] = w;
-      if (w > 0.0) order_[n++] = static_cast<Token>(t);
-    }
-    // "More likely first, then lower id": every filter keeps a prefix of this order, and so
-    // does the support, so the kept tokens are its first `kept`.
-    const auto likelier = [this](Token a, Token b) {
-      return weights_[a] != weights_[b] ? weights_[a] > weights_[b] : a < b;
-    };
-    const auto first = order_.begin();
-    if (options.top_k != 0 && options.top_k < n) {
-      std::nth_element(first, first + static_cast<std::ptrdiff_t>(options.top_k - 1),
-                       first + static_cast<std::ptrdiff_t>(n), likelier);
-      n = options.top_k;
-    }
-    const std::size_t ranked = std::min(n, config_.support);
-    std::partial_sort(first, first + static_cast<std::ptrdiff_t>(ranked), first + static_cast<std::ptrdiff_t>(n),
-                      likelier);
-    std::size_t kept = ranked;
-    if (options.top_p < 1.0f && n > 1) {
-      double total = 0.0;
-      for (std::size_t i = 0; i < n; ++i) total += weights_[order_[i]];
-      const double mass = static_cast<double>(options.top_p) * total;
-      double cumulative = 0.0;
-      std::size_t keep = 0;
-      while (keep < ranked && cumulative < mass) cumulative += weights_[order_[keep++]];
-      kept = std::max<std::size_t>(keep, 1);
-    }
-    if (options.min_p > 0.0f) {
-      // The argmax has weight 1, so the threshold is min_p itself.
-      std::size_t keep = 1;
-      while (keep < kept && weights_[order_[keep]] >= static_cast<double>(options.min_p)) ++keep;
-      kept = keep;
-    }
+    // The sampler's distribution under the options, its `support` most likely tokens,
+    // renormalized: q. Drawn by inverse CDF over them, best first.
+    TokenSampler::TopDistribution support{std::span<Token>(support_tokens_).first(config_.support),
+                                      std::span<float>(support_probabilities_).first(config_.support)};
+    sampler_.distribution(row, position, support);
+    const std::size_t kept = support.size;
     double total = 0.0;
-    for (std::size_t i = 0; i < kept; ++i) total += weights_[order_[i]];
-    float* const probabilities = support_probabilities_.data();
+    for (std::size_t i = 0; i < kept; ++i) total += static_cast<double>(support_probabilities_[i]);
     for (std::size_t i = 0; i < kept; ++i) {
-      probabilities[i] = static_cast<float>(weights_[order_[i]] / total);
+      support_probabilities_[i] = static_cast<float>(static_cast<double>(support_probabilities_[i]) / total);
     }
-    const double target = position_uniform(options.seed, position, kDrawStream) * total;
+    const double target = position_uniform(options.seed, position, kDrawStream);
     double cumulative = 0.0;
-    std::size_t chosen = kept - 1;  // u * total rounded up to the total
+    std::size_t chosen = kept - 1;  // u rounded up to the total
     for (std::size_t i = 0; i < kept; ++i) {
-      cumulative += weights_[order_[i]];
+      cumulative += static_cast<double>(support_probabilities_[i]);
       if (target < cumulative) {
         chosen = i;
         break;
       }
     }
     if (q != nullptr) {
-      q->push_unchecked(std::span<const Token>(order_).first(kept),
+      q->push_unchecked(std::span<const Token>(support_tokens_).first(kept),
                         std::span<const float>(support_probabilities_).first(kept));
     }
     // The confidence is q's largest probability, known before the draw: whether a drawn draft is
     // sent (the gate, the decoders' cut) may not depend on its own token, or rejection sampling
     // would be biased (docs/SAMPLING.md, "What a decoder may cut").
-    return {order_[chosen], weights_[order_[0]] / total};
+    return {support_tokens_[chosen], static_cast<double>(support_probabilities_[0])};
   }
 
   // The first update() after a predict(): which of its drafts the tokens confirmed.
@@ -446,8 +422,8 @@ class ModelDrafter {
   mutable std::vector<float> draft_row_;
   mutable std::vector<float> feed_logits_;  // feed_rows_ x vocab_
   // choose()'s scratch.
-  mutable std::vector<double> weights_;
-  mutable std::vector<Token> order_;
+  mutable TokenSampler sampler_;  // the drawn drafts' distribution (config_.sampling)
+  mutable std::array<Token, DraftDistributions::kMaxSupport> support_tokens_{};
   mutable std::array<float, DraftDistributions::kMaxSupport> support_probabilities_{};
   // The last predict()'s drafts, for the next update()'s record; recorded_ = how many (0: none).
   mutable std::vector<Token> drafted_;

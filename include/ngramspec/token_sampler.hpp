@@ -107,6 +107,13 @@ class TokenSampler {
     return draw(n, total, position_uniform(options_.seed, position));
   }
 
+  /// The row's TopDistribution alone, no token chosen: for drafters that draw from the
+  /// distribution the options give (ModelDrafter). Throws as choose(logits, position, top) does.
+  void distribution(std::span<const float> logits, std::uint64_t position, TopDistribution& top) {
+    check_top(top);
+    write_top(filter(logits, &position), top);
+  }
+
   /// verify(), and the row's TopDistribution into `top`.
   [[nodiscard]] Token verify(std::span<const float> logits, std::uint64_t position, std::span<const Draft> drafts,
                              const DraftDistributions& q, TopDistribution& top) {
