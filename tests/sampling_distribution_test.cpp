@@ -939,5 +939,28 @@ TEST(RejectionSampling, ModelDrafterDrawingKeepsTheModelsDistributionUnderItsGat
   EXPECT_GT(total.drafted - total.accepted, kRuns / 10);
 }
 
+
+TEST(RejectionSampling, BestOfTextAndModelKeepsTheModelsDistribution) {
+  // Each pass the better of MatchDrafter's chosen drafts and a draft model's drawn ones; the
+  // choice looks at the text and at the past, never at what the model would draw.
+  const SamplingOptions base{.temperature = 1.0f};
+  ConditionalModel model;
+  SamplingModel<ConditionalModel> sampling(model, rejection(base));
+  UnlikeDraftModel draft_model;
+  ModelDrafter<UnlikeDraftModel> model_drafter(draft_model, kVocab,
+                                               ModelDraftConfig{.max_drafts = 2, .sampling = {.temperature = 1.0f}});
+  MatchDrafter text;
+  BestOfDrafter best(text, model_drafter, VerifyCost::knee(2), BestOfConfig{.explore_every = 3});
+  SpeculativeDecoder decoder(sampling, best);
+  decoder.set_verify_cost(VerifyCost::knee(2));
+  DecodeStats total;
+  const auto reseed = [&](std::uint64_t seed) { model_drafter.set_sampling({.temperature = 1.0f, .seed = seed}); };
+  const ChiSquare r = rejection_runs(decoder, sampling, base, kDecode, reseed, total);
+  EXPECT_LT(r.statistic, r.critical) << describe(r);
+  using Best = decltype(best);
+  EXPECT_GT(best.tally(Best::Source::first).passes, kRuns / 100);  // the text drafts where it has a match
+  EXPECT_GT(best.tally(Best::Source::second).passes, kRuns / 20);
+}
+
 }  // namespace
 }  // namespace ngramspec::test

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "command_line.hpp"
@@ -22,7 +23,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: ngramspec-generate --model M --tokenizer T (--prompt TEXT | --prompts FILE) [--steps N] [--k K]\n"
     "                          [--tree-nodes N [--recycle K] [--tree-width W] [--carry-over] [--enrich-counts]]\n"
-    "                          [--cost SPEC] [--draft-layers L] [--no-speculate]\n"
+    "                          [--cost SPEC] [--draft-layers L [--best-of [--draft-cost C]]] [--no-speculate]\n"
     "                          [--check] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                          [--sampling-mode exact|rejection]\n"
     "  --prompts FILE  one prompt a line (empty lines skipped), each a request of its own; prints the totals\n"
@@ -47,6 +48,10 @@ constexpr const char* kUsage =
     "                  (self-speculation; a ModelDrafter, greedy or drawing from the draft's distribution under\n"
     "                  the same sampling options) instead of MatchDrafter; 1 to the model's n_layers (default:\n"
     "                  off); with a cost model, drafting stops at the first draft too unlikely to pay\n"
+    "  --best-of       with --draft-layers: each pass drafted by whichever of MatchDrafter and the self-draft\n"
+    "                  promises more tokens per unit of cost (the self-draft's drafts costing L / n_layers of a\n"
+    "                  pass each, or --draft-cost C: 0 compares tokens per pass alone); prints which drafted\n"
+    "                  how often and what was accepted\n"
     "  --no-speculate  plain decoding, one token per pass (no --k, --cost, tree or draft options)\n"
     "  --check         also decode plainly and report whether the outputs are identical, and the speedup: each\n"
     "                  decoding runs 3 times, alternating, and the median times are compared (the speculative\n"
@@ -91,6 +96,9 @@ struct Run {
   std::size_t requests = 0;
   double seconds = 0.0;
   ngramspec::StopReason stop_reason = ngramspec::StopReason::max_new_tokens;  // the last request's
+  // --best-of: what the text and the self-draft each drafted and had accepted.
+  using Best = ngramspec::BestOfDrafter<ngramspec::MatchDrafter, ngramspec::ModelDrafter<ngramspec::llama2::Transformer>>;
+  std::optional<std::pair<Best::Tally, Best::Tally>> sources;
 };
 
 void report(const char* label, const Run& run, bool trees) {
@@ -105,6 +113,14 @@ void report(const char* label, const Run& run, bool trees) {
               static_cast<double>(s.drafted) / decode, static_cast<double>(s.drafted - s.accepted) / decode);
   if (run.requests == 1) std::printf(", stop: %s", ngramspec::to_string(run.stop_reason));
   std::printf("\n");
+  if (run.sources) {
+    const auto& [text, model] = *run.sources;
+    std::printf("best of: the text drafted for %llu passes (%llu of %llu drafts accepted), the self-draft for %llu "
+                "(%llu of %llu)\n",
+                static_cast<unsigned long long>(text.passes), static_cast<unsigned long long>(text.accepted),
+                static_cast<unsigned long long>(text.drafted), static_cast<unsigned long long>(model.passes),
+                static_cast<unsigned long long>(model.accepted), static_cast<unsigned long long>(model.drafted));
+  }
 }
 
 }  // namespace
@@ -169,9 +185,20 @@ int main(int argc, char** argv) {
       }
       std::optional<ngramspec::ModelDrafter<Transformer>> self_drafter;
       if (draft && speculate) self_drafter.emplace(make_self_drafter(model, *draft, width, args.sampling, cost));
+      // --best-of: the text beside the self-draft, whose drafts cost about L / n_layers of a pass each.
+      std::optional<ngramspec::MatchDrafter> text;
+      std::optional<ngramspec::BestOfDrafter<ngramspec::MatchDrafter, ngramspec::ModelDrafter<Transformer>>> best;
+      if (self_drafter && args.best_of) {
+        text.emplace(make_text_drafter(model));
+        ngramspec::BestOfConfig config;
+        config.second_draft_cost = args.draft_cost.value_or(static_cast<double>(args.draft_layers) /
+                                                            static_cast<double>(model.config().n_layers));
+        best.emplace(*text, *self_drafter, cost, config);
+      }
       for (const auto& prompt : prompts) {
         const Generation g =
             drafter        ? generate_tree(model, prompt, args.steps, width, *drafter, args.sampling, cost)
+            : best         ? generate_best_of(model, prompt, args.steps, width, *best, args.sampling, cost)
             : self_drafter ? generate_with_draft(model, prompt, args.steps, width, *self_drafter, args.sampling, cost)
                            : generate(model, prompt, args.steps, width, speculate, args.sampling, cost);
         const ngramspec::DecodeStats& s = g.result.stats;
@@ -184,6 +211,10 @@ int main(int argc, char** argv) {
         run.seconds += g.seconds;
         run.stop_reason = g.result.stop_reason;
         ++run.requests;
+      }
+      if (best) {
+        using Source = decltype(best)::value_type::Source;
+        run.sources = {best->tally(Source::first), best->tally(Source::second)};
       }
       return run;
     };

@@ -114,6 +114,13 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
     } else if (flag == "--draft-layers") {
       options.draft_layers = parse_count(flag, value());
       if (options.draft_layers == 0) throw std::invalid_argument("--draft-layers must be at least 1, got 0");
+    } else if (flag == "--best-of") {
+      options.best_of = true;
+    } else if (flag == "--draft-cost") {
+      options.draft_cost = parse_real(flag, value());
+      if (!(*options.draft_cost >= 0.0)) {
+        throw std::invalid_argument("--draft-cost must be >= 0, got " + std::to_string(*options.draft_cost));
+      }
     } else if (flag == "--steps") {
       options.steps = parse_count(flag, value());
     } else if (flag == "--k") {
@@ -184,6 +191,12 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   if (!has_recycle && options.sampling.mode == SamplingMode::rejection) options.recycle = GenerateOptions::kRejectionRecycle;
   if (options.enrich_counts && options.recycle == 0) {
     throw std::invalid_argument("--enrich-counts counts the model's top-k, which --recycle 0 does not ask for");
+  }
+  if (options.draft_cost && !options.best_of) {
+    throw std::invalid_argument("--draft-cost prices the self-draft's drafts for --best-of: it needs --best-of");
+  }
+  if (options.best_of && options.draft_layers == 0) {
+    throw std::invalid_argument("--best-of chooses between the text and the self-draft: it needs --draft-layers");
   }
   if (options.draft_layers != 0 && options.tree_nodes != 0) {
     throw std::invalid_argument("--draft-layers drafts chains, and --tree-nodes drafts trees: give one of them");

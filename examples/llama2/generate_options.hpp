@@ -33,6 +33,12 @@ struct GenerateOptions {
   /// first L layers, then its final norm and classifier (self-speculation: Transformer::early_exit), L from 1 to
   /// the model's n_layers (checked once the model is read). Chains only: refused with --tree-nodes.
   std::size_t draft_layers = 0;
+  /// --best-of: with --draft-layers, each pass drafted by whichever of MatchDrafter and the self-draft promises
+  /// more tokens per unit of cost (BestOfDrafter), the self-draft's drafts costing L / n_layers of a pass each
+  bool best_of = false;
+  /// --draft-cost: with --best-of, what one self-drafted token costs in one-token passes (default L / n_layers;
+  /// 0 compares tokens per pass alone)
+  std::optional<double> draft_cost;
   std::size_t steps = 256;  ///< --steps
   /// --k: 1 .. kMaxDraftsPerPass; by default kDefaultK, or kDefaultKWithoutCost with --cost none.
   std::size_t k = kDefaultK;

@@ -72,6 +72,13 @@ Generation timed_generation(Transformer& model, std::span<const Token> prompt, s
 
 }  // namespace detail
 
+/// The MatchDrafter generate() drafts with for `model`: its tables sized by the context the model holds.
+[[nodiscard]] inline MatchDrafter make_text_drafter(const Transformer& model) {
+  MatchConfig config;
+  config.cap = std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
+  return MatchDrafter(config);
+}
+
 /// Generation of up to `steps` tokens after `prompt` through SpeculativeDecoder with the library's default
 /// drafter, MatchDrafter (plain one-token passes when `speculate` is false): greedy at temperature 0, otherwise
 /// sampled through a SamplingModel with `sampling` (same seed, same tokens, speculating or not).
@@ -86,10 +93,7 @@ Generation timed_generation(Transformer& model, std::span<const Token> prompt, s
 inline Generation generate(Transformer& model, std::span<const Token> prompt, std::size_t steps, std::size_t k,
                            bool speculate, const SamplingOptions& sampling = {},
                            const std::optional<VerifyCost>& cost = std::nullopt) {
-  // MatchDrafter's tables are sized by its cap: no larger than the context the model holds.
-  MatchConfig config;
-  config.cap = std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
-  MatchDrafter drafter(config);
+  MatchDrafter drafter = make_text_drafter(model);
   return detail::timed_generation(model, prompt, steps, k, "k", speculate, drafter, sampling, cost);
 }
 
@@ -112,6 +116,16 @@ inline Generation generate_with_draft(Transformer& model, std::span<const Token>
                                       std::size_t k, ModelDrafter<Transformer>& drafter,
                                       const SamplingOptions& sampling = {},
                                       const std::optional<VerifyCost>& cost = std::nullopt) {
+  return detail::timed_generation(model, prompt, steps, k, "k", true, drafter, sampling, cost);
+}
+
+/// As generate_with_draft(), each pass drafted by whichever of `drafter`'s two drafters promises more tokens per
+/// unit of cost (BestOfDrafter: the text beside the self-draft, say).
+template <class First, class Second>
+inline Generation generate_best_of(Transformer& model, std::span<const Token> prompt, std::size_t steps,
+                                   std::size_t k, BestOfDrafter<First, Second>& drafter,
+                                   const SamplingOptions& sampling = {},
+                                   const std::optional<VerifyCost>& cost = std::nullopt) {
   return detail::timed_generation(model, prompt, steps, k, "k", true, drafter, sampling, cost);
 }
 

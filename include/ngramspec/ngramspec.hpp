@@ -4,6 +4,7 @@
 
 #include "ngramspec/allocation_error.hpp"
 #include "ngramspec/batch_speculator.hpp"
+#include "ngramspec/best_of_drafter.hpp"
 #include "ngramspec/corpus_builder.hpp"
 #include "ngramspec/corpus_file.hpp"
 #include "ngramspec/decode_options.hpp"

@@ -1,0 +1,221 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ngramspec/decode_step.hpp"
+#include "ngramspec/draft_distribution.hpp"
+#include "ngramspec/drafter.hpp"
+#include "ngramspec/token.hpp"
+#include "ngramspec/verify_cost.hpp"
+
+namespace ngramspec {
+
+/// Configuration of a BestOfDrafter; validated by its constructor.
+struct BestOfConfig {
+  /// What drafting one token costs the first drafter, in one-token verify passes (0: free, as
+  /// for the n-gram drafters, whose work is nanoseconds against a model's milliseconds).
+  double first_draft_cost = 0.0;
+  /// The same for the second (a draft model: about its parameters over the target's; the
+  /// llama2 example's early exit of L of n layers costs about L / n).
+  double second_draft_cost = 0.0;
+  /// After this many passes in a row without it, the second drafter is tried once, so that its
+  /// record follows the text (0: never). Default 16.
+  std::size_t explore_every = 16;
+};
+
+/// Each pass, the better of two drafters, by the tokens a pass is expected to emit per unit of
+/// what it costs, drafting included: a text drafter beside a draft model, say, each sending
+/// what it does best (a copy where the text repeats, the model's guesses elsewhere).
+///
+/// The first drafter is asked every pass (it should be the cheap one: MatchDrafter); its
+/// estimates give the value of its best prefix, (1 + the sum of its estimates) over the pass's
+/// cost (VerifyCost::pass, or one pass a token without a cost) plus first_draft_cost a draft.
+/// The second is valued by its record (its drafts and accepted drafts per pass, averaged over
+/// the passes it drafted, and optimistic until it has drafted; a pass of n of its drafts costs
+/// it n + 1 rows, the last emitted token's and one a draft) and asked only when it wins, so a
+/// draft model runs only on the passes it drafts for. The choice depends on the first's
+/// drafts and on what happened before the pass, never on what the second would draw: a
+/// drawn draft's presence may not depend on its own token (docs/SAMPLING.md, "What a decoder
+/// may cut"), so rejection sampling stays exact.
+///
+/// Both drafters observe every token (update, reset), so either can draft at any pass. Drafts
+/// with distributions (DistributionDrafter): the chosen drafter's, or one-hot for one that
+/// gives none. tally() says, per source, how many passes it drafted for, what it drafted and
+/// what was accepted.
+///
+/// Both drafters are borrowed and must outlive this one. predict() is const in the Drafter
+/// concept; it records which drafter drafted, for the next update(). Memory: one token a draft
+/// of room, at construction; update() and predict() allocate nothing.
+/// Thread safety: none; one per sequence.
+template <EstimatingDrafter First, EstimatingDrafter Second>
+class BestOfDrafter {
+ public:
+  /// Which drafter drafted a pass.
+  enum class Source : std::uint8_t { none, first, second };
+  /// What one source did.
+  struct Tally {
+    std::uint64_t passes = 0;    ///< passes it drafted for
+    std::uint64_t drafted = 0;   ///< drafts it proposed
+    std::uint64_t accepted = 0;  ///< of them, accepted (the prefix the next tokens confirmed)
+  };
+
+  /// Throws std::invalid_argument naming the field and its value for a draft cost that is
+  /// negative or not finite.
+  BestOfDrafter(First& first, Second& second, std::optional<VerifyCost> cost = std::nullopt,
+                BestOfConfig config = {})
+      : first_(&first), second_(&second), cost_(std::move(cost)), config_(config) {
+    const auto check = [](const char* field, double value) {
+      if (!(value >= 0.0 && value < std::numeric_limits<double>::infinity())) {
+        throw std::invalid_argument(std::string("ngramspec: BestOfConfig::") + field + " = " + std::to_string(value) +
+                                    " is invalid; it must be finite and >= 0");
+      }
+    };
+    check("first_draft_cost", config_.first_draft_cost);
+    check("second_draft_cost", config_.second_draft_cost);
+    drafts_.resize(kMaxDraftsPerPass);
+    probabilities_.resize(kMaxDraftsPerPass);
+  }
+
+  void update(Token token) { update(std::span<const Token>(&token, 1)); }
+  void update(std::span<const Token> tokens) {
+    settle(tokens);
+    first_->update(tokens);
+    second_->update(tokens);
+  }
+  void reset() {
+    first_->reset();
+    second_->reset();
+    source_ = Source::none;
+  }
+
+  [[nodiscard]] std::size_t predict(std::span<Token> out) const {
+    return choose(out, std::span<float>(probabilities_).first(std::min(out.size(), probabilities_.size())), nullptr);
+  }
+  [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<float> probabilities) const {
+    return choose(out, probabilities, nullptr);
+  }
+  /// DistributionDrafter: the chosen drafter's distributions, one-hot for one that gives none.
+  [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<float> probabilities,
+                                    DraftDistributions& q) const {
+    return choose(out, probabilities, &q);
+  }
+
+  /// What each source did since construction (or reset_tally()).
+  [[nodiscard]] const Tally& tally(Source source) const noexcept {
+    return source == Source::second ? second_tally_ : first_tally_;
+  }
+  void reset_tally() noexcept { first_tally_ = second_tally_ = {}; }
+  /// The source of the last predict() (none before any, or when neither drafted).
+  [[nodiscard]] Source last_source() const noexcept { return source_; }
+  [[nodiscard]] const BestOfConfig& config() const noexcept { return config_; }
+
+ private:
+  // A pass of `drafts` drafts: its cost in one-token passes, drafting included.
+  [[nodiscard]] double pass_cost(std::size_t drafts, double draft_cost, std::size_t made) const noexcept {
+    const double verify = cost_ ? cost_->pass(1, drafts) : 1.0;
+    return verify + draft_cost * static_cast<double>(made);
+  }
+
+  std::size_t choose(std::span<Token> out, std::span<float> probabilities, DraftDistributions* q) const {
+    if (q != nullptr) q->clear();
+    source_ = Source::none;
+    const std::size_t room = std::min({out.size(), probabilities.size(), drafts_.size()});
+    if (room == 0) return 0;
+    // The first's best prefix.
+    const std::size_t made = std::min(first_->predict(out.first(room), probabilities.first(room)), room);
+    double first_value = 1.0 / pass_cost(0, config_.first_draft_cost, made);
+    double expected = 1.0;
+    for (std::size_t n = 1; n <= made; ++n) {
+      expected += static_cast<double>(probabilities[n - 1]);
+      first_value = std::max(first_value, expected / pass_cost(n, config_.first_draft_cost, made));
+    }
+    // The second's record, optimistic (its room all accepted) until it has drafted. A draft
+    // model asked for n drafts runs n + 1 rows: the last emitted token's, then one a draft.
+    double second_value = 0.0;
+    if (second_passes_ == 0) {
+      second_value = static_cast<double>(room + 1) / pass_cost(room, config_.second_draft_cost, room + 1);
+    } else {
+      const double sent = second_drafted_ / second_passes_;
+      const auto n = static_cast<std::size_t>(sent + 0.5);
+      second_value = (1.0 + second_accepted_ / second_passes_) / pass_cost(n, config_.second_draft_cost, n + 1);
+    }
+    bool second = second_value > first_value;
+    // The second is tried now and then when it keeps losing, so that its record follows the
+    // text (the first's estimates are read afresh every pass).
+    if (!second && config_.explore_every != 0 && second_idle_ >= config_.explore_every) second = true;
+    std::size_t n = made;
+    if (second) {
+      if constexpr (DistributionDrafter<Second>) {
+        if (q != nullptr) {
+          n = std::min(second_->predict(out.first(room), probabilities.first(room), *q), room);
+        } else {
+          n = std::min(second_->predict(out.first(room), probabilities.first(room)), room);
+        }
+      } else {
+        n = std::min(second_->predict(out.first(room), probabilities.first(room)), room);
+      }
+      source_ = Source::second;
+    } else {
+      source_ = made > 0 ? Source::first : Source::none;
+    }
+    if (q != nullptr && (!second || !DistributionDrafter<Second>)) {
+      for (std::size_t i = 0; i < n; ++i) q->push_one_hot();
+    }
+    std::copy_n(out.begin(), n, drafts_.begin());
+    drafted_ = n;
+    return n;
+  }
+
+  // The tokens after a pass: how many of the chosen source's drafts they confirmed.
+  void settle(std::span<const Token> tokens) noexcept {
+    if (source_ == Source::none) {
+      // A pass without drafts (or the prompt): the second sat it out.
+      ++second_idle_;
+      return;
+    }
+    std::size_t accepted = 0;
+    while (accepted < drafted_ && accepted < tokens.size() && tokens[accepted] == drafts_[accepted]) ++accepted;
+    Tally& t = source_ == Source::second ? second_tally_ : first_tally_;
+    ++t.passes;
+    t.drafted += drafted_;
+    t.accepted += accepted;
+    if (source_ == Source::second) {
+      // A record that follows the text: each pass weighs 1/16 once there are 16.
+      const double keep = second_passes_ >= kMemory ? 1.0 - 1.0 / kMemory : 1.0;
+      second_passes_ = second_passes_ * keep + 1.0;
+      second_drafted_ = second_drafted_ * keep + static_cast<double>(drafted_);
+      second_accepted_ = second_accepted_ * keep + static_cast<double>(accepted);
+      second_idle_ = 0;
+    } else {
+      ++second_idle_;
+    }
+    source_ = Source::none;
+  }
+
+  static constexpr double kMemory = 16.0;
+
+  First* first_;
+  Second* second_;
+  std::optional<VerifyCost> cost_;
+  BestOfConfig config_;
+  mutable std::vector<Token> drafts_;  // the last pass's drafts
+  mutable std::vector<float> probabilities_;
+  mutable std::size_t drafted_ = 0;
+  mutable Source source_ = Source::none;
+  Tally first_tally_;
+  Tally second_tally_;
+  double second_passes_ = 0.0;  // the second's record, decayed
+  double second_drafted_ = 0.0;
+  double second_accepted_ = 0.0;
+  std::size_t second_idle_ = 0;  // passes in a row the second did not draft for
+};
+
+}  // namespace ngramspec
