@@ -27,7 +27,9 @@ struct BestOfConfig {
   /// llama2 example's early exit of L of n layers costs about L / n).
   double second_draft_cost = 0.0;
   /// After this many passes in a row without it, the second drafter is tried once, so that its
-  /// record follows the text (0: never). Default 16.
+  /// record follows the text (0: never); each try doubles the wait for the next, up to 1024
+  /// passes, and a pass it wins on its record resets it, since a draft model tried pays for every
+  /// token it fell behind. Default 16.
   std::size_t explore_every = 16;
 };
 
@@ -82,11 +84,13 @@ class BestOfDrafter {
     check("second_draft_cost", config_.second_draft_cost);
     drafts_.resize(kMaxDraftsPerPass);
     probabilities_.resize(kMaxDraftsPerPass);
+    explore_wait_ = std::max<std::size_t>(config_.explore_every, 1);
   }
 
   void update(Token token) { update(std::span<const Token>(&token, 1)); }
   void update(std::span<const Token> tokens) {
     settle(tokens);
+    behind_ += tokens.size();
     first_->update(tokens);
     second_->update(tokens);
   }
@@ -94,6 +98,7 @@ class BestOfDrafter {
     first_->reset();
     second_->reset();
     source_ = Source::none;
+    behind_ = 0;
   }
 
   [[nodiscard]] std::size_t predict(std::span<Token> out) const {
@@ -138,19 +143,26 @@ class BestOfDrafter {
       first_value = std::max(first_value, expected / pass_cost(n, config_.first_draft_cost, made));
     }
     // The second's record, optimistic (its room all accepted) until it has drafted. A draft
-    // model asked for n drafts runs n + 1 rows: the last emitted token's, then one a draft.
+    // model asked for n drafts runs the rows it is behind (the tokens emitted since it last
+    // drafted), then one a draft.
     double second_value = 0.0;
     if (second_passes_ == 0) {
-      second_value = static_cast<double>(room + 1) / pass_cost(room, config_.second_draft_cost, room + 1);
+      second_value = static_cast<double>(room + 1) / pass_cost(room, config_.second_draft_cost, room + behind_);
     } else {
       const double sent = second_drafted_ / second_passes_;
       const auto n = static_cast<std::size_t>(sent + 0.5);
-      second_value = (1.0 + second_accepted_ / second_passes_) / pass_cost(n, config_.second_draft_cost, n + 1);
+      second_value =
+          (1.0 + second_accepted_ / second_passes_) / pass_cost(n, config_.second_draft_cost, n + behind_);
     }
     bool second = second_value > first_value;
     // The second is tried now and then when it keeps losing, so that its record follows the
-    // text (the first's estimates are read afresh every pass).
-    if (!second && config_.explore_every != 0 && second_idle_ >= config_.explore_every) second = true;
+    // text (the first's estimates are read afresh every pass); each try doubles the wait for
+    // the next and a pass it wins on its record resets it, since a try costs the rows it is behind.
+    explored_ = false;
+    if (!second && config_.explore_every != 0 && second_idle_ >= explore_wait_) {
+      second = true;
+      explored_ = true;
+    }
     std::size_t n = made;
     if (second) {
       if constexpr (DistributionDrafter<Second>) {
@@ -163,6 +175,10 @@ class BestOfDrafter {
         n = std::min(second_->predict(out.first(room), probabilities.first(room)), room);
       }
       source_ = Source::second;
+      behind_ = 0;
+      // A try doubles the wait for the next (up to kMaxWait); a pass won on its record resets it.
+      explore_wait_ =
+          explored_ ? std::min(2 * explore_wait_, kMaxWait) : std::max<std::size_t>(config_.explore_every, 1);
     } else {
       source_ = made > 0 ? Source::first : Source::none;
     }
@@ -201,6 +217,7 @@ class BestOfDrafter {
   }
 
   static constexpr double kMemory = 16.0;
+  static constexpr std::size_t kMaxWait = 1024;
 
   First* first_;
   Second* second_;
@@ -216,6 +233,9 @@ class BestOfDrafter {
   double second_drafted_ = 0.0;
   double second_accepted_ = 0.0;
   std::size_t second_idle_ = 0;  // passes in a row the second did not draft for
+  mutable std::size_t behind_ = 0;  // tokens observed since the second last drafted
+  mutable std::size_t explore_wait_ = 0;  // passes the second waits before a try
+  mutable bool explored_ = false;         // the last choice of the second was a try
 };
 
 }  // namespace ngramspec
