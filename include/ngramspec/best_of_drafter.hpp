@@ -28,8 +28,9 @@ struct BestOfConfig {
   double second_draft_cost = 0.0;
   /// After this many passes in a row without it, the second drafter is tried once, so that its
   /// record follows the text (0: never); each try doubles the wait for the next, up to 1024
-  /// passes, and a pass it wins on its record resets it, since a draft model tried pays for every
-  /// token it fell behind. Default 16.
+  /// passes, and a pass it wins on its record resets it. A draft model tried pays for every
+  /// token it fell behind, so a try waits until that costs at most 16 passes (second_draft_cost
+  /// times the tokens: at the start of a request, say). Default 16.
   std::size_t explore_every = 16;
 };
 
@@ -157,9 +158,12 @@ class BestOfDrafter {
     bool second = second_value > first_value;
     // The second is tried now and then when it keeps losing, so that its record follows the
     // text (the first's estimates are read afresh every pass); each try doubles the wait for
-    // the next and a pass it wins on its record resets it, since a try costs the rows it is behind.
+    // the next and a pass it wins on its record resets it, and a try waits until catching up
+    // costs at most kTryBudget passes (a new request's prompt, say), since it feeds every token
+    // the second fell behind.
     explored_ = false;
-    if (!second && config_.explore_every != 0 && second_idle_ >= explore_wait_) {
+    if (!second && config_.explore_every != 0 && second_idle_ >= explore_wait_ &&
+        config_.second_draft_cost * static_cast<double>(behind_) <= kTryBudget) {
       second = true;
       explored_ = true;
     }
@@ -218,6 +222,7 @@ class BestOfDrafter {
 
   static constexpr double kMemory = 16.0;
   static constexpr std::size_t kMaxWait = 1024;
+  static constexpr double kTryBudget = 16.0;  // one-token passes a try may spend catching up
 
   First* first_;
   Second* second_;
