@@ -149,14 +149,7 @@ TEST(BestOfDrafter, UpdateAndPredictAllocateNothingOnceWarm) {
   std::vector<Token> out(6);
   std::vector<float> probabilities(6);
   std::mt19937_64 rng(7);
-  const auto pass = [&] {
-    const std::size_t n = best.predict(out, probabilities, q);
-    const std::size_t accepted = rng() % (n + 1);
-    std::array<Token, 7> emitted{};
-    std::copy_n(out.begin(), accepted, emitted.begin());
-    emitted[accepted] = static_cast<Token>(rng() % 40);
-    best.update(std::span<const Token>(emitted).first(accepted + 1));
-  };
+  const auto pass = [&] { random_pass(best, out, probabilities, q, rng, 40); };
   best.update(std::vector<Token>{1, 2, 3, 4, 1, 2, 3, 4});
   for (int i = 0; i < 50; ++i) pass();
   AllocationCounter counter;

@@ -5,12 +5,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <limits>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/token.hpp"
 #include "support/mock_models.hpp"
 
@@ -98,5 +100,29 @@ class RuleLogitsModel {
   std::size_t nan_at_ = std::numeric_limits<std::size_t>::max();
   Token nan_token_ = 0;
 };
+
+/// random_pass()'s buffer, reserved once so that passes allocate nothing.
+inline std::vector<Token>& random_pass_tokens() {
+  static std::vector<Token> tokens = [] {
+    std::vector<Token> t;
+    t.reserve(1025);
+    return t;
+  }();
+  return tokens;
+}
+
+/// One pass of a DistributionDrafter driven without a decoder: it drafts up to out.size() tokens
+/// with their distributions, a random prefix of them is accepted and a random token of the
+/// `vocab` follows, and the drafter observes those (what a decoder would feed it).
+template <class D>
+void random_pass(D& drafter, std::span<Token> out, std::span<float> probabilities, DraftDistributions& q,
+                 std::mt19937_64& rng, Token vocab) {
+  const std::size_t n = drafter.predict(out, probabilities, q);
+  const std::size_t accepted = rng() % (n + 1);
+  std::vector<Token>& emitted = random_pass_tokens();
+  emitted.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(accepted));
+  emitted.push_back(static_cast<Token>(rng() % vocab));
+  drafter.update(std::span<const Token>(emitted));
+}
 
 }  // namespace ngramspec::test
