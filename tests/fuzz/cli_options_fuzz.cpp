@@ -30,6 +30,7 @@
 #include "generate_options.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/draft_tree.hpp"
+#include "ngramspec/tree_drafter.hpp"
 #include "ngramspec/sampling_options.hpp"
 #include "ngramspec/top_k_table.hpp"
 #include "ngramspec/verify_cost.hpp"
@@ -407,9 +408,9 @@ void fuzz_replay(std::span<const std::string_view> args) {
 }
 
 void fuzz_generate(std::span<const std::string_view> args) {
-  static const std::set<std::string_view> kCounts = {"--steps", "--k", "--top-k", "--seed", "--tree-nodes",
-                                                     "--recycle"};
-  static const std::set<std::string_view> kReals = {"--temperature", "--top-p", "--min-p"};
+  static const std::set<std::string_view> kCounts = {"--steps",   "--k",          "--top-k",       "--seed",
+                                                     "--tree-nodes", "--recycle", "--tree-width", "--draft-layers"};
+  static const std::set<std::string_view> kReals = {"--temperature", "--top-p", "--min-p", "--draft-cost"};
   bool help = false;
   bool wrong = false;
   bool may_reject = false;
@@ -418,6 +419,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
   bool check_flag = false;
   bool has_k = false;
   bool has_recycle = false;
+  bool has_width = false;
   bool has_cost = false;
   bool sampling_filter = false;  // --top-k, --top-p, --min-p or --seed given
   llama2::GenerateOptions expected;
@@ -436,8 +438,10 @@ void fuzz_generate(std::span<const std::string_view> args) {
       expected.carry_over = true;
     } else if (arg == "--enrich-counts") {
       expected.enrich_counts = true;
+    } else if (arg == "--best-of") {
+      expected.best_of = true;
     } else if (arg != "--model" && arg != "--tokenizer" && arg != "--prompt" && arg != "--prompts" && arg != "--cost" &&
-               kCounts.count(arg) == 0 && kReals.count(arg) == 0) {
+               arg != "--sampling-mode" && kCounts.count(arg) == 0 && kReals.count(arg) == 0) {
       wrong = true;
     } else if (i + 1 == args.size()) {
       wrong = true;
@@ -453,6 +457,15 @@ void fuzz_generate(std::span<const std::string_view> args) {
       } else if (arg == "--prompts") {
         expected.prompts_file = value;
         wrong = value.empty();
+      } else if (arg == "--sampling-mode") {
+        if (value == "exact") {
+          expected.sampling.mode = SamplingMode::exact;
+        } else if (value == "rejection") {
+          expected.sampling.mode = SamplingMode::rejection;
+        } else {
+          wrong = true;
+        }
+        sampling_filter = true;
       } else if (arg == "--cost") {
         has_cost = true;
         if (value == "measure") {
@@ -488,6 +501,13 @@ void fuzz_generate(std::span<const std::string_view> args) {
           expected.recycle = *count;
           has_recycle = true;
           wrong = *count > TopKTable::kMaxK;
+        } else if (arg == "--tree-width") {
+          expected.tree_width = *count;
+          has_width = true;
+          wrong = *count == 0 || *count > TreeDrafter::kMaxChildren;
+        } else if (arg == "--draft-layers") {
+          expected.draft_layers = *count;
+          wrong = *count == 0;
         } else {
           expected.sampling.seed = *count;
           sampling_filter = true;
@@ -501,9 +521,14 @@ void fuzz_generate(std::span<const std::string_view> args) {
         } else {
           // Below a float's normal range a parser may report a range error.
           may_reject = may_reject || underflow || (*real != 0 && std::abs(*real) < double(std::numeric_limits<float>::min()));
-          (arg == "--temperature" ? expected.sampling.temperature
-                                  : arg == "--top-p" ? expected.sampling.top_p : expected.sampling.min_p) = as_float;
-          sampling_filter = sampling_filter || arg != "--temperature";
+          if (arg == "--draft-cost") {
+            expected.draft_cost = as_float;
+            wrong = !(as_float >= 0.0f);
+          } else {
+            (arg == "--temperature" ? expected.sampling.temperature
+                                    : arg == "--top-p" ? expected.sampling.top_p : expected.sampling.min_p) = as_float;
+            sampling_filter = sampling_filter || arg != "--temperature";
+          }
         }
       }
     }
@@ -518,8 +543,14 @@ void fuzz_generate(std::span<const std::string_view> args) {
     if (has_prompt && !expected.prompts_file.empty()) wrong = true;
     const bool trees = expected.tree_nodes != 0;
     if (trees && (has_k || !speculate)) wrong = true;
-    if (!trees && (has_recycle || expected.carry_over || expected.enrich_counts)) wrong = true;
+    if (!trees && (has_recycle || has_width || expected.carry_over || expected.enrich_counts)) wrong = true;
+    if (!has_recycle && expected.sampling.mode == SamplingMode::rejection) {
+      expected.recycle = llama2::GenerateOptions::kRejectionRecycle;
+    }
     if (expected.enrich_counts && expected.recycle == 0) wrong = true;
+    if (expected.draft_cost && !expected.best_of) wrong = true;
+    if (expected.best_of && expected.draft_layers == 0) wrong = true;
+    if (expected.draft_layers != 0 && (trees || !speculate)) wrong = true;
     if (expected.k == 0 || expected.k > kMaxDraftsPerPass) wrong = true;
     if (!speculate && (has_k || has_cost)) wrong = true;                  // nothing to size
     if (expected.carry_over && expected.prompts_file.empty()) wrong = true;  // one request: nothing to carry
@@ -556,8 +587,12 @@ void fuzz_generate(std::span<const std::string_view> args) {
             options.enrich_counts == expected.enrich_counts,
         "generate: a flag differs");
   check(options.prompts_file == expected.prompts_file && options.tree_nodes == expected.tree_nodes &&
-            options.recycle == expected.recycle,
+            options.recycle == expected.recycle && options.tree_width == expected.tree_width,
         "generate: a tree or prompts option differs");
+  check(options.sampling.mode == expected.sampling.mode, "generate: --sampling-mode differs");
+  check(options.draft_layers == expected.draft_layers && options.best_of == expected.best_of &&
+            options.draft_cost == expected.draft_cost,
+        "generate: a draft model option differs");
   check(options.cost_source == expected.cost_source && options.cost.has_value() == expected.cost.has_value() &&
             (!options.cost || options.cost->spec() == expected.cost->spec()),
         "generate: --cost differs");
