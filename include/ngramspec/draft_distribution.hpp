@@ -28,7 +28,9 @@ namespace ngramspec {
 ///   non-negative, summing to more than 0; they are read normalized by their sum), the draft's
 ///   own token among them with a probability above 0; or
 /// - chosen (one-hot): the drafter chose the token without drawing it, q = 1 on it. A drafter
-///   that does not give distributions is read this way.
+///   that does not give distributions is read this way, and so is an entry whose support gives
+///   the draft's own token no probability (which keeps the verification exact, if less likely to
+///   accept, rather than failing a pass over a drafter's slip).
 ///
 /// Memory: reserve() sizes it for a pass; after that clear() and the pushes allocate nothing.
 /// Thread safety: none; one per sequence.

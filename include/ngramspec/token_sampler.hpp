@@ -99,19 +99,15 @@ class TokenSampler {
   /// top's spans differ in size, and as choose() does.
   [[nodiscard]] Token choose(std::span<const float> logits, std::uint64_t position, TopDistribution& top) {
     check_top(top);
-    const std::size_t n = filter(logits, &position);
-    write_top(n, top);
-    if (options_.temperature == 0.0f) return kept_[0];
-    double total = 0.0;
-    for (std::size_t i = 0; i < n; ++i) total += weights_[kept_[i]];
-    return draw(n, total, position_uniform(options_.seed, position));
+    return pick(logits, position_uniform(options_.seed, position), &position, &top);
   }
 
   /// The row's TopDistribution alone, no token chosen: for drafters that draw from the
   /// distribution the options give (ModelDrafter). Throws as choose(logits, position, top) does.
   void distribution(std::span<const float> logits, std::uint64_t position, TopDistribution& top) {
     check_top(top);
-    write_top(filter(logits, &position), top);
+    const std::size_t n = filter(logits, &position);
+    write_top(n, options_.temperature == 0.0f ? 0.0 : kept_total(n), top);
   }
 
   /// verify(), and the row's TopDistribution into `top`.
@@ -133,10 +129,12 @@ class TokenSampler {
   Token verify_row(std::span<const float> logits, std::uint64_t position, std::span<const Draft> drafts,
                    const DraftDistributions& q, TopDistribution* top) {
     const std::size_t n = filter(logits, &position);
-    if (top != nullptr) write_top(n, *top);
-    if (options_.temperature == 0.0f) return kept_[0];
-
+    if (options_.temperature == 0.0f) {
+      if (top != nullptr) write_top(n, 0.0, *top);
+      return kept_[0];
+    }
     double total = keep_only(n);
+    if (top != nullptr) write_top(n, total, *top);
     for (std::size_t j = 0; j < drafts.size(); ++j) {
       const Draft& d = drafts[j];
       if (d.entry != Draft::kChosen && d.entry >= q.size()) {
@@ -192,8 +190,9 @@ class TokenSampler {
     }
   }
 
-  // The best min(n, room) of kept_[0 .. n) into `top`, leaving kept_ as it is (ascending ids).
-  void write_top(std::size_t n, TopDistribution& top) const {
+  // The best min(n, room) of kept_[0 .. n), whose weights sum to `total`, into `top`, leaving
+  // kept_ as it is (ascending ids).
+  void write_top(std::size_t n, double total, TopDistribution& top) const {
     top.size = 0;
     if (top.tokens.empty()) return;
     if (options_.temperature == 0.0f) {
@@ -202,8 +201,6 @@ class TokenSampler {
       top.size = 1;
       return;
     }
-    double total = 0.0;
-    for (std::size_t i = 0; i < n; ++i) total += weights_[kept_[i]];
     const auto likelier = [this](Token a, Token b) {
       return weights_[a] != weights_[b] ? weights_[a] > weights_[b] : a < b;
     };
@@ -215,12 +212,23 @@ class TokenSampler {
     }
   }
 
-  Token pick(std::span<const float> logits, double u, const std::uint64_t* position) {
+  Token pick(std::span<const float> logits, double u, const std::uint64_t* position,
+             TopDistribution* top = nullptr) {
     const std::size_t n = filter(logits, position);
-    if (options_.temperature == 0.0f) return kept_[0];
+    if (options_.temperature == 0.0f) {
+      if (top != nullptr) write_top(n, 0.0, *top);
+      return kept_[0];
+    }
+    const double total = kept_total(n);
+    if (top != nullptr) write_top(n, total, *top);
+    return draw(n, total, u);
+  }
+
+  // The weights of kept_[0 .. n) summed.
+  [[nodiscard]] double kept_total(std::size_t n) const noexcept {
     double total = 0.0;
     for (std::size_t i = 0; i < n; ++i) total += weights_[kept_[i]];
-    return draw(n, total, u);
+    return total;
   }
 
   // Inverse-CDF draw over kept_[0 .. n) in ascending id order, weights_ summing to `total`.
