@@ -1301,7 +1301,7 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-// Compact: no blank line, columns named as the README's tables name them, every line as wide,
+// Compact: no blank line, columns named as docs/BENCHMARKS.md's tables name them, every line as wide,
 // and a column whose value every row shares said once above instead.
 TEST(FormatTable, CompactWithTheReadmesColumnNames) {
   const std::vector<replay::Row> rows = {report_row("ngram(w=512,2-4)", 4, Policy::gate, "flat", "qa"),
