@@ -116,6 +116,8 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
       if (options.draft_layers == 0) throw std::invalid_argument("--draft-layers must be at least 1, got 0");
     } else if (flag == "--best-of") {
       options.best_of = true;
+    } else if (flag == "--no-continue") {
+      options.continue_text = false;
     } else if (flag == "--draft-cost") {
       options.draft_cost = parse_real(flag, value());
       if (!(*options.draft_cost >= 0.0)) {
@@ -194,6 +196,9 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   }
   if (options.draft_cost && !options.best_of) {
     throw std::invalid_argument("--draft-cost prices the self-draft's drafts for --best-of: it needs --best-of");
+  }
+  if (!options.continue_text && !options.best_of) {
+    throw std::invalid_argument("--no-continue keeps --best-of from continuing the text's drafts: it needs --best-of");
   }
   if (options.best_of && options.draft_layers == 0) {
     throw std::invalid_argument("--best-of chooses between the text and the self-draft: it needs --draft-layers");

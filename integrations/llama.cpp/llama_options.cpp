@@ -125,6 +125,12 @@ const char* llama_usage() noexcept {
          "                     without one (written as make_draft_gguf.py writes them, into a temporary file\n"
          "                     that is removed once loaded), each L from 1 to the block count and once; more\n"
          "                     than one goes with --compare\n"
+         "  --best-of          with a draft model: each pass drafted by whichever of the text (MatchDrafter) and\n"
+         "                     the draft model promises more tokens per unit of cost, or the text's drafts\n"
+         "                     continued by the draft model (BestOfDrafter); the draft model runs only on the\n"
+         "                     passes it drafts for\n"
+         "  --draft-cost C     with --best-of: what one draft-model token costs in one-token passes of the model\n"
+         "                     (default: measured at start, the draft model's one-token pass over the model's)\n"
          "  --llama-draft-max N  with --compare and a draft model: most tokens a draft of llama.cpp's\n"
          "                     draft-simple holds, 1 to 1024 (default 3, llama.cpp's --spec-draft-n-max)\n"
          "  --repeats N        timed rounds of --check, --compare and --curve (default 3)\n"
@@ -219,6 +225,13 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       o.draft_models.emplace_back(path);
     } else if (flag == "--draft-layers") {
       o.draft_layers = parse_count_list(flag, value(), 1, 1024);
+    } else if (flag == "--best-of") {
+      o.best_of = true;
+    } else if (flag == "--draft-cost") {
+      const std::string_view text = value();
+      const float cost = parse_real(flag, text);
+      if (cost < 0.0f) bad(flag, text, "is negative; a drafted token costs 0 or more passes");
+      o.draft_cost = cost;
     } else if (flag == "--llama-draft-max") {
       o.llama_draft_max = parse_count(flag, value(), 1, 1024);
       o.llama_draft_max_given = true;
@@ -296,6 +309,13 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       throw std::invalid_argument("--draft-model '" + o.draft_models[1] +
                                   "': more than one draft model goes with --compare only, which runs each");
     }
+  }
+  if (o.best_of && !o.drafts_with_model()) {
+    throw std::invalid_argument("--best-of chooses between the text and a draft model: it needs --draft-model or "
+                                "--draft-layers");
+  }
+  if (o.draft_cost && !o.best_of) {
+    throw std::invalid_argument("--draft-cost prices the draft model's tokens for --best-of: it needs --best-of");
   }
   if (o.llama_draft_max_given && (!o.compare || !o.drafts_with_model())) {
     throw std::invalid_argument("--llama-draft-max goes with --compare and --draft-model or --draft-layers (llama.cpp's "
