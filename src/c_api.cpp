@@ -70,6 +70,15 @@ std::string_view argument_problem(std::string_view message, bool& needs_subject)
   return message;
 }
 
+// NGRAMSPEC_ERROR_INVALID_ARGUMENT with a C++ argument error's message, `subject` ("sequence 7: ")
+// before it when it does not name its sequence.
+ngramspec_status argument_error(const char* function, const char* subject, const char* message) noexcept {
+  bool needs_subject = false;
+  const std::string_view problem = argument_problem(message, needs_subject);
+  return ngramspec::c_api::fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: %s%.*s", function,
+                                needs_subject ? subject : "", static_cast<int>(problem.size()), problem.data());
+}
+
 }  // namespace
 
 namespace ngramspec::c_api {
@@ -101,10 +110,9 @@ ngramspec_status translate_exception(const Where& where) noexcept {
   } catch (const CorpusFileError& e) {  // names the file, the section and the problem
     return fail(NGRAMSPEC_ERROR_CORPUS_FILE, "%s: %s%s", function, subject, e.what());
   } catch (const std::invalid_argument& e) {
-    bool needs_subject = false;
-    const std::string_view problem = argument_problem(e.what(), needs_subject);
-    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: %s%.*s", function, needs_subject ? subject : "",
-                static_cast<int>(problem.size()), problem.data());
+    return argument_error(function, subject, e.what());
+  } catch (const std::domain_error& e) {  // a row of logits the sampler cannot draw from
+    return argument_error(function, subject, e.what());
   } catch (const std::exception& e) {
     return fail(NGRAMSPEC_ERROR_INTERNAL, "%s: %s%s", function, subject, e.what());
   } catch (...) {
@@ -153,11 +161,7 @@ struct ngramspec_verify_cost {
   std::string spec;  // cost.normalized().spec(), kept for ngramspec_verify_cost_spec
 };
 
-using ngramspec::c_api::check_array;
-using ngramspec::c_api::fail;
-using ngramspec::c_api::guarded;
-using ngramspec::c_api::null_argument;
-using ngramspec::c_api::Where;
+using namespace ngramspec::c_api;  // the parts every C function uses
 
 extern "C" {
 

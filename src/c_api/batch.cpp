@@ -69,15 +69,7 @@ struct ngramspec_batch {
 
 namespace {
 
-using ngramspec::c_api::check_array;
-using ngramspec::c_api::check_tokens;
-using ngramspec::c_api::fail;
-using ngramspec::c_api::guarded;
-using ngramspec::c_api::null_argument;
-using ngramspec::c_api::null_array;
-using ngramspec::c_api::object_of;
-using ngramspec::c_api::Vocabulary;
-using ngramspec::c_api::Where;
+using namespace ngramspec::c_api;  // the parts every C function uses
 
 int to_c(ngramspec::StopReason reason) noexcept {
   switch (reason) {

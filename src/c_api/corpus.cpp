@@ -14,12 +14,7 @@
 
 namespace {
 
-using ngramspec::c_api::check_tokens;
-using ngramspec::c_api::create_handle;
-using ngramspec::c_api::guarded;
-using ngramspec::c_api::guarded_value;
-using ngramspec::c_api::null_argument;
-using ngramspec::c_api::Where;
+using namespace ngramspec::c_api;  // the parts every C function uses
 
 // ngramspec_corpus_draft and ngramspec_corpus_file_draft: a draft (a noexcept C++ draft) from the
 // corpus or file `handle`, the parameter `name`.

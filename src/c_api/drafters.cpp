@@ -10,13 +10,7 @@
 
 namespace {
 
-using ngramspec::c_api::create_handle;
-using ngramspec::c_api::object_of;
-using ngramspec::c_api::predict_handle;
-using ngramspec::c_api::reset_handle;
-using ngramspec::c_api::to_cpp;
-using ngramspec::c_api::update_handle;
-using ngramspec::c_api::Vocabulary;
+using namespace ngramspec::c_api;  // the parts every C function uses
 
 ngramspec::NGramConfig to_cpp(const ngramspec_ngram_config* c) noexcept {
   ngramspec::NGramConfig config;
