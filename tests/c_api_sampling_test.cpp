@@ -98,7 +98,7 @@ Chain random_chain(std::mt19937_64& rng, std::size_t vocab) {
   for (std::size_t r = 0; r <= n; ++r) c.logits[r * vocab + rng() % vocab] = 2.5f;  // no row fully masked
   c.q_offsets.push_back(0);
   for (std::size_t i = 0; i < n; ++i) {
-    c.drafts.push_back(static_cast<Token>(rng() % vocab));
+    c.drafts.push_back(static_cast<Token>(rng() % 17 == 0 ? vocab + rng() % 3 : rng() % vocab));
     const std::size_t support = rng() % 5 == 0 ? 0 : 1 + rng() % 4;
     for (std::size_t s = 0; s < support; ++s) {
       c.q_tokens.push_back(s == 0 && rng() % 4 != 0 ? c.drafts.back() : static_cast<Token>(rng() % vocab));
@@ -466,6 +466,33 @@ TEST(CApiSamplingProperty, TheChiSquareTestFailsWhenTheDeclaredQIsNotTheDrawnOne
       chi_square_test(first_two_tokens(options, Declared::other_q).counts, first_two_probabilities(options), kRuns);
   std::printf("  declared another q: %s\n", r.describe().c_str());
   EXPECT_FALSE(r.passes()) << r.describe();
+}
+
+TEST(CApiSamplingProperty, ADraftOutsideTheVocabularyIsRejectedInEitherMode) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 1000; ++trial) {
+    const std::size_t vocab = 1 + rng() % 9;
+    const int mode = trial % 2 == 0 ? NGRAMSPEC_SAMPLING_EXACT : NGRAMSPEC_SAMPLING_REJECTION;
+    const ngramspec_sampling_options o = options_of(0.5f + static_cast<float>(rng() % 4), 0, 1.0f, 0.0f, rng(), mode);
+    const SamplerPtr sampler = make_sampler(&o, vocab);
+    Chain c = random_chain(rng, vocab);
+    if (c.drafts.empty()) continue;
+    const std::size_t outside = rng() % c.drafts.size();
+    c.drafts[outside] = trial % 3 == 0 ? 0xFFFFFFFFU : static_cast<Token>(vocab + rng() % 5);
+    // Its q all on it: the most a declared q can argue for it.
+    c.q_tokens.erase(c.q_tokens.begin() + static_cast<std::ptrdiff_t>(c.q_offsets[outside]),
+                     c.q_tokens.begin() + static_cast<std::ptrdiff_t>(c.q_offsets[outside + 1]));
+    c.q_probabilities.erase(c.q_probabilities.begin() + static_cast<std::ptrdiff_t>(c.q_offsets[outside]),
+                            c.q_probabilities.begin() + static_cast<std::ptrdiff_t>(c.q_offsets[outside + 1]));
+    const std::size_t removed = c.q_offsets[outside + 1] - c.q_offsets[outside];
+    c.q_tokens.insert(c.q_tokens.begin() + static_cast<std::ptrdiff_t>(c.q_offsets[outside]), c.drafts[outside]);
+    c.q_probabilities.insert(c.q_probabilities.begin() + static_cast<std::ptrdiff_t>(c.q_offsets[outside]), 1.0f);
+    for (std::size_t i = outside + 1; i < c.q_offsets.size(); ++i) c.q_offsets[i] = c.q_offsets[i] + 1 - removed;
+    Verified v;
+    ASSERT_C_OK(verify(sampler.get(), c, rng() % 1000, v));
+    ASSERT_LE(v.accepted, outside) << "trial " << trial;
+    ASSERT_LT(v.next, vocab) << "trial " << trial;
+  }
 }
 
 // ---- Allocation ----------------------------------------------------------------------------------

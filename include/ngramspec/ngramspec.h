@@ -560,7 +560,8 @@ NGRAMSPEC_API ngramspec_status ngramspec_sampler_set_options(ngramspec_sampler* 
  * target's sampling distribution p (the options' temperature and filters), provided each draft was drawn
  * from the q given for it. NGRAMSPEC_SAMPLING_EXACT: each row's token is the one plain sampling draws at
  * its position for the seed, and a draft is accepted when it equals it (q is checked but not read). At
- * temperature 0 both are greedy. Rows after the first rejection are not read.
+ * temperature 0 both are greedy. A draft outside the vocabulary is rejected. Rows after the first
+ * rejection are not read.
  *
  * NGRAMSPEC_ERROR_INVALID_ARGUMENT, *accepted and *next unwritten, naming the argument and its value, or
  * the token and position of a NaN or +infinity logit in a row read, or the position of a row read with

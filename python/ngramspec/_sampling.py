@@ -106,12 +106,13 @@ class TokenSampler(Closable):
         (S <= MAX_SUPPORT) and their probabilities (read normalized; pad a row with probability 0), or two
         sequences of ``len(drafts)`` 1-D arrays (an empty one: that draft was chosen, not drawn), or None
         for both (every draft chosen: q one-hot on it). A support that gives the draft's own token no
-        probability also reads it as chosen. In the ``"exact"`` mode q is checked but not read.
+        probability also reads it as chosen. In the ``"exact"`` mode q is checked but not read. A draft
+        outside the vocabulary is rejected.
 
         Raises ValueError naming the argument and its value (shapes, offsets, a probability negative or
         not finite, a support summing to 0, a NaN or +inf logit with its token and position)."""
         handle = self._live("verify_chain")
-        draft_array, draft_pointer, n_drafts = tokens_arg(drafts, "drafts")
+        draft_array, draft_pointer, n_drafts = tokens_arg(drafts, "drafts")  # the arrays live until the call returns
         rows = np.asarray(logits)
         if rows.dtype != _F32 or not rows.flags.c_contiguous:
             rows = np.ascontiguousarray(rows, dtype=_F32)
@@ -132,7 +133,6 @@ class TokenSampler(Closable):
                                                     self._next_address)
         if status:
             raise_status(status)
-        del draft_array, supports  # held until the call returned
         return int(self._accepted.value), int(self._next.value)
 
     def close(self) -> None:
