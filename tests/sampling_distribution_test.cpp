@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ngramspec/ngramspec.hpp"
+#include "support/chi_square.hpp"
 #include "support/mock_models.hpp"
 #include "support/test_drafters.hpp"
 
@@ -30,8 +31,7 @@ constexpr std::size_t kVocab = 4;
 constexpr std::size_t kGenerated = 3;                     // tokens whose joint distribution is tested
 constexpr std::size_t kCells = kVocab * kVocab * kVocab;  // kVocab ^ kGenerated
 constexpr std::size_t kRuns = 20000;                      // generations per test, seeds 0 .. kRuns - 1
-constexpr double kSignificance = 0.001;
-constexpr double kZ = 3.090232306167813;  // standard normal quantile at 1 - kSignificance
+constexpr double kSignificance = kChiSquareSignificance;  // support/chi_square.hpp: 0.001
 const std::vector<Token> kPrompt = {1, 2};
 
 /// p(t | a, b): the next token's probability after the two tokens a, b. Weights 2 .. 6 make
@@ -145,14 +145,6 @@ struct Conditional {
     }
   }
   return joint;
-}
-
-/// Upper `kSignificance` quantile of chi-square with `df` degrees of freedom, by the
-/// Wilson-Hilferty approximation (checked against table values below).
-[[nodiscard]] double chi_square_critical(std::size_t df) {
-  const double k = static_cast<double>(df);
-  const double c = 2.0 / (9.0 * k);
-  return k * std::pow(1.0 - c + kZ * std::sqrt(c), 3.0);
 }
 
 struct ChiSquare {
