@@ -28,7 +28,7 @@ import sys
 LAYERS = [
     ("foundation", ["token.hpp", "version.hpp", "allocation_error.hpp", "detail/fnv1a.hpp", "detail/prefetch.hpp",
                     "detail/physical_memory.hpp", "detail/huge_page_allocator.hpp", "detail/open_table.hpp",
-                    "detail/last_end_table.hpp", "detail/top_k_select.hpp"]),
+                    "detail/last_end_table.hpp", "detail/top_k_select.hpp", "detail/parse_number.hpp"]),
     ("corpus file", ["corpus_file.hpp", "corpus_draft.hpp", "detail/corpus_format.hpp", "detail/suffix_match.hpp",
                      "corpus_builder.hpp", "mapped_corpus.hpp"]),
     ("live corpus", ["shared_corpus.hpp"]),

@@ -840,6 +840,22 @@ TEST(ReplayOptions, KOutOfRangeNamesTheAcceptedRange) {
   EXPECT_EQ(parse_args({"--synthetic", "random", "--k", "1,1024"}).ks, (std::vector<std::size_t>{1, 1024}));
 }
 
+// --max-drafts is the one name of the most drafts per pass; --k, its old name, is read alike,
+// and the two are one option.
+TEST(ReplayOptions, MaxDraftsIsTheOneNameOfK) {
+  EXPECT_EQ(parse_args({"--synthetic", "random", "--max-drafts", "1,16"}).ks, (std::vector<std::size_t>{1, 16}));
+  EXPECT_EQ(parse_args({"--synthetic", "random", "--max-drafts", "8"}).ks,
+            parse_args({"--synthetic", "random", "--k", "8"}).ks);
+  for (const auto& [first, second] : {std::pair{"--k", "--max-drafts"}, std::pair{"--max-drafts", "--k"}}) {
+    EXPECT_EQ(message_of<std::invalid_argument>([&] {
+                (void)parse_args({"--synthetic", "random", first, "4", second, "8"});
+              }),
+              "--max-drafts is given twice (--k is its other name)");
+  }
+  EXPECT_EQ(message_of<std::invalid_argument>([] { (void)parse_args({"--synthetic", "random", "--max-drafts", "0"}); }),
+            "--max-drafts: '0' is out of range: it must be from 1 to 1024");
+}
+
 // A family of drafters registered from elsewhere (as integrations/llama.cpp registers llama.cpp's):
 // make_drafter builds its specs, --help lists it, and a second registration of its name is refused.
 TEST(DrafterRegistry, ARegisteredFamilyBuildsItsSpecsAndIsListed) {

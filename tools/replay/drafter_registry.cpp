@@ -19,6 +19,7 @@
 #include "baselines/ngram_cache.hpp"
 #include "baselines/prompt_lookup.hpp"
 #include "drafter_entry.hpp"
+#include "ngramspec/detail/parse_number.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/shared_corpus.hpp"
@@ -59,14 +60,13 @@ class Parameters {
   std::size_t count(const std::string& key, std::size_t fallback) {
     const auto it = values_.find(key);
     if (it == values_.end()) return fallback;
-    std::size_t value = 0;
     const std::string& text = it->second;
-    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || ptr != text.data() + text.size()) {
+    const ngramspec::detail::ParsedNumber<std::size_t> value = ngramspec::detail::parse_whole<std::size_t>(text);
+    if (!value.ok()) {
       throw std::invalid_argument("drafter '" + spec_ + "': " + key + " = '" + text + "' is not a whole number");
     }
     values_.erase(it);
-    return value;
+    return value.value;
   }
   // A finite decimal number.
   double number(const std::string& key, double fallback) {
