@@ -90,14 +90,18 @@ def layer_of(header):
     return default
 
 
-def library_layer(path):
-    """The layer of a library file: a header's own, a src/ file's that of its header."""
+def library_layer(root, path):
+    """The layer of a library file: a header's own, a src/ file's that of its header (NAME.hpp or
+    detail/NAME.hpp)."""
     if path.startswith("include/ngramspec/") and path.endswith(".hpp"):
         return layer_of(path[len("include/ngramspec/"):])
     if path.startswith("src/"):
         stem = os.path.splitext(os.path.basename(path))[0]
         if stem.startswith("c_api"):
             return len(LAYERS)  # the C ABI sits on the whole library
+        for header in (stem + ".hpp", "detail/" + stem + ".hpp"):
+            if os.path.isfile(os.path.join(root, "include", "ngramspec", header)):
+                return layer_of(header)
         return layer_of(stem + ".hpp")
     return None
 
@@ -105,7 +109,7 @@ def library_layer(path):
 def source_files(root):
     for top in SCANNED:
         for folder, dirs, files in os.walk(os.path.join(root, top)):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "corpus")
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             for name in sorted(files):
                 if name.endswith(SOURCE_SUFFIXES):
                     yield os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
@@ -146,7 +150,7 @@ def check(root):
             if not may_include(folder, target):
                 crossings.append(f"{where}: {folder} may not include {folder_of(target) or target}")
                 continue
-            own, theirs = library_layer(path), library_layer(target)
+            own, theirs = library_layer(root, path), library_layer(root, target)
             if own is not None and theirs is not None and theirs > own:
                 crossings.append(f"{where}: the {LAYERS[own][0] if own < len(LAYERS) else 'C ABI'} layer may not "
                                  f"include the {LAYERS[theirs][0]} layer above it")
