@@ -96,9 +96,9 @@ def library_layer(root, path):
     if path.startswith("include/ngramspec/") and path.endswith(".hpp"):
         return layer_of(path[len("include/ngramspec/"):])
     if path.startswith("src/"):
+        if path.startswith("src/c_api"):
+            return len(LAYERS)  # the C ABI (src/c_api*.cpp, src/c_api/) sits on the whole library
         stem = os.path.splitext(os.path.basename(path))[0]
-        if stem.startswith("c_api"):
-            return len(LAYERS)  # the C ABI sits on the whole library
         for header in (stem + ".hpp", "detail/" + stem + ".hpp"):
             if os.path.isfile(os.path.join(root, "include", "ngramspec", header)):
                 return layer_of(header)
