@@ -22,7 +22,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: ngramspec-generate --model M --tokenizer T (--prompt TEXT | --prompts FILE) [--steps N] [--k K]\n"
+    "usage: ngramspec-generate --model M --tokenizer T (--prompt TEXT | --prompts FILE) [--steps N] [--max-drafts K]\n"
     "                          [--tree-nodes N [--recycle K] [--tree-width W] [--carry-over] [--enrich-counts]]\n"
     "                          [--cost SPEC] [--draft-layers L [--best-of [--draft-cost C] [--no-continue]]]\n"
     "                          [--no-speculate]\n"
@@ -31,7 +31,8 @@ constexpr const char* kUsage =
     "  --prompts FILE  one prompt a line (empty lines skipped), each a request of its own; prints the totals\n"
     "  --steps N       most tokens generated after the prompt (default 256; generation also stops on BOS and at\n"
     "                  the model's seq_len)\n"
-    "  --k K           most drafts verified per pass, 1 to 1024 (default 16; 4 with --cost none)\n"
+    "  --max-drafts K  most drafts verified per pass, 1 to 1024 (default 16; 4 with --cost none); --k K is its\n"
+    "                  old name, still read\n"
     "  --tree-nodes N  verify trees of up to N drafts a pass instead of chains (TreeDrafter: the chain as the\n"
     "                  spine, the text's alternatives, and the model's own top-k after every verified token);\n"
     "                  fewer as the context fills, every node taking a KV slot\n"

@@ -14,6 +14,7 @@
 
 #include "command_line.hpp"
 #include "llama_drafter_spec.hpp"
+#include "ngramspec/detail/parse_number.hpp"
 
 namespace ngramspec::llama_cpp {
 namespace {
@@ -23,14 +24,13 @@ namespace {
 }
 
 std::size_t parse_count(std::string_view flag, std::string_view text, std::size_t min, std::size_t max) {
-  std::size_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec == std::errc::result_out_of_range) bad(flag, text, "is too large; at most " + std::to_string(max));
-  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) bad(flag, text, "is not a whole number");
-  if (value < min || value > max) {
+  const ngramspec::detail::ParsedNumber<std::size_t> count = ngramspec::detail::parse_whole<std::size_t>(text);
+  if (count.status == ngramspec::detail::NumberStatus::out_of_range) bad(flag, text, "is too large; at most " + std::to_string(max));
+  if (!count.ok()) bad(flag, text, "is not a whole number");
+  if (count.value < min || count.value > max) {
     bad(flag, text, "is out of range: " + std::to_string(min) + " to " + std::to_string(max));
   }
-  return value;
+  return count.value;
 }
 
 // "1,4,16": whole numbers from min to max, each once.
@@ -49,12 +49,9 @@ std::vector<std::size_t> parse_count_list(std::string_view flag, std::string_vie
 }
 
 float parse_real(std::string_view flag, std::string_view text) {
-  float value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::general);
-  if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(value)) {
-    bad(flag, text, "is not a finite number");
-  }
-  return value;
+  const ngramspec::detail::ParsedNumber<float> real = ngramspec::detail::parse_real<float>(text);
+  if (!real.ok()) bad(flag, text, "is not a finite number");
+  return real.value;
 }
 
 }  // namespace
@@ -83,8 +80,9 @@ const char* llama_usage() noexcept {
          "  --parallel N       sequences decoded together in one llama_batch, 1 to 256 (default 1); a finished\n"
          "                     sequence's slot takes the next prompt\n"
          "  --ctx N            tokens each sequence holds (default: the model's training context)\n"
-         "  --k N              most drafts per sequence and pass, 1 to 1024 (default 16; 4 with --cost none or\n"
-         "                     --draft-model, whose every draft is a pass of the draft model)\n"
+         "  --max-drafts N     most drafts per sequence and pass, 1 to 1024 (default 16; 4 with --cost none or\n"
+         "                     --draft-model, whose every draft is a pass of the draft model); --k N is its old\n"
+         "                     name, still read\n"
          "  --cost SPEC        what a verify pass costs, which sizes every pass's drafts: measure (default: time\n"
          "                     this model's passes at start), none (MatchDrafter's own gate decides), flat,\n"
          "                     knee:N, or table:1=1,2=1.5,... (what --print-cost prints)\n"
@@ -173,7 +171,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       o.parallel = parse_count(flag, value(), 1, 256);
     } else if (flag == "--ctx") {
       o.context = parse_count(flag, value(), 2, std::size_t{1} << 24);
-    } else if (flag == "--k") {
+    } else if (cli::is_max_drafts(flag)) {  // --max-drafts, or its old name --k
       o.k = parse_count(flag, value(), 1, kMaxDraftsPerPass);
       o.k_given = true;
     } else if (flag == "--cost") {
@@ -264,7 +262,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
     }
   };
   if (!o.curve.empty()) {
-    refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--k", "--cost", "--print-cost", "--pass-shape", "--temperature",
+    refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--max-drafts", "--k", "--cost", "--print-cost", "--pass-shape", "--temperature",
                  "--top-k", "--top-p", "--min-p", "--seed", "--ignore-eos", "--no-speculate", "--check", "--compare",
                  "--corpus", "--corpus-file", "--json", "--draft-model", "--draft-layers"},
                 "does nothing with --curve, which only times passes (its options: --threads, --ctx, --flash-attn, --curve-at, "
@@ -274,7 +272,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   }
   if (!o.check && !o.compare && o.curve.empty()) refuse_with({"--repeats"}, "goes with --check, --compare or --curve");
   if (!o.speculate) {
-    refuse_with({"--k", "--cost", "--print-cost", "--pass-shape", "--corpus", "--corpus-file", "--draft-model",
+    refuse_with({"--max-drafts", "--k", "--cost", "--print-cost", "--pass-shape", "--corpus", "--corpus-file", "--draft-model",
                  "--draft-layers"},
                 "does nothing with --no-speculate, which drafts nothing");
   }

@@ -153,7 +153,8 @@ void fuzz_replay(std::span<const std::string_view> args) {
     else list.push_back(item);
   };
   for (std::size_t i = 0; i < args.size() && !wrong && !help; ++i) {
-    const std::string_view arg = args[i];
+    // --max-drafts is the one name of --k, which stays read as its alias: one option either way.
+    const std::string_view arg = args[i] == "--max-drafts" ? std::string_view("--k") : args[i];
     if (arg == "--help" || arg == "-h") {
       help = true;
     } else if ((kValued.count(arg) != 0 || arg == "--json" || arg == "--categories") && twice(arg)) {
@@ -425,7 +426,8 @@ void fuzz_generate(std::span<const std::string_view> args) {
   llama2::GenerateOptions expected;
   std::set<std::string_view> given;  // every option is given once at most
   for (std::size_t i = 0; i < args.size() && !wrong && !help; ++i) {
-    const std::string_view arg = args[i];
+    // --max-drafts is the one name of --k, which stays read as its alias: one option either way.
+    const std::string_view arg = args[i] == "--max-drafts" ? std::string_view("--k") : args[i];
     if (arg == "--help" || arg == "-h") {
       help = true;
     } else if (!given.insert(arg).second) {
