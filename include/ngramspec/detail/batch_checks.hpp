@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -114,16 +115,23 @@ inline void check_tree_step_arguments(const char* where, std::size_t model_token
   }
 }
 
+/// Throws the error of check_in_vocabulary(): `name`[`index`] = `token` lies outside `vocab`.
+[[noreturn]] inline void throw_outside_vocabulary(const char* where, std::uint64_t sequence, const char* name,
+                                                  std::size_t index, Token token, std::size_t vocab) {
+  throw std::invalid_argument(std::string(where) + ": " + sequence_name(sequence) + ": " + name + "[" +
+                              std::to_string(index) + "] = " + std::to_string(token) +
+                              " is outside the top-k table's vocabulary of " + std::to_string(vocab));
+}
+
 /// Every token of `tokens` (named `name`, its first at index `first` of the call's span) lies
 /// inside a top-k table's vocabulary: drafters record top rows without checks.
 inline void check_in_vocabulary(const char* where, std::uint64_t sequence, const char* name,
                                 std::span<const Token> tokens, std::size_t first, std::size_t vocab) {
-  for (std::size_t e = 0; e < tokens.size(); ++e) {
-    if (tokens[e] >= vocab) {
-      throw std::invalid_argument(std::string(where) + ": " + sequence_name(sequence) + ": " + name + "[" +
-                                  std::to_string(first + e) + "] = " + std::to_string(tokens[e]) +
-                                  " is outside the top-k table's vocabulary of " + std::to_string(vocab));
-    }
+  // The scan alone is inline: it runs on every token of a pass.
+  const auto outside = std::find_if(tokens.begin(), tokens.end(), [vocab](Token t) { return t >= vocab; });
+  if (outside != tokens.end()) {
+    throw_outside_vocabulary(where, sequence, name, first + static_cast<std::size_t>(outside - tokens.begin()),
+                             *outside, vocab);
   }
 }
 
