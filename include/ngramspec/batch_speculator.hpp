@@ -19,9 +19,11 @@
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/detail/batch_checks.hpp"
+#include "ngramspec/detail/batch_distributions.hpp"
 #include "ngramspec/detail/draft_estimates.hpp"
 #include "ngramspec/detail/max_drafts_check.hpp"
 #include "ngramspec/detail/sequence_pool.hpp"
+#include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/draft_planner.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
@@ -197,37 +199,23 @@ class BatchSpeculator {
   /// ids.size() + 1, or an id is unknown, finished or listed twice.
   std::size_t propose(std::span<const SequenceId> ids, std::span<Token> drafts, std::span<std::size_t> offsets,
                       std::size_t extra_tokens = 0) {
-    const char* const where = "ngramspec::BatchSpeculator::propose";
-    detail::check_offsets_size(where, offsets.size(), ids.size());
-    const PassBudget pass = open_pass(where, ids, extra_tokens, drafts.size(), [](const Slot& slot) {
-      return draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
-    });
-    // Where the cost says that not even certain drafts could pay, nothing is drafted: the drafters
-    // still observe every token (accept()), and the pass costs no drafting work.
-    const bool draft = pass.cost == nullptr || DraftPlanner::drafts_can_pay(*pass.cost, pass.base_tokens,
-                                                                            pass.base_expected, pass.draft_room);
-    if (candidates_.size() < pass.room) candidates_.resize(pass.room);
-    std::size_t made = 0;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      const Slot& slot = pool_.of_call(i);
-      if (slot.state.generated != 0) {
-        const std::size_t limit = draft ? draft_limit(slot.state, slot.options, kMaxDraftsPerPass) : 0;
-        made += counting_out_of_vocabulary(slot.drafter, [&] {
-          return detail::draft_with_estimates(slot.drafter, std::span<Token>(candidates_).subspan(made, limit),
-                                              std::span<float>(probabilities_).subspan(made, limit), slot.rate);
-        });
-      }
-      candidate_offsets_[i + 1] = made;
-    }
-    return close_pass(pass, made, offsets, [&](Slot& slot, std::size_t i, std::size_t total) {
-      const std::size_t n = lengths_[i];
-      const Token* from = candidates_.data() + candidate_offsets_[i];
-      std::copy(from, from + n, drafts.begin() + static_cast<std::ptrdiff_t>(total));
-      std::copy(from, from + n, slot.pending.begin());
-      slot.pending_count = n;
-      if constexpr (kTrees) slot.trees.tree.clear();
-      return n;
-    });
+    return propose_chains<false>(ids, drafts, offsets, {}, extra_tokens);
+  }
+  /// propose(), and what each draft was drawn from, for an engine that verifies by rejection
+  /// sampling (SamplingMode::rejection; TokenSampler::verify with entry j of q[i] for
+  /// drafts[offsets[i] + j]): q[i] gets one entry per draft of ids[i], its drafter's when D is
+  /// a DistributionDrafter, else one-hot (chosen). When any draft of the pass was drawn, whether
+  /// a draft is sent may not depend on its own token: the pass then sends each sequence's
+  /// drafts up to the first whose estimate is below what the cheapest added token costs
+  /// (DraftPlanner::least_path_probability; all without a cost), within the drafts buffer and
+  /// max_pass_tokens in the order of ids, instead of the planner's best prefixes
+  /// (docs/SAMPLING.md, "What a decoder may cut"). Throws as propose() does, and
+  /// std::invalid_argument when q has fewer than ids.size() elements; std::logic_error from a
+  /// drafter that gives fewer distributions than drafts. q's memory grows only past the most
+  /// drafts (or support) an element has held.
+  std::size_t propose(std::span<const SequenceId> ids, std::span<Token> drafts, std::span<std::size_t> offsets,
+                      std::span<DraftDistributions> q, std::size_t extra_tokens = 0) {
+    return propose_chains<true>(ids, drafts, offsets, q, extra_tokens);
   }
 
   /// Decides the pass for the sequences `ids`: model_tokens[offsets[i] .. offsets[i + 1]) are
@@ -274,54 +262,20 @@ class BatchSpeculator {
   /// sequences of the call with no tree pending (as after a call that drafted nothing).
   std::size_t propose_trees(std::span<const SequenceId> ids, std::span<Token> tokens, std::span<std::int32_t> parents,
                             std::span<std::size_t> offsets, std::size_t extra_tokens = 0) {
-    static_assert(kTrees,
-                  "ngramspec::BatchSpeculator::propose_trees needs a drafter that drafts trees (TreeDraftingDrafter): "
-                  "use BatchSpeculator<TreeDrafter>, or propose() for chains");
-    const char* const where = "ngramspec::BatchSpeculator::propose_trees";
-    detail::check_offsets_size(where, offsets.size(), ids.size());
-    detail::check_same_size(where, "parents", parents.size(), "tokens.size()", tokens.size());
-    const PassBudget pass = open_pass(where, ids, extra_tokens, tokens.size(), [](const Slot& slot) {
-      return tree_node_limit(slot.state, slot.options, kMaxDraftsPerPass);
-    });
-    const float least = pass.cost == nullptr ? 0.0f
-                                             : DraftPlanner::least_path_probability(*pass.cost, pass.base_tokens,
-                                                                                    pass.base_expected, pass.draft_room);
-    std::size_t made = 0;
-    try {
-      for (std::size_t i = 0; i < ids.size(); ++i) {
-        Slot& slot = pool_.of_call(i);
-        DraftTree& tree = slot.trees.tree;
-        tree.clear();
-        slot.pending_count = 0;
-        const std::size_t depth =
-            slot.state.generated == 0 ? 0 : draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
-        if (depth > 0) {
-          // A drafter that claims or builds more than it was allowed is clamped, never trusted.
-          const std::size_t most = tree_node_limit(slot.state, slot.options, kMaxDraftsPerPass);
-          const std::size_t claimed =
-              counting_out_of_vocabulary(slot.drafter, [&] { return slot.drafter.predict_tree(tree, most, depth, least); });
-          tree.truncate(std::min(claimed, most));
-          const std::span<const float> path = tree.path_probabilities();
-          std::copy(path.begin(), path.end(), probabilities_.begin() + static_cast<std::ptrdiff_t>(made));
-          made += path.size();
-        }
-        candidate_offsets_[i + 1] = made;
-      }
-    } catch (...) {
-      for (std::size_t i = 0; i < ids.size(); ++i) pool_.of_call(i).trees.tree.clear();
-      throw;
-    }
-    // Each sequence keeps the first lengths_[i] nodes of its best-first tree: a tree.
-    return close_pass(pass, made, offsets, [&](Slot& slot, std::size_t i, std::size_t total) {
-      DraftTree& tree = slot.trees.tree;
-      tree.truncate(lengths_[i]);
-      const std::span<const Token> nodes = tree.tokens();
-      const std::span<const std::int32_t> ups = tree.parents();
-      std::copy(nodes.begin(), nodes.end(), tokens.begin() + static_cast<std::ptrdiff_t>(total));
-      std::copy(ups.begin(), ups.end(), parents.begin() + static_cast<std::ptrdiff_t>(total));
-      return nodes.size();
-    });
+    return propose_tree_pass<false>(ids, tokens, parents, offsets, {}, extra_tokens);
   }
+  /// propose_trees(), and what each node was drawn from (q[i]: one entry per node of ids[i],
+  /// by index; its drafter's when D is a DistributionTreeDrafter, such as TreeDrafter with
+  /// TreeConfig::draw_recycled, else one-hot). When any node of the pass was drawn, each tree
+  /// is cut by the drafter's least path probability alone, and by the budgets in the order of
+  /// ids, never to the planner's best prefix (see propose() with q). Throws as propose_trees()
+  /// does, and std::invalid_argument when q has fewer than ids.size() elements.
+  std::size_t propose_trees(std::span<const SequenceId> ids, std::span<Token> tokens, std::span<std::int32_t> parents,
+                            std::span<std::size_t> offsets, std::span<DraftDistributions> q,
+                            std::size_t extra_tokens = 0) {
+    return propose_tree_pass<true>(ids, tokens, parents, offsets, q, extra_tokens);
+  }
+
   /// Decides the tree pass of the sequences `ids` (see the class comment): model_tokens[
   /// offsets[i] .. offsets[i + 1]) are the model's tokens after each entry fed for ids[i], the
   /// root then its nodes as propose_trees() wrote them (the first k + 1 entries verify the
@@ -341,47 +295,26 @@ class BatchSpeculator {
   void accept_trees(std::span<const SequenceId> ids, std::span<const Token> model_tokens,
                     std::span<const std::size_t> offsets, std::span<const Token> top, std::span<StepOutcome> steps,
                     std::span<std::size_t> kept) {
-    static_assert(kTrees,
-                  "ngramspec::BatchSpeculator::accept_trees needs a drafter that drafts trees (TreeDraftingDrafter): "
-                  "use BatchSpeculator<TreeDrafter>, or accept() for chains");
-    const char* const where = "ngramspec::BatchSpeculator::accept_trees";
-    detail::check_step_arguments(where, ids.size(), model_tokens.size(), offsets, steps.size());
-    detail::check_tree_step_arguments(where, model_tokens.size(), kept.size(), top.size(), top_k_);
-    check_sequences(
-        where, ids, model_tokens.size(), offsets, "the root, then one per node",
-        [](const Slot& slot) { return slot.trees.tree.size(); },
-        [&](const Slot& slot, std::size_t i, std::size_t n) {
-          if (top.empty()) return;
-          const std::size_t vocab = slot.drafter.top_k_table()->vocab_size();
-          detail::check_in_vocabulary(where, ids[i], "model_tokens", model_tokens.subspan(offsets[i], n),
-                                      offsets[i], vocab);
-          detail::check_in_vocabulary(where, ids[i], "top", top.subspan(offsets[i] * top_k_, n * top_k_),
-                                      offsets[i] * top_k_, vocab);
-        });
-    step_sequences(
-        model_tokens, offsets, steps,
-        [&](Slot& slot, std::size_t i, std::span<const Token> answers) {
-          DraftTree& tree = slot.trees.tree;
-          tree.truncate(answers.size() - 1);  // a prefix of a best-first tree is a tree
-          const std::span<std::size_t> entries = kept.subspan(offsets[i], answers.size());
-          const StepOutcome outcome =
-              accept_tree(slot.state, tree.tokens(), tree.parents(), answers, slot.options, entries);
-          const std::span<Token> emitted = std::span<Token>(tree_emitted_).first(outcome.emitted);
-          for (std::size_t j = 0; j < outcome.emitted; ++j) emitted[j] = answers[entries[j]];
-          return Decided{outcome, emitted};
-        },
-        [&](Slot& slot, std::size_t i, std::span<const Token> answers, std::span<const Token> emitted) {
-          const DraftTree& tree = slot.trees.tree;
-          const std::size_t n = answers.size();
-          const std::span<Token> fed = std::span<Token>(tree_fed_).first(n);
-          fed[0] = slot.trees.last;
-          std::copy(tree.tokens().begin(), tree.tokens().end(), fed.begin() + 1);
-          const std::span<const Token> rows = top.empty() ? top : top.subspan(offsets[i] * top_k_, n * top_k_);
-          slot.drafter.observe_pass(tree, std::span<const Token>(fed), answers,
-                                    std::span<const std::size_t>(kept).subspan(offsets[i], emitted.size()), rows);
-          slot.drafter.update(emitted);
-        });
+    accept_tree_pass(ids, model_tokens, offsets, top, {}, steps, kept);
   }
+  /// accept_trees(), and `top_probabilities`: the probability of each token of `top` under the
+  /// distribution the engine sampled that entry's token from (top_probabilities[t] for top[t],
+  /// as TokenSampler's TopDistribution gives them; a row with fewer tokens left by the filters
+  /// ends in probability 0), recorded into each drafter's top-k table for every entry of its
+  /// pass (TopKTable::record_distribution, the row's tokens up to its first probability 0), so
+  /// that a drafter drawing its recycled candidates (TreeConfig::draw_recycled) draws them from
+  /// the target's p. Throws as accept_trees() does, and std::invalid_argument, changing nothing,
+  /// when top_probabilities.size() is not top.size(), a sequence's table keeps no probabilities,
+  /// a probability is outside [0, 1], or a row's first probability is 0.
+  void accept_trees(std::span<const SequenceId> ids, std::span<const Token> model_tokens,
+                    std::span<const std::size_t> offsets, std::span<const Token> top,
+                    std::span<const float> top_probabilities, std::span<StepOutcome> steps,
+                    std::span<std::size_t> kept) {
+    detail::check_same_size("ngramspec::BatchSpeculator::accept_trees", "top_probabilities",
+                            top_probabilities.size(), "top.size()", top.size());
+    accept_tree_pass(ids, model_tokens, offsets, top, top_probabilities, steps, kept);
+  }
+
   /// Ends sequence `id`, finished or not: appends its output (its first max_record_tokens
   /// tokens) to the corpus when there is one, and returns its drafter to the pool. Throws
   /// std::invalid_argument for an unknown id; exceptions from the corpus's append propagate
@@ -444,6 +377,10 @@ class BatchSpeculator {
  private:
   static constexpr bool kTrees = TreeDraftingDrafter<D>;
   using Slot = detail::SequenceSlot<D>;
+  // Whether accept_trees() can record the engine's distributions into the drafters' tables.
+  static constexpr bool kRecords = requires(D& d) {
+    { d.top_k_table() } -> std::same_as<TopKTable*>;
+  };
   static BatchConfig validated(BatchConfig config) {
     validate(config);
     return config;
@@ -501,19 +438,35 @@ class BatchSpeculator {
     return pass;
   }
 
-  // Sizes every sequence's drafts together (lengths_) from the `made` candidates, and has
-  // write(slot, i, total) put sequence i's part at `total` of the caller's buffers and return
-  // its size; fills offsets and returns the pass's drafts.
+  // Sizes every sequence's drafts (lengths_) from the `made` candidates: together, by the
+  // planner; or, when any was drawn, each up to its first estimate below `least`, within the
+  // room left in the order of the call (a stopping rule: docs/SAMPLING.md).
+  void plan_pass(const PassBudget& pass, std::size_t made, std::size_t sequences, bool drawn, float least) {
+    if (!drawn) {
+      planner_.plan(pass.cost, pass.base_tokens, pass.base_expected, pass.budget,
+                    std::span<float>(probabilities_).first(made),
+                    std::span<const std::size_t>(candidate_offsets_).first(sequences + 1),
+                    std::span<std::size_t>(lengths_).first(sequences));
+      return;
+    }
+    std::size_t room = pass.draft_room;
+    for (std::size_t i = 0; i < sequences; ++i) {
+      const std::size_t first = candidate_offsets_[i];
+      const std::size_t most = std::min(candidate_offsets_[i + 1] - first, room);
+      std::size_t n = 0;
+      while (n < most && probabilities_[first + n] >= least) ++n;
+      lengths_[i] = n;
+      room -= n;
+    }
+  }
+
+  // Has write(slot, i, total) put sequence i's part of the planned pass at `total` of the
+  // caller's buffers and return its size; fills offsets and returns the pass's drafts.
   template <class Write>
-  std::size_t close_pass(const PassBudget& pass, std::size_t made, std::span<std::size_t> offsets, Write write) {
-    const std::size_t sequences = offsets.size() - 1;
-    planner_.plan(pass.cost, pass.base_tokens, pass.base_expected, pass.budget,
-                  std::span<float>(probabilities_).first(made),
-                  std::span<const std::size_t>(candidate_offsets_).first(sequences + 1),
-                  std::span<std::size_t>(lengths_).first(sequences));
+  std::size_t close_pass(std::span<std::size_t> offsets, Write write) {
     std::size_t total = 0;
     offsets[0] = 0;
-    for (std::size_t i = 0; i < sequences; ++i) {
+    for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
       total += write(pool_.of_call(i), i, total);
       offsets[i + 1] = total;
     }
@@ -581,6 +534,182 @@ class BatchSpeculator {
       }
     }
     if (drafter_error) std::rethrow_exception(drafter_error);
+  }
+
+  // propose(), with q when kWithQ.
+  template <bool kWithQ>
+  std::size_t propose_chains(std::span<const SequenceId> ids, std::span<Token> drafts, std::span<std::size_t> offsets,
+                             std::span<DraftDistributions> q, std::size_t extra_tokens) {
+    const char* const where = "ngramspec::BatchSpeculator::propose";
+    detail::check_offsets_size(where, offsets.size(), ids.size());
+    if constexpr (kWithQ) detail::check_distributions_size(where, q.size(), ids.size());
+    const PassBudget pass = open_pass(where, ids, extra_tokens, drafts.size(), [](const Slot& slot) {
+      return draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
+    });
+    // Where the cost says that not even certain drafts could pay, nothing is drafted: the drafters
+    // still observe every token (accept()), and the pass costs no drafting work.
+    const bool draft = pass.cost == nullptr || DraftPlanner::drafts_can_pay(*pass.cost, pass.base_tokens,
+                                                                            pass.base_expected, pass.draft_room);
+    if (candidates_.size() < pass.room) candidates_.resize(pass.room);
+    std::size_t made = 0;
+    bool drawn = false;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const Slot& slot = pool_.of_call(i);
+      if constexpr (kWithQ) q[i].clear();
+      if (slot.state.generated != 0) {
+        const std::size_t limit = draft ? draft_limit(slot.state, slot.options, kMaxDraftsPerPass) : 0;
+        const std::span<Token> out = std::span<Token>(candidates_).subspan(made, limit);
+        const std::span<float> estimates = std::span<float>(probabilities_).subspan(made, limit);
+        made += counting_out_of_vocabulary(slot.drafter, [&] {
+          if constexpr (kWithQ) {
+            return detail::draft_with_distributions(slot.drafter, out, estimates, slot.rate, q[i]);
+          } else {
+            return detail::draft_with_estimates(slot.drafter, out, estimates, slot.rate);
+          }
+        });
+        if constexpr (kWithQ) drawn = drawn || q[i].any_drawn();
+      }
+      candidate_offsets_[i + 1] = made;
+    }
+    const float least = drawn && pass.cost != nullptr
+                            ? DraftPlanner::least_path_probability(*pass.cost, pass.base_tokens, pass.base_expected,
+                                                                   pass.draft_room)
+                            : 0.0f;
+    plan_pass(pass, made, ids.size(), drawn, least);
+    return close_pass(offsets, [&](Slot& slot, std::size_t i, std::size_t total) {
+      const std::size_t n = lengths_[i];
+      const Token* from = candidates_.data() + candidate_offsets_[i];
+      std::copy(from, from + n, drafts.begin() + static_cast<std::ptrdiff_t>(total));
+      std::copy(from, from + n, slot.pending.begin());
+      slot.pending_count = n;
+      if constexpr (kTrees) slot.trees.tree.clear();
+      if constexpr (kWithQ) q[i].truncate(n);
+      return n;
+    });
+  }
+
+  // propose_trees(), with q when kWithQ.
+  template <bool kWithQ>
+  std::size_t propose_tree_pass(std::span<const SequenceId> ids, std::span<Token> tokens,
+                                std::span<std::int32_t> parents, std::span<std::size_t> offsets,
+                                std::span<DraftDistributions> q, std::size_t extra_tokens) {
+    static_assert(kTrees,
+                  "ngramspec::BatchSpeculator::propose_trees needs a drafter that drafts trees (TreeDraftingDrafter): "
+                  "use BatchSpeculator<TreeDrafter>, or propose() for chains");
+    const char* const where = "ngramspec::BatchSpeculator::propose_trees";
+    detail::check_offsets_size(where, offsets.size(), ids.size());
+    detail::check_same_size(where, "parents", parents.size(), "tokens.size()", tokens.size());
+    if constexpr (kWithQ) detail::check_distributions_size(where, q.size(), ids.size());
+    const PassBudget pass = open_pass(where, ids, extra_tokens, tokens.size(), [](const Slot& slot) {
+      return tree_node_limit(slot.state, slot.options, kMaxDraftsPerPass);
+    });
+    const float least = pass.cost == nullptr ? 0.0f
+                                             : DraftPlanner::least_path_probability(*pass.cost, pass.base_tokens,
+                                                                                    pass.base_expected, pass.draft_room);
+    std::size_t made = 0;
+    bool drawn = false;
+    try {
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        Slot& slot = pool_.of_call(i);
+        DraftTree& tree = slot.trees.tree;
+        tree.clear();
+        slot.pending_count = 0;
+        if constexpr (kWithQ) q[i].clear();
+        const std::size_t depth =
+            slot.state.generated == 0 ? 0 : draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
+        if (depth > 0) {
+          // A drafter that claims or builds more than it was allowed is clamped, never trusted.
+          const std::size_t most = tree_node_limit(slot.state, slot.options, kMaxDraftsPerPass);
+          const std::size_t claimed = counting_out_of_vocabulary(slot.drafter, [&] {
+            if constexpr (kWithQ && DistributionTreeDrafter<D>) {
+              q[i].reserve(most, DraftDistributions::kMaxSupport);
+              return slot.drafter.predict_tree(tree, most, depth, least, q[i]);
+            } else {
+              return slot.drafter.predict_tree(tree, most, depth, least);
+            }
+          });
+          tree.truncate(std::min(claimed, most));
+          if constexpr (kWithQ) drawn = detail::tree_distributions<D>(tree.size(), q[i]) || drawn;
+          const std::span<const float> path = tree.path_probabilities();
+          std::copy(path.begin(), path.end(), probabilities_.begin() + static_cast<std::ptrdiff_t>(made));
+          made += path.size();
+        }
+        candidate_offsets_[i + 1] = made;
+      }
+    } catch (...) {
+      for (std::size_t i = 0; i < ids.size(); ++i) pool_.of_call(i).trees.tree.clear();
+      throw;
+    }
+    // Drawn nodes are cut by `least` alone, which the drafters applied while building.
+    plan_pass(pass, made, ids.size(), drawn, least);
+    // Each sequence keeps the first lengths_[i] nodes of its best-first tree: a tree.
+    return close_pass(offsets, [&](Slot& slot, std::size_t i, std::size_t total) {
+      DraftTree& tree = slot.trees.tree;
+      tree.truncate(lengths_[i]);
+      if constexpr (kWithQ) q[i].truncate(lengths_[i]);
+      const std::span<const Token> nodes = tree.tokens();
+      const std::span<const std::int32_t> ups = tree.parents();
+      std::copy(nodes.begin(), nodes.end(), tokens.begin() + static_cast<std::ptrdiff_t>(total));
+      std::copy(ups.begin(), ups.end(), parents.begin() + static_cast<std::ptrdiff_t>(total));
+      return nodes.size();
+    });
+  }
+
+  // accept_trees(), recording top_probabilities when there are any.
+  void accept_tree_pass(std::span<const SequenceId> ids, std::span<const Token> model_tokens,
+                        std::span<const std::size_t> offsets, std::span<const Token> top,
+                        std::span<const float> top_probabilities, std::span<StepOutcome> steps,
+                        std::span<std::size_t> kept) {
+    static_assert(kTrees,
+                  "ngramspec::BatchSpeculator::accept_trees needs a drafter that drafts trees (TreeDraftingDrafter): "
+                  "use BatchSpeculator<TreeDrafter>, or accept() for chains");
+    const char* const where = "ngramspec::BatchSpeculator::accept_trees";
+    detail::check_step_arguments(where, ids.size(), model_tokens.size(), offsets, steps.size());
+    detail::check_tree_step_arguments(where, model_tokens.size(), kept.size(), top.size(), top_k_);
+    check_sequences(
+        where, ids, model_tokens.size(), offsets, "the root, then one per node",
+        [](const Slot& slot) { return slot.trees.tree.size(); },
+        [&](const Slot& slot, std::size_t i, std::size_t n) {
+          if (top.empty()) return;
+          const std::size_t vocab = slot.drafter.top_k_table()->vocab_size();
+          detail::check_in_vocabulary(where, ids[i], "model_tokens", model_tokens.subspan(offsets[i], n),
+                                      offsets[i], vocab);
+          detail::check_in_vocabulary(where, ids[i], "top", top.subspan(offsets[i] * top_k_, n * top_k_),
+                                      offsets[i] * top_k_, vocab);
+          if (top_probabilities.empty()) return;
+          detail::check_top_probabilities(where, ids[i], kRecords && slot.drafter.top_k_table()->has_probabilities(),
+                                          top_probabilities.subspan(offsets[i] * top_k_, n * top_k_),
+                                          offsets[i] * top_k_, top_k_);
+        });
+    step_sequences(
+        model_tokens, offsets, steps,
+        [&](Slot& slot, std::size_t i, std::span<const Token> answers) {
+          DraftTree& tree = slot.trees.tree;
+          tree.truncate(answers.size() - 1);  // a prefix of a best-first tree is a tree
+          const std::span<std::size_t> entries = kept.subspan(offsets[i], answers.size());
+          const StepOutcome outcome =
+              accept_tree(slot.state, tree.tokens(), tree.parents(), answers, slot.options, entries);
+          const std::span<Token> emitted = std::span<Token>(tree_emitted_).first(outcome.emitted);
+          for (std::size_t j = 0; j < outcome.emitted; ++j) emitted[j] = answers[entries[j]];
+          return Decided{outcome, emitted};
+        },
+        [&](Slot& slot, std::size_t i, std::span<const Token> answers, std::span<const Token> emitted) {
+          const DraftTree& tree = slot.trees.tree;
+          const std::size_t n = answers.size();
+          const std::span<Token> fed = std::span<Token>(tree_fed_).first(n);
+          fed[0] = slot.trees.last;
+          std::copy(tree.tokens().begin(), tree.tokens().end(), fed.begin() + 1);
+          const std::span<const Token> rows = top.empty() ? top : top.subspan(offsets[i] * top_k_, n * top_k_);
+          slot.drafter.observe_pass(tree, std::span<const Token>(fed), answers,
+                                    std::span<const std::size_t>(kept).subspan(offsets[i], emitted.size()), rows);
+          if constexpr (kRecords) {
+            if (!top_probabilities.empty()) {
+              detail::record_distributions(*slot.drafter.top_k_table(), fed,
+                                           top_probabilities.subspan(offsets[i] * top_k_, n * top_k_), rows);
+            }
+          }
+          slot.drafter.update(emitted);
+        });
   }
 
   // Token counts add up saturating: extra_tokens is the caller's, and a sum that wrapped would

@@ -60,6 +60,14 @@ inline void check_same_size(const char* where, const char* name, std::size_t siz
   }
 }
 
+/// propose() and propose_trees() with distributions: one DraftDistributions per sequence.
+inline void check_distributions_size(const char* where, std::size_t q, std::size_t ids) {
+  if (q < ids) {
+    throw std::invalid_argument(std::string(where) + ": q has " + std::to_string(q) +
+                                " elements; it needs one per sequence, ids.size() = " + std::to_string(ids));
+  }
+}
+
 /// accept() and accept_trees(): the sizes that need no sequence. Every model token belongs to
 /// one sequence: tokens outside the offsets are a caller's mistake (a count or an offset that
 /// is wrong), never silently ignored.
@@ -132,6 +140,26 @@ inline void check_in_vocabulary(const char* where, std::uint64_t sequence, const
   if (outside != tokens.end()) {
     throw_outside_vocabulary(where, sequence, name, first + static_cast<std::size_t>(outside - tokens.begin()),
                              *outside, vocab);
+  }
+}
+
+/// accept_trees() with probabilities: a sequence's rows (`probabilities`, k per entry, its first
+/// at index `first` of the call's span) go to a table that keeps probabilities, each in [0, 1]
+/// and each row's first above 0 (a row records its tokens up to its first probability 0).
+inline void check_top_probabilities(const char* where, std::uint64_t sequence, bool table_has_probabilities,
+                                    std::span<const float> probabilities, std::size_t first, std::size_t k) {
+  if (!table_has_probabilities) {
+    throw std::invalid_argument(std::string(where) + ": " + sequence_name(sequence) +
+                                ": its top-k table keeps no probabilities (make it with TopKTable(vocab_size, k, "
+                                "true), or TreeConfig::draw_recycled for the drafter's own)");
+  }
+  for (std::size_t t = 0; t < probabilities.size(); ++t) {
+    const float p = probabilities[t];
+    if (!(p >= 0.0f && p <= 1.0f) || (t % k == 0 && p == 0.0f)) {
+      throw std::invalid_argument(std::string(where) + ": " + sequence_name(sequence) + ": top_probabilities[" +
+                                  std::to_string(first + t) + "] = " + std::to_string(p) +
+                                  " is invalid: probabilities are in [0, 1], and a row's first is above 0");
+    }
   }
 }
 
