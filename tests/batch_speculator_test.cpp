@@ -1196,5 +1196,231 @@ TEST(BatchSpeculatorTrees, SteadyStateStepsDoNotAllocate) {
   EXPECT_GT(spec.stats().accepted, 100U);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Distributions (rejection sampling in the engine): propose()/propose_trees() with q, and
+// accept_trees() with the rows' probabilities.
+
+/// A tree engine over TreeDrafters that draw their recycled candidates (their shared table
+/// keeps probabilities), with the cycle model of SteadyStateStepsDoNotAllocate: its token after
+/// an entry is the entry's token + 1 (mod 5), its top row that token and the three after it,
+/// with probabilities `p` (padded with 0 where p has fewer). Every buffer is sized up front.
+struct DrawingTreeEngine {
+  static constexpr std::size_t kSequences = 8;
+  static constexpr std::size_t kNodes = 12;
+  static constexpr std::size_t kEntries = kSequences * (kNodes + 1);
+  TopKTable table{16, 4, /*probabilities=*/true};
+  BatchSpeculator<TreeDrafter> spec{BatchConfig{.max_sequences = kSequences, .cost = VerifyCost::knee(64)}, [this] {
+                                      TreeConfig config;
+                                      config.draw_recycled = true;
+                                      return TreeDrafter(config, &table);
+                                    }};
+  std::vector<SequenceId> ids;
+  std::vector<Token> tokens = std::vector<Token>(kSequences * kNodes);
+  std::vector<std::int32_t> parents = std::vector<std::int32_t>(kSequences * kNodes);
+  std::vector<std::size_t> offsets = std::vector<std::size_t>(kSequences + 1);
+  std::vector<DraftDistributions> q = std::vector<DraftDistributions>(kSequences);
+  std::vector<Token> model_tokens = std::vector<Token>(kEntries);
+  std::vector<std::size_t> model_offsets = std::vector<std::size_t>(kSequences + 1);
+  std::vector<Token> top = std::vector<Token>(4 * kEntries);
+  std::vector<float> probabilities = std::vector<float>(4 * kEntries);
+  std::vector<StepOutcome> steps = std::vector<StepOutcome>(kSequences);
+  std::vector<std::size_t> kept = std::vector<std::size_t>(kEntries);
+  std::vector<Token> last;      // each sequence's last token, the root of its next pass
+  std::size_t entries = 0;     // of the last pass
+  std::size_t drawn_nodes = 0;  // nodes proposed that say what they were drawn from
+
+  DrawingTreeEngine() {
+    DecodeOptions options;
+    options.max_drafts = kNodes;
+    options.max_new_tokens = 100000;
+    // A prompt unlike the model's cycle: the text's candidates miss, and the recycled rows count.
+    std::vector<Token> prompt;
+    for (Token t = 0; t < 40; ++t) prompt.push_back((t * 7 + t / 3) % 5);
+    for (SequenceId id = 0; id < kSequences; ++id) {
+      spec.begin(id, prompt, options);
+      ids.push_back(id);
+    }
+    last.assign(kSequences, prompt.back());
+  }
+  /// Proposes and writes the model's answer, rows with probabilities `p`.
+  void propose(std::span<const float> p) {
+    (void)spec.propose_trees(ids, tokens, parents, offsets, q);
+    std::size_t e = 0;
+    model_offsets[0] = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::size_t n = offsets[i + 1] - offsets[i];
+      EXPECT_EQ(q[i].size(), n);
+      for (std::size_t j = 0; j < n; ++j) drawn_nodes += q[i].tokens(j).empty() ? 0 : 1;
+      model_tokens[e] = (last[i] + 1) % 5;
+      for (std::size_t j = 0; j < n; ++j) model_tokens[e + 1 + j] = (tokens[offsets[i] + j] + 1) % 5;
+      for (std::size_t x = e; x <= e + n; ++x) {
+        for (std::size_t r = 0; r < 4; ++r) {
+          top[x * 4 + r] = static_cast<Token>((model_tokens[x] + r) % 5);
+          probabilities[x * 4 + r] = r < p.size() ? p[r] : 0.0f;
+        }
+      }
+      e += n + 1;
+      model_offsets[i + 1] = e;
+    }
+    entries = e;
+  }
+  void accept() {
+    spec.accept_trees(ids, std::span<const Token>(model_tokens).first(entries), model_offsets,
+                      std::span<const Token>(top).first(4 * entries),
+                      std::span<const float>(probabilities).first(4 * entries), steps, kept);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      last[i] = model_tokens[model_offsets[i] + kept[model_offsets[i] + steps[i].emitted - 1]];
+    }
+  }
+};
+
+TEST(BatchSpeculatorTrees, DistributionStepsDoNotAllocate) {
+  DrawingTreeEngine engine;
+  const std::vector<float> p = {0.5f, 0.25f, 0.125f};
+  for (int warm = 0; warm < 4; ++warm) {
+    engine.propose(p);
+    engine.accept();
+  }
+  AllocationCounter counter;
+  for (int i = 0; i < 20; ++i) {
+    engine.propose(p);
+    engine.accept();
+  }
+  EXPECT_EQ(counter.count(), 0U);
+  EXPECT_GT(engine.spec.stats().accepted, 100U);
+  EXPECT_GT(engine.drawn_nodes, 0U);  // the recycled candidates were drawn
+
+  // Chains of MatchDrafters give one-hot entries, one per draft, and allocate nothing either.
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 4}, MatchConfig{.cap = 64, .count_window = 32, .min_confidence = 0});
+  std::vector<SequenceId> ids{1, 2, 3, 4};
+  std::vector<Token> prompt;
+  for (Token t = 0; t < 30; ++t) prompt.push_back(t % 3);
+  DecodeOptions options;
+  options.max_new_tokens = 100000;
+  options.max_drafts = 8;
+  for (const SequenceId id : ids) spec.begin(id, prompt, options);
+  std::vector<Token> drafts(32);
+  std::vector<std::size_t> offsets(5);
+  std::vector<DraftDistributions> q(4);
+  std::vector<Token> model_tokens(36);
+  std::vector<std::size_t> model_offsets(5);
+  std::vector<StepOutcome> steps(4);
+  std::vector<Token> last(4, 2);
+  const auto step = [&] {
+    spec.propose(ids, drafts, offsets, q);
+    std::size_t e = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(q[i].size(), offsets[i + 1] - offsets[i]);
+      EXPECT_FALSE(q[i].any_drawn());
+      model_tokens[e++] = (last[i] + 1) % 3;
+      for (std::size_t j = offsets[i]; j < offsets[i + 1]; ++j) model_tokens[e++] = (drafts[j] + 1) % 3;
+      model_offsets[i + 1] = e;
+    }
+    spec.accept(ids, std::span<const Token>(model_tokens).first(e), model_offsets, steps);
+    for (std::size_t i = 0; i < 4; ++i) last[i] = model_tokens[model_offsets[i] + steps[i].emitted - 1];
+  };
+  for (int warm = 0; warm < 4; ++warm) step();
+  AllocationCounter chain_counter;
+  for (int i = 0; i < 20; ++i) step();
+  EXPECT_EQ(chain_counter.count(), 0U);
+  EXPECT_GT(spec.stats().accepted, 100U);
+}
+
+TEST(BatchSpeculatorTrees, AcceptTreesRecordsEveryEntrysRowWithItsProbabilities) {
+  // Random rows, some ending in probability 0 (tokens the filters dropped): after each pass the
+  // table holds, for every token fed, the row of its last entry in the pass, up to its first 0.
+  DrawingTreeEngine engine;
+  std::mt19937_64 rng(7);
+  for (int pass = 0; pass < 30; ++pass) {
+    std::vector<float> p(1 + rng() % 4);
+    for (float& x : p) x = static_cast<float>(1 + rng() % 100) / 400.0f;
+    engine.propose(p);
+    std::vector<Token> fed;
+    for (std::size_t i = 0; i < engine.ids.size(); ++i) {
+      fed.push_back(engine.last[i]);
+      for (std::size_t j = engine.offsets[i]; j < engine.offsets[i + 1]; ++j) fed.push_back(engine.tokens[j]);
+    }
+    engine.accept();
+    for (std::size_t e = 0; e < fed.size(); ++e) {
+      if (std::find(fed.begin() + static_cast<std::ptrdiff_t>(e) + 1, fed.end(), fed[e]) != fed.end()) continue;
+      const std::span<const Token> row = engine.table.row(fed[e]);
+      const std::span<const float> row_p = engine.table.row_probabilities(fed[e]);
+      ASSERT_EQ(row.size(), p.size()) << "pass " << pass << ", entry " << e;
+      ASSERT_EQ(row_p.size(), p.size());
+      for (std::size_t r = 0; r < p.size(); ++r) {
+        EXPECT_EQ(row[r], engine.top[e * 4 + r]);
+        EXPECT_EQ(row_p[r], p[r]);
+      }
+    }
+  }
+}
+
+TEST(BatchSpeculatorTrees, AcceptTreesRefusesBadProbabilitiesChangingNothing) {
+  const std::string where = "ngramspec::BatchSpeculator::accept_trees: ";
+  DrawingTreeEngine engine;
+  const std::vector<float> p = {0.5f, 0.25f};
+  engine.propose(p);
+  engine.accept();
+  engine.propose(p);
+  const std::size_t generated = engine.spec.state(0).generated;
+  const std::size_t at = 4 * engine.model_offsets[2] + 1;  // sequence 2's first row, second token
+  const auto refused = [&] {
+    return invalid_argument_message([&] {
+      engine.spec.accept_trees(engine.ids, std::span<const Token>(engine.model_tokens).first(engine.entries),
+                               engine.model_offsets, std::span<const Token>(engine.top).first(4 * engine.entries),
+                               std::span<const float>(engine.probabilities).first(4 * engine.entries), engine.steps,
+                               engine.kept);
+    });
+  };
+  for (const float bad : {-0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    engine.probabilities[at] = bad;
+    EXPECT_THAT(refused(), HasSubstr(where + "sequence 2: top_probabilities[" + std::to_string(at) + "] = "));
+  }
+  engine.probabilities[at] = 0.25f;
+  engine.probabilities[at - 1] = 0.0f;  // a row's first
+  EXPECT_THAT(refused(), HasSubstr("top_probabilities[" + std::to_string(at - 1) + "] = 0.000000 is invalid"));
+  engine.probabilities[at - 1] = 0.5f;
+  EXPECT_THAT(invalid_argument_message([&] {
+                engine.spec.accept_trees(engine.ids, std::span<const Token>(engine.model_tokens).first(engine.entries),
+                                         engine.model_offsets,
+                                         std::span<const Token>(engine.top).first(4 * engine.entries),
+                                         std::span<const float>(engine.probabilities).first(3), engine.steps,
+                                         engine.kept);
+              }),
+              HasSubstr(where + "top_probabilities has 3 elements; it needs top.size() = "));
+  EXPECT_EQ(engine.spec.state(0).generated, generated);
+  engine.accept();  // the same pass, now valid, is taken
+  EXPECT_GT(engine.spec.state(0).generated, generated);
+
+  // A table without probabilities is refused by name.
+  TopKTable plain(16, 4);
+  BatchSpeculator<TreeDrafter> spec(BatchConfig{.max_sequences = 1}, [&] { return TreeDrafter(TreeConfig{}, &plain); });
+  const SequenceId id = 1;
+  spec.begin(id, {1, 2, 3});
+  std::vector<StepOutcome> steps(1);
+  std::vector<std::size_t> kept(1);
+  const std::vector<Token> top = {1, 2, 3, 4};
+  const std::vector<float> probabilities = {0.4f, 0.3f, 0.2f, 0.1f};
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept_trees(std::span(&id, 1), std::vector<Token>{4}, std::vector<std::size_t>{0, 1}, top,
+                                  probabilities, steps, kept);
+              }),
+              HasSubstr(where + "sequence 1: its top-k table keeps no probabilities"));
+  EXPECT_EQ(spec.state(id).generated, 0U);
+}
+
+TEST(BatchSpeculator, ProposeWithDistributionsNeedsOnePerSequence) {
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2});
+  const std::vector<SequenceId> ids{1, 2};
+  spec.begin(1, {1, 2});
+  spec.begin(2, {1, 2});
+  std::vector<Token> drafts(8);
+  std::vector<std::size_t> offsets(3);
+  std::vector<DraftDistributions> q(1);
+  EXPECT_EQ(invalid_argument_message([&] { spec.propose(ids, drafts, offsets, q); }),
+            "ngramspec::BatchSpeculator::propose: q has 1 elements; it needs one per sequence, ids.size() = 2");
+  EXPECT_EQ(spec.stats().proposals, 0U);
+}
+
 }  // namespace
 }  // namespace ngramspec::test

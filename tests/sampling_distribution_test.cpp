@@ -813,6 +813,18 @@ TEST(RejectionSampling, DraftsDrawnFromTheModelsOwnDistributionAreAccepted) {
   }
 }
 
+/// TreeDrafter drawing its recycled candidates, up to three children a node, with small tables
+/// (reset() clears them every request).
+[[nodiscard]] TreeConfig recycling_config() {
+  TreeConfig config;
+  config.draw_recycled = true;
+  config.max_children = 3;
+  config.successor_slots = 16;
+  config.chain.cap = 64;
+  config.chain.count_window = 64;
+  return config;
+}
+
 TEST(RejectionSampling, TreeDrafterDrawingFromTheModelsRecordedDistributionsKeepsIt) {
   // End to end: SamplingModel records its distributions into a shared table, TreeDrafter draws
   // its recycled candidates from it and says so, SpeculativeDecoder hands q through. The
@@ -825,14 +837,7 @@ TEST(RejectionSampling, TreeDrafterDrawingFromTheModelsRecordedDistributionsKeep
     SamplingModel<TreeConditionalModel> sampling(model, rejection(base));
     TopKTable table(kVocab, 4, /*probabilities=*/true);
     sampling.set_distribution_table(&table);
-    TreeConfig config;
-    config.draw_recycled = true;
-    config.max_children = 3;
-    // Small tables: reset() clears them every request.
-    config.successor_slots = 16;
-    config.chain.cap = 64;
-    config.chain.count_window = 64;
-    TreeDrafter drafter(config, &table);
+    TreeDrafter drafter(recycling_config(), &table);
     SpeculativeDecoder decoder(sampling, drafter);
     if (costed) decoder.set_verify_cost(VerifyCost::knee(3));
     DecodeOptions options = kTreeDecode;
@@ -884,6 +889,347 @@ TEST(RejectionSampling, GreedyIsPlainDecodingWhateverIsDrafted) {
       EXPECT_EQ(tree_decoder.generate(prompt, options).tokens, tree_plain.generate(prompt, plain).tokens);
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rejection sampling through BatchSpeculator: the engine verifies. An engine's loop samples
+// several sequences at once, each pass verifying every sequence's drafts row by row with
+// TokenSampler::verify against the q that propose() (or propose_trees()) gave; the tokens it
+// emits must keep the model's distribution, and at temperature 0 be plain greedy decoding's.
+
+constexpr std::size_t kBatch = 4;  // sequences sampled at once
+
+/// The row of logits after (a, b): log p(t | a, b), which the sampler filters by its options.
+[[nodiscard]] std::array<float, kVocab> row_after(Token a, Token b) {
+  std::array<float, kVocab> row{};
+  for (Token t = 0; t < kVocab; ++t) row[t] = static_cast<float>(std::log(probability(a, b, t)));
+  return row;
+}
+
+/// One sequence of the engine: its tokens so far and its sampler (its request's seed).
+struct EngineSequence {
+  SequenceId id = 0;
+  std::vector<Token> tokens;
+  TokenSampler sampler;
+};
+
+/// How the engine hands a draft's q to TokenSampler::verify.
+enum class EngineQ : std::uint8_t {
+  given,    ///< entry j of the sequence's q, as propose() gave it
+  chosen,   ///< every draft as chosen (kChosen): exact for any draft, only less often accepted
+  uniform,  ///< every draft as drawn from the uniform distribution: a q it was not drawn from
+};
+
+/// The entry of draft (or node) j that the engine hands verify().
+[[nodiscard]] std::uint32_t entry_of(EngineQ given, std::size_t j) {
+  return given == EngineQ::chosen ? TokenSampler::Draft::kChosen : static_cast<std::uint32_t>(j);
+}
+
+/// The DraftDistributions the engine hands verify() for sequence i of the pass.
+[[nodiscard]] const DraftDistributions& q_of(EngineQ given, const std::vector<DraftDistributions>& q, std::size_t i) {
+  static const DraftDistributions uniform = [] {
+    DraftDistributions u;
+    const std::array<Token, kVocab> all = {0, 1, 2, 3};
+    const std::array<float, kVocab> flat = {0.25f, 0.25f, 0.25f, 0.25f};
+    for (std::size_t j = 0; j < kMaxDraftsPerPass; ++j) u.push(all, flat);
+    return u;
+  }();
+  return given == EngineQ::uniform ? uniform : q[i];
+}
+
+/// kBatch requests of an engine, seeds first .. first + kBatch - 1, begun in `spec`.
+template <class D>
+struct EngineBatch {
+  EngineBatch(BatchSpeculator<D>& speculator, const SamplingOptions& base, const std::vector<Token>& prompt,
+              const DecodeOptions& options, std::uint64_t first)
+      : spec(speculator), prompt_size(prompt.size()), outputs(kBatch) {
+    for (std::uint64_t s = 0; s < kBatch; ++s) {
+      SamplingOptions o = rejection(base);
+      o.seed = first + s;
+      sequences.push_back({first + s + 1, prompt, TokenSampler(o, kVocab)});
+      spec.begin(sequences.back().id, prompt, options);
+      running.push_back(s);
+    }
+  }
+  /// The ids of the sequences still running, in the order of running.
+  [[nodiscard]] std::vector<SequenceId> ids() const {
+    std::vector<SequenceId> out;
+    for (const std::size_t r : running) out.push_back(sequences[r].id);
+    return out;
+  }
+  /// Appends to running sequence i its emitted tokens, emitted(i, j) for j < steps[i].emitted,
+  /// and finishes the sequences whose step finished them.
+  template <class Emitted>
+  void step(std::span<const StepOutcome> steps, Emitted&& emitted) {
+    std::vector<std::size_t> still;
+    for (std::size_t i = 0; i < running.size(); ++i) {
+      EngineSequence& s = sequences[running[i]];
+      for (std::size_t j = 0; j < steps[i].emitted; ++j) s.tokens.push_back(emitted(i, j));
+      if (steps[i].finished) {
+        outputs[running[i]].assign(s.tokens.begin() + static_cast<std::ptrdiff_t>(prompt_size), s.tokens.end());
+        spec.finish(s.id);
+      } else {
+        still.push_back(running[i]);
+      }
+    }
+    running = still;
+  }
+
+  BatchSpeculator<D>& spec;
+  std::size_t prompt_size;
+  std::vector<EngineSequence> sequences;
+  std::vector<std::size_t> running;  // indices of sequences still running
+  std::vector<std::vector<Token>> outputs;
+};
+
+/// Chains: kBatch requests at a time, seeds `first` .. first + kBatch - 1, through `spec` in
+/// the rejection mode; returns each request's tokens after the prompt. Every pass feeds each
+/// sequence's last token and drafts and verifies row j against draft j (of q's entry j) up to
+/// the first rejection; the rows after it decide nothing.
+template <class D>
+[[nodiscard]] std::vector<std::vector<Token>> engine_chains(BatchSpeculator<D>& spec, const SamplingOptions& base,
+                                                            const std::vector<Token>& prompt,
+                                                            const DecodeOptions& options, std::uint64_t first,
+                                                            EngineQ given = EngineQ::given) {
+  EngineBatch<D> batch(spec, base, prompt, options, first);
+  std::vector<DraftDistributions> q(kBatch);
+  std::vector<Token> drafts(kBatch * options.max_drafts);
+  while (!batch.running.empty()) {
+    const std::vector<SequenceId> ids = batch.ids();
+    std::vector<std::size_t> offsets(ids.size() + 1);
+    spec.propose(ids, drafts, offsets, q);
+    std::vector<Token> model_tokens;
+    std::vector<std::size_t> model_offsets{0};
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      EngineSequence& s = batch.sequences[batch.running[i]];
+      Token a = s.tokens[s.tokens.size() - 2];
+      Token b = s.tokens.back();
+      for (std::size_t j = 0; offsets[i] + j <= offsets[i + 1]; ++j) {
+        const std::array<float, kVocab> row = row_after(a, b);
+        const std::size_t position = s.tokens.size() + j;
+        std::vector<TokenSampler::Draft> draft;
+        if (offsets[i] + j < offsets[i + 1]) draft.push_back({drafts[offsets[i] + j], entry_of(given, j)});
+        const Token token = s.sampler.verify(row, position, draft, q_of(given, q, i));
+        model_tokens.push_back(token);
+        if (draft.empty() || token != draft[0].token) break;
+        a = b;
+        b = token;
+      }
+      // The rows after a rejection decide nothing: any token, so that every draft is verified.
+      model_tokens.resize(model_offsets.back() + offsets[i + 1] - offsets[i] + 1, 0);
+      model_offsets.push_back(model_tokens.size());
+    }
+    std::vector<StepOutcome> steps(ids.size());
+    spec.accept(ids, model_tokens, model_offsets, steps);
+    batch.step(steps, [&](std::size_t i, std::size_t j) { return model_tokens[model_offsets[i] + j]; });
+  }
+  return batch.outputs;
+}
+
+/// Trees: as engine_chains, each pass walking every sequence's tree from the root: the row of
+/// the entry reached is verified against its children (by index, each with its q entry), and
+/// the walk goes on to the child emitted, if any. Every entry gets its row's TopDistribution
+/// (top tokens and probabilities, for accept_trees to record) when `record` is set.
+template <class D>
+[[nodiscard]] std::vector<std::vector<Token>> engine_trees(BatchSpeculator<D>& spec, const SamplingOptions& base,
+                                                           const std::vector<Token>& prompt,
+                                                           const DecodeOptions& options, std::uint64_t first,
+                                                           bool record, EngineQ given = EngineQ::given) {
+  EngineBatch<D> batch(spec, base, prompt, options, first);
+  const std::size_t k = spec.top_k();
+  std::vector<DraftDistributions> q(kBatch);
+  std::vector<Token> tokens(kBatch * options.max_drafts);
+  std::vector<std::int32_t> parents(tokens.size());
+  while (!batch.running.empty()) {
+    const std::vector<SequenceId> ids = batch.ids();
+    std::vector<std::size_t> offsets(ids.size() + 1);
+    spec.propose_trees(ids, tokens, parents, offsets, q);
+    std::vector<Token> model_tokens;
+    std::vector<std::size_t> model_offsets{0};
+    std::vector<Token> top;
+    std::vector<float> top_probabilities;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      EngineSequence& s = batch.sequences[batch.running[i]];
+      const std::size_t nodes = offsets[i + 1] - offsets[i];
+      const std::size_t e0 = model_tokens.size();
+      model_tokens.resize(e0 + nodes + 1, 0);  // entries off the walk: never read
+      // Entry e's token and the one before it: the root is the last token; node j's, its own.
+      const auto token_of = [&](std::size_t e) { return e == 0 ? s.tokens.back() : tokens[offsets[i] + e - 1]; };
+      const auto before = [&](std::size_t e) {
+        if (e == 0) return s.tokens[s.tokens.size() - 2];
+        const std::int32_t up = parents[offsets[i] + e - 1];
+        return up == kTreeRoot ? s.tokens.back() : tokens[offsets[i] + static_cast<std::size_t>(up)];
+      };
+      if (record) {
+        for (std::size_t e = 0; e <= nodes; ++e) {
+          std::array<Token, kVocab> top_tokens{};
+          std::array<float, kVocab> top_p{};
+          TokenSampler::TopDistribution d{std::span<Token>(top_tokens).first(k), std::span<float>(top_p).first(k)};
+          s.sampler.distribution(row_after(before(e), token_of(e)), s.tokens.size(), d);
+          top.insert(top.end(), top_tokens.begin(), top_tokens.begin() + static_cast<std::ptrdiff_t>(k));
+          top_probabilities.insert(top_probabilities.end(), top_p.begin(), top_p.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+      }
+      std::size_t e = 0;
+      for (std::size_t depth = 0;; ++depth) {
+        std::vector<TokenSampler::Draft> children;
+        std::vector<std::size_t> child_entries;
+        for (std::size_t j = 0; j < nodes; ++j) {
+          if (static_cast<std::size_t>(parents[offsets[i] + j] + 1) != e) continue;
+          children.push_back({tokens[offsets[i] + j], entry_of(given, j)});
+          child_entries.push_back(j + 1);
+        }
+        const Token token =
+            s.sampler.verify(row_after(before(e), token_of(e)), s.tokens.size() + depth, children, q_of(given, q, i));
+        model_tokens[e0 + e] = token;
+        std::size_t c = 0;
+        while (c < children.size() && children[c].token != token) ++c;
+        if (c == children.size()) break;
+        e = child_entries[c];
+      }
+      model_offsets.push_back(model_tokens.size());
+    }
+    std::vector<StepOutcome> steps(ids.size());
+    std::vector<std::size_t> kept(model_tokens.size());
+    if (record) {
+      spec.accept_trees(ids, model_tokens, model_offsets, top, top_probabilities, steps, kept);
+    } else {
+      spec.accept_trees(ids, model_tokens, model_offsets, {}, steps, kept);
+    }
+    batch.step(steps, [&](std::size_t i, std::size_t j) {
+      return model_tokens[model_offsets[i] + kept[model_offsets[i] + j]];
+    });
+  }
+  return batch.outputs;
+}
+
+/// kRuns requests, kBatch at a time: run(first) runs seeds first .. first + kBatch - 1 and
+/// returns their tokens; the chi-square of the first three against `base`'s distribution.
+template <class Run>
+[[nodiscard]] ChiSquare batch_rejection_runs(const SamplingOptions& base, Run&& run) {
+  std::array<std::size_t, kCells> counts{};
+  for (std::uint64_t first = 0; first < kRuns; first += kBatch) {
+    for (const std::vector<Token>& tokens : run(first)) {
+      EXPECT_GE(tokens.size(), kGenerated);
+      if (tokens.size() < kGenerated) return {};
+      ++counts[(tokens[0] * kVocab + tokens[1]) * kVocab + tokens[2]];
+    }
+  }
+  return chi_square(counts, exact_joint(conditional_of(base)));
+}
+
+TEST(RejectionSampling, BatchSpeculatorChainsKeepTheModelsDistribution) {
+  for (const SamplingOptions& base : {kFilterCases[0], kFilterCases[1]}) {
+    for (const DraftSource source : {DraftSource::unlike, DraftSource::narrow}) {
+      SCOPED_TRACE(describe(base) + (source == DraftSource::unlike ? ", q unlike p" : ", q narrow"));
+      BatchSpeculator<DrawingDrafter> spec(BatchConfig{.max_sequences = kBatch}, [&, made = std::uint64_t{0}]() mutable {
+        DrawingDrafter drafter(source, conditional_of(base));
+        drafter.seed(made++);
+        return drafter;
+      });
+      const ChiSquare r = batch_rejection_runs(
+          base, [&](std::uint64_t first) { return engine_chains(spec, base, kPrompt, kDecode, first); });
+      EXPECT_LT(r.statistic, r.critical) << describe(r);
+      EXPECT_EQ(r.impossible, 0U);
+      EXPECT_GT(spec.stats().accepted, kRuns / 4);
+      EXPECT_GT(spec.stats().drafted - spec.stats().accepted, kRuns / 4);
+    }
+  }
+}
+
+TEST(RejectionSampling, BatchSpeculatorTreesKeepTheModelsDistribution) {
+  // Drawn trees of a drafter of its own, and TreeDrafter drawing its recycled candidates from
+  // the distributions the engine records through accept_trees() into their shared table (with
+  // a verify cost in the second case, which cuts drawn trees by their nodes' estimates alone).
+  for (const SamplingOptions& base : {kFilterCases[0], kFilterCases[1]}) {
+    SCOPED_TRACE(describe(base));
+    BatchSpeculator<DrawingTreeDrafter> spec(BatchConfig{.max_sequences = kBatch},
+                                             [made = std::uint64_t{0}]() mutable {
+                                               DrawingTreeDrafter drafter;
+                                               drafter.seed(made++);
+                                               return drafter;
+                                             });
+    const ChiSquare r = batch_rejection_runs(
+        base, [&](std::uint64_t first) { return engine_trees(spec, base, kPrompt, kTreeDecode, first, false); });
+    EXPECT_LT(r.statistic, r.critical) << "drawing tree drafter: " << describe(r);
+    EXPECT_EQ(r.impossible, 0U);
+    EXPECT_GT(spec.stats().accepted, kRuns / 4);
+  }
+  for (const bool costed : {false, true}) {
+    const SamplingOptions& base = costed ? kFilterCases[1] : kFilterCases[0];
+    SCOPED_TRACE(describe(base) + (costed ? ", knee:8 cost" : ", no cost"));
+    TopKTable table(kVocab, 4, /*probabilities=*/true);
+    const TreeConfig config = recycling_config();
+    BatchConfig batch{.max_sequences = kBatch};
+    if (costed) batch.cost = VerifyCost::knee(8);
+    BatchSpeculator<TreeDrafter> spec(batch, [&] { return TreeDrafter(config, &table); });
+    DecodeOptions options = kTreeDecode;
+    options.max_drafts = 6;
+    const ChiSquare r = batch_rejection_runs(
+        base, [&](std::uint64_t first) { return engine_trees(spec, base, kPrompt, options, first, true); });
+    EXPECT_LT(r.statistic, r.critical) << "TreeDrafter: " << describe(r);
+    EXPECT_EQ(r.impossible, 0U);
+    EXPECT_GT(spec.stats().accepted, kRuns / 4);
+  }
+}
+
+TEST(RejectionSampling, BatchSpeculatorWithAMisstatedQFailsTheSameTest) {
+  // The engine declares the drafts drawn from the uniform distribution, which they were not
+  // (the narrow q): accepted with min(1, 4 p(x)), too often. Declaring them chosen instead is
+  // exact (the exact-match rule holds for any draft), only accepted less often.
+  const SamplingOptions base{.temperature = 1.0f};
+  for (const EngineQ given : {EngineQ::uniform, EngineQ::chosen}) {
+    BatchSpeculator<DrawingDrafter> spec(BatchConfig{.max_sequences = kBatch}, [made = std::uint64_t{0}]() mutable {
+      DrawingDrafter drafter(DraftSource::narrow, Conditional{});
+      drafter.seed(made++);
+      return drafter;
+    });
+    const ChiSquare r = batch_rejection_runs(
+        base, [&](std::uint64_t first) { return engine_chains(spec, base, kPrompt, kDecode, first, given); });
+    if (given == EngineQ::uniform) {
+      EXPECT_GT(r.statistic, r.critical) << "uniform: " << describe(r);
+    } else {
+      EXPECT_LT(r.statistic, r.critical) << "chosen: " << describe(r);
+    }
+  }
+}
+
+TEST(RejectionSampling, BatchSpeculatorAtTemperatureZeroIsPlainGreedyDecoding) {
+  // Whatever is drafted and drawn, chains and trees: each sequence's tokens are the argmax's.
+  const SamplingOptions greedy{};
+  DecodeOptions options;
+  options.max_new_tokens = 24;
+  options.max_drafts = 6;
+  const auto plain = [](std::vector<Token> tokens) {
+    for (std::size_t n = 0; n < 24; ++n) {
+      const std::array<float, kVocab> row = row_after(tokens[tokens.size() - 2], tokens.back());
+      tokens.push_back(static_cast<Token>(std::max_element(row.begin(), row.end()) - row.begin()));
+    }
+    return std::vector<Token>(tokens.end() - 24, tokens.end());
+  };
+  BatchSpeculator<DrawingDrafter> chains(BatchConfig{.max_sequences = kBatch}, [made = std::uint64_t{0}]() mutable {
+    DrawingDrafter drafter(DraftSource::unlike, Conditional{});
+    drafter.seed(made++);
+    return drafter;
+  });
+  TopKTable table(kVocab, 4, true);
+  TreeConfig config;
+  config.draw_recycled = true;
+  config.successor_slots = 16;
+  BatchSpeculator<TreeDrafter> trees(BatchConfig{.max_sequences = kBatch}, [&] { return TreeDrafter(config, &table); });
+  for (Token a = 0; a < kVocab; ++a) {
+    for (Token b = 0; b < kVocab; ++b) {
+      const std::vector<Token> prompt = {a, b, a};
+      for (const std::vector<Token>& tokens : engine_chains(chains, greedy, prompt, options, a * kVocab + b)) {
+        EXPECT_EQ(tokens, plain(prompt));
+      }
+      for (const std::vector<Token>& tokens : engine_trees(trees, greedy, prompt, options, a * kVocab + b, true)) {
+        EXPECT_EQ(tokens, plain(prompt));
+      }
+    }
+  }
+  EXPECT_GT(chains.stats().accepted, 0U);
+  EXPECT_GT(trees.stats().accepted, 0U);
 }
 
 

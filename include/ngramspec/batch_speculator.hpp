@@ -7,7 +7,6 @@
 #include <exception>
 #include <initializer_list>
 #include <limits>
-#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -16,11 +15,15 @@
 #include <vector>
 
 #include "ngramspec/allocation_error.hpp"
+#include "ngramspec/batch_config.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/detail/batch_checks.hpp"
+#include "ngramspec/detail/batch_distributions.hpp"
 #include "ngramspec/detail/draft_estimates.hpp"
-#include "ngramspec/detail/open_table.hpp"
-#include "ngramspec/detail/physical_memory.hpp"
+#include "ngramspec/detail/max_drafts_check.hpp"
+#include "ngramspec/detail/sequence_pool.hpp"
+#include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/draft_planner.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
@@ -32,45 +35,6 @@
 #include "ngramspec/verify_cost.hpp"
 
 namespace ngramspec {
-
-/// A sequence's name in a BatchSpeculator, chosen by the engine (a request id, a slot index).
-using SequenceId = std::uint64_t;
-
-/// Configuration of a BatchSpeculator; validated once, by the constructor.
-struct BatchConfig {
-  /// Most max_sequences: 2^20.
-  static constexpr std::size_t kMaxSequences = std::size_t{1} << 20;
-
-  /// Sequences running at once, 1 .. kMaxSequences. The pool holds this many drafters, made at
-  /// construction, so memory is fixed (memory_bytes() reports it): MatchDrafter's defaults take
-  /// 891 KiB each.
-  std::size_t max_sequences = 64;
-  /// Most tokens one verify pass carries, the engine's token budget (every sequence's last
-  /// token, drafts and any prefill); 0: no limit beyond the drafts buffer given to propose().
-  std::size_t max_pass_tokens = 0;
-  /// Most output tokens of a sequence kept for the corpus (its first ones), when there is a
-  /// corpus: finish() appends them as one record. At most SharedCorpus::kMaxTokens (no corpus
-  /// holds more); each sequence of the pool reserves this many at construction.
-  std::size_t max_record_tokens = 8192;
-  /// What a verify pass costs; propose() then sizes every draft so that the pass's expected
-  /// emitted tokens per unit of cost is highest (DraftPlanner). Without it every sequence
-  /// sends what its drafter proposes, up to its DecodeOptions::max_drafts.
-  std::optional<VerifyCost> cost{};
-};
-
-/// Running totals of a BatchSpeculator.
-struct BatchStats {
-  std::uint64_t proposals = 0;  ///< propose() calls
-  std::uint64_t drafted = 0;    ///< drafts verified (those the model tokens of accept() covered)
-  std::uint64_t accepted = 0;   ///< drafts accepted and emitted
-  std::uint64_t emitted = 0;    ///< tokens emitted
-  std::uint64_t begun = 0;      ///< sequences begun
-  std::uint64_t finished = 0;   ///< sequences finished (finish()), appended to the corpus when there is one
-  std::uint64_t cancelled = 0;  ///< sequences cancelled
-  /// Draft tokens the drafters dropped for lying outside the model's vocabulary
-  /// (MatchConfig::vocab_size): each such token and every one after it in its draft.
-  std::uint64_t out_of_vocabulary = 0;
-};
 
 /// Speculation for every running sequence of an engine: the one object an engine holds.
 ///
@@ -160,20 +124,17 @@ class BatchSpeculator {
   template <class MakeDrafter>
     requires std::is_invocable_r_v<D, MakeDrafter&>
   BatchSpeculator(BatchConfig config, MakeDrafter make, SharedCorpus* corpus = nullptr)
-      : config_(validated(std::move(config))), corpus_(corpus), ids_(config_.max_sequences) {
-    slots_.reserve(config_.max_sequences);
-    call_slots_.resize(config_.max_sequences);
-    free_.reserve(config_.max_sequences);
+      : config_(validated(std::move(config))), corpus_(corpus), pool_(config_.max_sequences) {
     for (std::size_t i = 0; i < config_.max_sequences; ++i) {
-      slots_.emplace_back(make());
-      if (i == 0) refuse_a_pool_beyond_memory(slots_.front().drafter);
+      Slot& slot = pool_.add(make());
+      if (i == 0) refuse_a_pool_beyond_memory(slot.drafter);
       if (corpus_ != nullptr) {
         detail::allocating("a sequence's record (BatchConfig::max_record_tokens tokens)",
                            config_.max_record_tokens * sizeof(Token),
-                           [&] { slots_.back().record.reserve(config_.max_record_tokens); });
+                           [&] { slot.record.reserve(config_.max_record_tokens); });
       }
     }
-    for (std::size_t i = config_.max_sequences; i-- > 0;) free_.push_back(static_cast<std::uint32_t>(i));
+    pool_.open();
     if constexpr (kTrees) top_k_ = common_top_k();
   }
 
@@ -209,48 +170,19 @@ class BatchSpeculator {
   /// start_sequence() and every decoder do). A
   /// sequence that may emit nothing (max_new_tokens 0) starts finished.
   void begin(SequenceId id, std::span<const Token> prompt, const DecodeOptions& options = {}) {
-    if (find(id) != nullptr) {
-      throw std::invalid_argument("ngramspec::BatchSpeculator::begin: " + name(id) + " is already running");
-    }
-    if (free_.empty()) {
-      throw std::invalid_argument("ngramspec::BatchSpeculator::begin: " + name(id) + ": all " +
-                                  std::to_string(config_.max_sequences) +
-                                  " sequences of the pool (BatchConfig::max_sequences) are running");
-    }
-    if (options.max_drafts > kMaxDraftsPerPass) {
-      throw std::invalid_argument("ngramspec::BatchSpeculator::begin: " + name(id) + ": max_drafts = " +
-                                  std::to_string(options.max_drafts) + " is more than kMaxDraftsPerPass = " +
-                                  std::to_string(kMaxDraftsPerPass));
-    }
+    Slot& slot = pool_.next_free("ngramspec::BatchSpeculator::begin", id);
+    detail::check_max_drafts([id] { return "ngramspec::BatchSpeculator::begin: " + name(id) + ": "; }, "max_drafts",
+                             options.max_drafts);
     const SequenceState state = start_sequence(prompt.size(), options);
-    Slot& slot = slots_[free_.back()];
     if constexpr (kTrees) {
-      // The only allocations of the tree path: a slot's first tree of this size, and scratch.
-      slot.trees.tree.reserve(options.max_drafts);
+      // With the slot's first tree of this size, the only allocations of the tree path.
       if (tree_fed_.size() < options.max_drafts + 1) {
         tree_fed_.resize(options.max_drafts + 1);
         tree_emitted_.resize(options.max_drafts + 1);
       }
-      slot.trees.tree.clear();
-      slot.trees.last = prompt.back();
     }
-    slot.options.max_new_tokens = options.max_new_tokens;
-    slot.options.stop_tokens.assign(options.stop_tokens.begin(), options.stop_tokens.end());
-    slot.options.max_context = options.max_context;
-    slot.options.speculate = options.speculate;
-    slot.options.max_drafts = options.max_drafts;
-    if (slot.pending.size() < options.max_drafts) slot.pending.resize(options.max_drafts);
-    slot.state = state;
-    slot.id = id;
-    slot.pending_count = 0;
-    slot.stamp = 0;
-    slot.rate.reset();
-    slot.record.clear();
-    slot.drafter.reset();
-    if (options.speculate) slot.drafter.update(prompt);
-    const std::uint32_t index = free_.back();
-    free_.pop_back();
-    ids_.find_or_insert(id).slot_plus_one = index + 1;
+    slot.start(prompt, options, state);
+    pool_.take(id);
     ++stats_.begun;
   }
   void begin(SequenceId id, std::initializer_list<Token> prompt, const DecodeOptions& options = {}) {
@@ -267,80 +199,23 @@ class BatchSpeculator {
   /// ids.size() + 1, or an id is unknown, finished or listed twice.
   std::size_t propose(std::span<const SequenceId> ids, std::span<Token> drafts, std::span<std::size_t> offsets,
                       std::size_t extra_tokens = 0) {
-    const char* const where = "ngramspec::BatchSpeculator::propose";
-    if (offsets.size() != ids.size() + 1) {
-      throw std::invalid_argument(std::string(where) + ": offsets has " + std::to_string(offsets.size()) +
-                                  " elements; it needs ids.size() + 1 = " + std::to_string(ids.size() + 1));
-    }
-    const std::uint64_t stamp = ++calls_;
-    std::size_t room = 0;
-    std::size_t pass_base = extra_tokens;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      Slot& slot = running(where, ids, i, stamp);
-      call_slots_[i] = &slot;
-      room += slot.state.generated == 0 ? 0 : draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
-      pass_base = saturating_plus(pass_base, slot.state.generated == 0 ? slot.state.prompt_length : 1);
-    }
-    // Where the cost says that not even certain drafts could pay, nothing is drafted: the drafters
-    // still observe every token (accept()), and the pass costs no drafting work.
-    const VerifyCost* cost = active_cost();
-    std::size_t pass_room = std::min(room, drafts.size());
-    if (config_.max_pass_tokens != 0) {
-      pass_room = std::min(pass_room, config_.max_pass_tokens > pass_base ? config_.max_pass_tokens - pass_base : 0);
-    }
-    const bool draft = cost == nullptr ||
-                       DraftPlanner::drafts_can_pay(*cost, pass_base, static_cast<double>(ids.size()), pass_room);
-    if (candidates_.size() < room) {
-      candidates_.resize(room);
-      probabilities_.resize(room);
-    }
-    if (candidate_offsets_.size() < ids.size() + 1) {
-      candidate_offsets_.resize(ids.size() + 1);
-      lengths_.resize(ids.size());
-    }
-
-    const auto plus = saturating_plus;
-    std::size_t base_tokens = extra_tokens;
-    std::size_t made = 0;
-    candidate_offsets_[0] = 0;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      const Slot& slot = *call_slots_[i];
-      if (slot.state.generated == 0) {
-        base_tokens = plus(base_tokens, slot.state.prompt_length);
-      } else {
-        base_tokens = plus(base_tokens, 1);
-        const std::size_t limit = draft ? draft_limit(slot.state, slot.options, kMaxDraftsPerPass) : 0;
-        const std::uint64_t dropped = out_of_vocabulary(slot.drafter);
-        made += detail::draft_with_estimates(slot.drafter, std::span<Token>(candidates_).subspan(made, limit),
-                                             std::span<float>(probabilities_).subspan(made, limit), slot.rate);
-        stats_.out_of_vocabulary += out_of_vocabulary(slot.drafter) - dropped;
-      }
-      candidate_offsets_[i + 1] = made;
-    }
-
-    // The drafts buffer is a budget too: the pass carries at most base_tokens + drafts.size().
-    std::size_t budget = plus(base_tokens, drafts.size());
-    if (config_.max_pass_tokens != 0) budget = std::min(budget, config_.max_pass_tokens);
-    planner_.plan(cost, base_tokens, static_cast<double>(ids.size()), budget,
-                  std::span<float>(probabilities_).first(made),
-                  std::span<const std::size_t>(candidate_offsets_).first(ids.size() + 1),
-                  std::span<std::size_t>(lengths_).first(ids.size()));
-
-    std::size_t total = 0;
-    offsets[0] = 0;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      Slot& slot = *call_slots_[i];
-      const std::size_t n = lengths_[i];
-      const Token* from = candidates_.data() + candidate_offsets_[i];
-      std::copy(from, from + n, drafts.begin() + static_cast<std::ptrdiff_t>(total));
-      std::copy(from, from + n, slot.pending.begin());
-      slot.pending_count = n;
-      if constexpr (kTrees) slot.trees.tree.clear();
-      total += n;
-      offsets[i + 1] = total;
-    }
-    ++stats_.proposals;
-    return total;
+    return propose_chains<false>(ids, drafts, offsets, {}, extra_tokens);
+  }
+  /// propose(), and what each draft was drawn from, for an engine that verifies by rejection
+  /// sampling (SamplingMode::rejection; TokenSampler::verify with entry j of q[i] for
+  /// drafts[offsets[i] + j]): q[i] gets one entry per draft of ids[i], its drafter's when D is
+  /// a DistributionDrafter, else one-hot (chosen). When any draft of the pass was drawn, whether
+  /// a draft is sent may not depend on its own token: the pass then sends each sequence's
+  /// drafts up to the first whose estimate is below what the cheapest added token costs
+  /// (DraftPlanner::least_path_probability; all without a cost), within the drafts buffer and
+  /// max_pass_tokens in the order of ids, instead of the planner's best prefixes
+  /// (docs/SAMPLING.md, "What a decoder may cut"). Throws as propose() does, and
+  /// std::invalid_argument when q has fewer than ids.size() elements; std::logic_error from a
+  /// drafter that gives fewer distributions than drafts. q's memory grows only past the most
+  /// drafts (or support) an element has held.
+  std::size_t propose(std::span<const SequenceId> ids, std::span<Token> drafts, std::span<std::size_t> offsets,
+                      std::span<DraftDistributions> q, std::size_t extra_tokens = 0) {
+    return propose_chains<true>(ids, drafts, offsets, q, extra_tokens);
   }
 
   /// Decides the pass for the sequences `ids`: model_tokens[offsets[i] .. offsets[i + 1]) are
@@ -356,48 +231,20 @@ class BatchSpeculator {
   void accept(std::span<const SequenceId> ids, std::span<const Token> model_tokens,
               std::span<const std::size_t> offsets, std::span<StepOutcome> steps) {
     const char* const where = "ngramspec::BatchSpeculator::accept";
-    check_step_arguments(where, ids, model_tokens, offsets, steps);
-    const std::uint64_t stamp = ++calls_;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      Slot& slot = running(where, ids, i, stamp);
-      call_slots_[i] = &slot;
-      check_offset(where, offsets, i, model_tokens.size());
-      const std::size_t n = offsets[i + 1] - offsets[i];
-      if (n == 0 || n > slot.pending_count + 1) {
-        throw std::invalid_argument(std::string(where) + ": " + name(ids[i]) + " has " + std::to_string(n) +
-                                    " model tokens; it needs 1 to " + std::to_string(slot.pending_count + 1) +
-                                    " (one more than the drafts verified of the " +
-                                    std::to_string(slot.pending_count) + " proposed)");
-      }
-    }
-
-    std::exception_ptr drafter_error;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      Slot& slot = *call_slots_[i];
-      const std::span<const Token> answers = model_tokens.subspan(offsets[i], offsets[i + 1] - offsets[i]);
-      const std::size_t verified = answers.size() - 1;
-      const StepOutcome outcome =
-          accept_drafts(slot.state, std::span<const Token>(slot.pending).first(verified), answers, slot.options);
-      steps[i] = outcome;
-      settle(slot, verified, outcome);
-      const std::span<const Token> emitted = answers.first(outcome.emitted);
-      if constexpr (kTrees) {
-        slot.trees.tree.clear();
-        slot.trees.last = emitted.back();
-      }
-      if (corpus_ != nullptr) {
-        const std::size_t keep = std::min(emitted.size(), config_.max_record_tokens - slot.record.size());
-        slot.record.insert(slot.record.end(), emitted.begin(), emitted.begin() + static_cast<std::ptrdiff_t>(keep));
-      }
-      if (slot.options.speculate) {
-        try {
+    detail::check_step_arguments(where, ids.size(), model_tokens.size(), offsets, steps.size());
+    check_sequences(
+        where, ids, model_tokens.size(), offsets, "one more than the drafts",
+        [](const Slot& slot) { return slot.pending_count; }, [](const Slot&, std::size_t, std::size_t) {});
+    step_sequences(
+        model_tokens, offsets, steps,
+        [&](Slot& slot, std::size_t, std::span<const Token> answers) {
+          const StepOutcome outcome = accept_drafts(
+              slot.state, std::span<const Token>(slot.pending).first(answers.size() - 1), answers, slot.options);
+          return Decided{outcome, answers.first(outcome.emitted)};
+        },
+        [](Slot& slot, std::size_t, std::span<const Token>, std::span<const Token> emitted) {
           slot.drafter.update(emitted);
-        } catch (...) {
-          if (!drafter_error) drafter_error = std::current_exception();
-        }
-      }
-    }
-    if (drafter_error) std::rethrow_exception(drafter_error);
+        });
   }
 
   /// Trees for the next verify pass of the sequences `ids`, in that order (the drafter must
@@ -415,91 +262,18 @@ class BatchSpeculator {
   /// sequences of the call with no tree pending (as after a call that drafted nothing).
   std::size_t propose_trees(std::span<const SequenceId> ids, std::span<Token> tokens, std::span<std::int32_t> parents,
                             std::span<std::size_t> offsets, std::size_t extra_tokens = 0) {
-    static_assert(kTrees,
-                  "ngramspec::BatchSpeculator::propose_trees needs a drafter that drafts trees (TreeDraftingDrafter): "
-                  "use BatchSpeculator<TreeDrafter>, or propose() for chains");
-    const char* const where = "ngramspec::BatchSpeculator::propose_trees";
-    if (offsets.size() != ids.size() + 1) {
-      throw std::invalid_argument(std::string(where) + ": offsets has " + std::to_string(offsets.size()) +
-                                  " elements; it needs ids.size() + 1 = " + std::to_string(ids.size() + 1));
-    }
-    if (parents.size() != tokens.size()) {
-      throw std::invalid_argument(std::string(where) + ": parents has " + std::to_string(parents.size()) +
-                                  " elements; it needs tokens.size() = " + std::to_string(tokens.size()));
-    }
-    const std::uint64_t stamp = ++calls_;
-    std::size_t room = 0;
-    std::size_t base_tokens = extra_tokens;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      Slot& slot = running(where, ids, i, stamp);
-      call_slots_[i] = &slot;
-      if (slot.state.generated == 0) {
-        base_tokens = saturating_plus(base_tokens, slot.state.prompt_length);
-      } else {
-        base_tokens = saturating_plus(base_tokens, 1);
-        room += tree_node_limit(slot.state, slot.options, kMaxDraftsPerPass);
-      }
-    }
-    if (probabilities_.size() < room) probabilities_.resize(room);
-    if (candidate_offsets_.size() < ids.size() + 1) {
-      candidate_offsets_.resize(ids.size() + 1);
-      lengths_.resize(ids.size());
-    }
-    std::size_t budget = saturating_plus(base_tokens, tokens.size());
-    if (config_.max_pass_tokens != 0) budget = std::min(budget, config_.max_pass_tokens);
-    const VerifyCost* cost = active_cost();
-    const double base_expected = static_cast<double>(ids.size());
-    const float least = cost != nullptr ? DraftPlanner::least_path_probability(*cost, base_tokens, base_expected,
-                                                                 std::min(room, budget > base_tokens ? budget - base_tokens : 0))
-                                        : 0.0f;
-
-    std::size_t made = 0;
-    candidate_offsets_[0] = 0;
-    try {
-      for (std::size_t i = 0; i < ids.size(); ++i) {
-        Slot& slot = *call_slots_[i];
-        DraftTree& tree = slot.trees.tree;
-        tree.clear();
-        slot.pending_count = 0;
-        const std::size_t depth =
-            slot.state.generated == 0 ? 0 : draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
-        if (depth > 0) {
-          // A drafter that claims or builds more than it was allowed is clamped, never trusted.
-          const std::size_t most = tree_node_limit(slot.state, slot.options, kMaxDraftsPerPass);
-          const std::uint64_t dropped = out_of_vocabulary(slot.drafter);
-          const std::size_t claimed = slot.drafter.predict_tree(tree, most, depth, least);
-          stats_.out_of_vocabulary += out_of_vocabulary(slot.drafter) - dropped;
-          tree.truncate(std::min(claimed, most));
-          const std::span<const float> path = tree.path_probabilities();
-          std::copy(path.begin(), path.end(), probabilities_.begin() + static_cast<std::ptrdiff_t>(made));
-          made += path.size();
-        }
-        candidate_offsets_[i + 1] = made;
-      }
-    } catch (...) {
-      for (std::size_t i = 0; i < ids.size(); ++i) call_slots_[i]->trees.tree.clear();
-      throw;
-    }
-
-    planner_.plan(cost, base_tokens, base_expected, budget, std::span<float>(probabilities_).first(made),
-                  std::span<const std::size_t>(candidate_offsets_).first(ids.size() + 1),
-                  std::span<std::size_t>(lengths_).first(ids.size()));
-
-    // Each sequence keeps the first lengths_[i] nodes of its best-first tree: a tree.
-    std::size_t total = 0;
-    offsets[0] = 0;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      DraftTree& tree = call_slots_[i]->trees.tree;
-      tree.truncate(lengths_[i]);
-      const std::span<const Token> nodes = tree.tokens();
-      const std::span<const std::int32_t> ups = tree.parents();
-      std::copy(nodes.begin(), nodes.end(), tokens.begin() + static_cast<std::ptrdiff_t>(total));
-      std::copy(ups.begin(), ups.end(), parents.begin() + static_cast<std::ptrdiff_t>(total));
-      total += nodes.size();
-      offsets[i + 1] = total;
-    }
-    ++stats_.proposals;
-    return total;
+    return propose_tree_pass<false>(ids, tokens, parents, offsets, {}, extra_tokens);
+  }
+  /// propose_trees(), and what each node was drawn from (q[i]: one entry per node of ids[i],
+  /// by index; its drafter's when D is a DistributionTreeDrafter, such as TreeDrafter with
+  /// TreeConfig::draw_recycled, else one-hot). When any node of the pass was drawn, each tree
+  /// is cut by the drafter's least path probability alone, and by the budgets in the order of
+  /// ids, never to the planner's best prefix (see propose() with q). Throws as propose_trees()
+  /// does, and std::invalid_argument when q has fewer than ids.size() elements.
+  std::size_t propose_trees(std::span<const SequenceId> ids, std::span<Token> tokens, std::span<std::int32_t> parents,
+                            std::span<std::size_t> offsets, std::span<DraftDistributions> q,
+                            std::size_t extra_tokens = 0) {
+    return propose_tree_pass<true>(ids, tokens, parents, offsets, q, extra_tokens);
   }
 
   /// Decides the tree pass of the sequences `ids` (see the class comment): model_tokens[
@@ -521,89 +295,24 @@ class BatchSpeculator {
   void accept_trees(std::span<const SequenceId> ids, std::span<const Token> model_tokens,
                     std::span<const std::size_t> offsets, std::span<const Token> top, std::span<StepOutcome> steps,
                     std::span<std::size_t> kept) {
-    static_assert(kTrees,
-                  "ngramspec::BatchSpeculator::accept_trees needs a drafter that drafts trees (TreeDraftingDrafter): "
-                  "use BatchSpeculator<TreeDrafter>, or accept() for chains");
-    const char* const where = "ngramspec::BatchSpeculator::accept_trees";
-    check_step_arguments(where, ids, model_tokens, offsets, steps);
-    if (kept.size() < model_tokens.size()) {
-      throw std::invalid_argument(std::string(where) + ": kept has room for " + std::to_string(kept.size()) +
-                                  " entries; it needs one per model token, " + std::to_string(model_tokens.size()));
-    }
-    if (!top.empty() && top.size() != model_tokens.size() * top_k_) {
-      throw std::invalid_argument(std::string(where) + ": top has " + std::to_string(top.size()) +
-                                  " tokens; it needs none or top_k() = " + std::to_string(top_k_) +
-                                  " per model token, " + std::to_string(model_tokens.size() * top_k_) +
-                                  (top_k_ == 0 ? " (the drafters recycle no top-k)" : ""));
-    }
-    const std::uint64_t stamp = ++calls_;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      Slot& slot = running(where, ids, i, stamp);
-      call_slots_[i] = &slot;
-      check_offset(where, offsets, i, model_tokens.size());
-      const std::size_t n = offsets[i + 1] - offsets[i];
-      const std::size_t nodes = slot.trees.tree.size();
-      if (n == 0 || n > nodes + 1) {
-        throw std::invalid_argument(std::string(where) + ": " + name(ids[i]) + " has " + std::to_string(n) +
-                                    " model tokens; it needs 1 to " + std::to_string(nodes + 1) +
-                                    " (the root, then one per node verified of the " + std::to_string(nodes) +
-                                    " proposed)");
-      }
-      if (!top.empty()) {
-        // The drafters record top rows without checks: every token must have a row.
-        const std::size_t vocab = slot.drafter.top_k_table()->vocab_size();
-        for (std::size_t e = offsets[i]; e < offsets[i + 1]; ++e) {
-          if (model_tokens[e] >= vocab) {
-            throw std::invalid_argument(std::string(where) + ": " + name(ids[i]) + ": model_tokens[" +
-                                        std::to_string(e) + "] = " + std::to_string(model_tokens[e]) +
-                                        " is outside the top-k table's vocabulary of " + std::to_string(vocab));
-          }
-        }
-        for (std::size_t t = offsets[i] * top_k_; t < offsets[i + 1] * top_k_; ++t) {
-          if (top[t] >= vocab) {
-            throw std::invalid_argument(std::string(where) + ": " + name(ids[i]) + ": top[" + std::to_string(t) +
-                                        "] = " + std::to_string(top[t]) +
-                                        " is outside the top-k table's vocabulary of " + std::to_string(vocab));
-          }
-        }
-      }
-    }
-
-    std::exception_ptr drafter_error;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      Slot& slot = *call_slots_[i];
-      DraftTree& tree = slot.trees.tree;
-      const std::size_t n = offsets[i + 1] - offsets[i];
-      const std::span<const Token> answers = model_tokens.subspan(offsets[i], n);
-      const std::size_t verified = n - 1;
-      tree.truncate(verified);  // a prefix of a best-first tree is a tree
-      const std::span<std::size_t> entries = kept.subspan(offsets[i], n);
-      const StepOutcome outcome = accept_tree(slot.state, tree.tokens(), tree.parents(), answers, slot.options, entries);
-      steps[i] = outcome;
-      settle(slot, verified, outcome);
-      const std::span<Token> emitted = std::span<Token>(tree_emitted_).first(outcome.emitted);
-      for (std::size_t j = 0; j < outcome.emitted; ++j) emitted[j] = answers[entries[j]];
-      if (corpus_ != nullptr) {
-        const std::size_t keep = std::min(emitted.size(), config_.max_record_tokens - slot.record.size());
-        slot.record.insert(slot.record.end(), emitted.begin(), emitted.begin() + static_cast<std::ptrdiff_t>(keep));
-      }
-      if (slot.options.speculate) {
-        const std::span<Token> fed = std::span<Token>(tree_fed_).first(n);
-        fed[0] = slot.trees.last;
-        std::copy(tree.tokens().begin(), tree.tokens().end(), fed.begin() + 1);
-        const std::span<const Token> rows = top.empty() ? top : top.subspan(offsets[i] * top_k_, n * top_k_);
-        try {
-          slot.drafter.observe_pass(std::as_const(tree), std::span<const Token>(fed), answers,
-                                    std::span<const std::size_t>(entries).first(outcome.emitted), rows);
-          slot.drafter.update(std::span<const Token>(emitted));
-        } catch (...) {
-          if (!drafter_error) drafter_error = std::current_exception();
-        }
-      }
-      slot.trees.last = emitted.back();
-      tree.clear();
-    }
-    if (drafter_error) std::rethrow_exception(drafter_error);
+    accept_tree_pass(ids, model_tokens, offsets, top, {}, steps, kept);
+  }
+  /// accept_trees(), and `top_probabilities`: the probability of each token of `top` under the
+  /// distribution the engine sampled that entry's token from (top_probabilities[t] for top[t],
+  /// as TokenSampler's TopDistribution gives them; a row with fewer tokens left by the filters
+  /// ends in probability 0), recorded into each drafter's top-k table for every entry of its
+  /// pass (TopKTable::record_distribution, the row's tokens up to its first probability 0), so
+  /// that a drafter drawing its recycled candidates (TreeConfig::draw_recycled) draws them from
+  /// the target's p. Throws as accept_trees() does, and std::invalid_argument, changing nothing,
+  /// when top_probabilities.size() is not top.size(), a sequence's table keeps no probabilities,
+  /// a probability is outside [0, 1], or a row's first probability is 0.
+  void accept_trees(std::span<const SequenceId> ids, std::span<const Token> model_tokens,
+                    std::span<const std::size_t> offsets, std::span<const Token> top,
+                    std::span<const float> top_probabilities, std::span<StepOutcome> steps,
+                    std::span<std::size_t> kept) {
+    detail::check_same_size("ngramspec::BatchSpeculator::accept_trees", "top_probabilities",
+                            top_probabilities.size(), "top.size()", top.size());
+    accept_tree_pass(ids, model_tokens, offsets, top, top_probabilities, steps, kept);
   }
 
   /// Ends sequence `id`, finished or not: appends its output (its first max_record_tokens
@@ -611,32 +320,32 @@ class BatchSpeculator {
   /// std::invalid_argument for an unknown id; exceptions from the corpus's append propagate
   /// with the sequence still running.
   void finish(SequenceId id) {
-    Slot& slot = known("ngramspec::BatchSpeculator::finish", id);
+    Slot& slot = pool_.known("ngramspec::BatchSpeculator::finish", id);
     if (corpus_ != nullptr) corpus_->append(slot.record);
-    release(id);
+    pool_.release(id);
     ++stats_.finished;
   }
 
   /// Ends sequence `id` without adding it to the corpus. Throws std::invalid_argument for an
   /// unknown id.
   void cancel(SequenceId id) {
-    known("ngramspec::BatchSpeculator::cancel", id);
-    release(id);
+    (void)pool_.known("ngramspec::BatchSpeculator::cancel", id);
+    pool_.release(id);
     ++stats_.cancelled;
   }
 
   /// Whether `id` is running (begun and neither finished nor cancelled).
-  [[nodiscard]] bool contains(SequenceId id) const noexcept { return find(id) != nullptr; }
+  [[nodiscard]] bool contains(SequenceId id) const noexcept { return pool_.contains(id); }
   /// Where sequence `id` stands; throws std::invalid_argument for an unknown id.
   [[nodiscard]] const SequenceState& state(SequenceId id) const {
-    return const_cast<BatchSpeculator*>(this)->known("ngramspec::BatchSpeculator::state", id).state;
+    return const_cast<BatchSpeculator*>(this)->pool_.known("ngramspec::BatchSpeculator::state", id).state;
   }
   /// Sequence `id`'s drafter; throws std::invalid_argument for an unknown id.
   [[nodiscard]] const D& drafter(SequenceId id) const {
-    return const_cast<BatchSpeculator*>(this)->known("ngramspec::BatchSpeculator::drafter", id).drafter;
+    return const_cast<BatchSpeculator*>(this)->pool_.known("ngramspec::BatchSpeculator::drafter", id).drafter;
   }
   /// Sequences running.
-  [[nodiscard]] std::size_t size() const noexcept { return config_.max_sequences - free_.size(); }
+  [[nodiscard]] std::size_t size() const noexcept { return pool_.size(); }
   [[nodiscard]] const BatchConfig& config() const noexcept { return config_; }
   /// Plans the next passes against `cost` instead of config().cost, until called again; nullptr
   /// returns to config().cost. For an engine whose pass costs depend on the pass before (llama.cpp
@@ -658,82 +367,349 @@ class BatchSpeculator {
   /// Bytes the speculator holds: its drafters (when D reports memory_bytes()), records and
   /// scratch. Fixed at construction but for the scratch that grows with the largest batch.
   [[nodiscard]] std::size_t memory_bytes() const noexcept {
-    std::size_t bytes = sizeof(*this) + free_.capacity() * sizeof(std::uint32_t) +
+    std::size_t bytes = sizeof(*this) + pool_.table_bytes(config_.max_sequences) +
                         candidates_.capacity() * sizeof(Token) + probabilities_.capacity() * sizeof(float) +
-                        (candidate_offsets_.capacity() + lengths_.capacity()) * sizeof(std::size_t) +
-                        2 * config_.max_sequences * sizeof(IdEntry) + call_slots_.capacity() * sizeof(Slot*);
-    for (const Slot& slot : slots_) {
-      bytes += sizeof(Slot) + slot.record.capacity() * sizeof(Token) + slot.pending.capacity() * sizeof(Token) +
-               slot.options.stop_tokens.capacity() * sizeof(Token);
-      if constexpr (requires(const D& d) { d.memory_bytes(); }) bytes += slot.drafter.memory_bytes() - sizeof(D);
-      if constexpr (kTrees) bytes += slot.trees.tree.capacity() * kTreeNodeBytes;
-    }
+                        (candidate_offsets_.capacity() + lengths_.capacity()) * sizeof(std::size_t);
+    for (const Slot& slot : pool_.slots()) bytes += slot.memory_bytes();
     return bytes + (tree_fed_.capacity() + tree_emitted_.capacity()) * sizeof(Token);
   }
 
  private:
   static constexpr bool kTrees = TreeDraftingDrafter<D>;
-  // What a DraftTree holds per node: token, parent, two estimates, depth, source class.
-  static constexpr std::size_t kTreeNodeBytes =
-      sizeof(Token) + sizeof(std::int32_t) + 2 * sizeof(float) + sizeof(std::uint32_t) + 1;
-  // A tree drafter's slot also holds the tree proposed since the last step and the token its
-  // next pass feeds first (the root), which observe_pass() is told.
-  struct TreeState {
-    DraftTree tree;
-    Token last = 0;
+  using Slot = detail::SequenceSlot<D>;
+  // Whether accept_trees() can record the engine's distributions into the drafters' tables.
+  static constexpr bool kRecords = requires(D& d) {
+    { d.top_k_table() } -> std::same_as<TopKTable*>;
   };
-  struct NoTrees {};
-  using TreeSlot = std::conditional_t<kTrees, TreeState, NoTrees>;
-
-  struct Slot {
-    explicit Slot(D d) : drafter(std::move(d)) {}
-    D drafter;
-    SequenceState state;
-    DecodeOptions options;
-    SequenceId id = 0;
-    std::vector<Token> pending;  // drafts proposed since the last step: the first pending_count
-    std::size_t pending_count = 0;
-    std::uint64_t stamp = 0;  // the last call that named it, to find an id listed twice
-    detail::AcceptanceRate rate;
-    std::vector<Token> record;  // output kept for the corpus
-    [[no_unique_address]] TreeSlot trees;
-  };
-  struct IdEntry {
-    std::uint64_t key = 0;
-    std::uint32_t slot_plus_one = 0;
-    [[nodiscard]] bool empty() const noexcept { return slot_plus_one == 0; }
-  };
-
   static BatchConfig validated(BatchConfig config) {
-    if (config.max_sequences == 0 || config.max_sequences > kMaxSequences) {
-      throw std::invalid_argument("ngramspec::BatchConfig: max_sequences = " + std::to_string(config.max_sequences) +
-                                  " is invalid: must be between 1 and " + std::to_string(kMaxSequences));
-    }
-    if (config.max_record_tokens > SharedCorpus::kMaxTokens) {
-      throw std::invalid_argument("ngramspec::BatchConfig: max_record_tokens = " +
-                                  std::to_string(config.max_record_tokens) +
-                                  " is invalid: must be at most SharedCorpus::kMaxTokens = " +
-                                  std::to_string(SharedCorpus::kMaxTokens) + ", the most a corpus holds");
-    }
-    if (config.max_pass_tokens == 1) {
-      throw std::invalid_argument(
-          "ngramspec::BatchConfig: max_pass_tokens = 1 is invalid: must be 0 (no limit) or at least 2, since a pass "
-          "carries each sequence's last token before any draft");
-    }
+    validate(config);
     return config;
   }
-  static constexpr std::size_t kMaxSequences = BatchConfig::kMaxSequences;
+  static std::string name(SequenceId id) { return detail::sequence_name(id); }
 
-  static std::string name(SequenceId id) { return "sequence " + std::to_string(id); }
+  // One pass skeleton for chains and trees. propose() and propose_trees(): open_pass() checks
+  // the ids and sets the budget, the caller drafts every sequence's candidates (their path
+  // probabilities in probabilities_, sequence i's from candidate_offsets_[i]), and close_pass()
+  // plans the pass and has the caller write each sequence's part. accept() and accept_trees():
+  // check_sequences() checks every sequence, then step_sequences() steps them.
 
-  // A sequence's pass is decided (`verified` drafts or nodes checked): step it, and count it.
-  void settle(Slot& slot, std::size_t verified, const StepOutcome& outcome) noexcept {
-    advance(slot.state, outcome);
-    slot.pending_count = 0;
-    slot.rate.record(verified, outcome.accepted);
-    stats_.drafted += verified;
-    stats_.accepted += outcome.accepted;
-    stats_.emitted += outcome.emitted;
+  // What a pass carries before its drafts, and what is left for them.
+  struct PassBudget {
+    const VerifyCost* cost = nullptr;  // the pass is planned against it; nullptr: no cost
+    std::size_t base_tokens = 0;       // extra tokens, prefills and the other sequences' last tokens
+    double base_expected = 0;          // tokens the pass emits without drafts: one per sequence
+    std::size_t room = 0;              // the sequences' own limits (`limit`), added up
+    std::size_t budget = 0;            // most tokens of the pass: base_tokens + buffer, max_pass_tokens
+    std::size_t draft_room = 0;        // drafts that fit: room, the buffer and max_pass_tokens
+  };
+
+  // Checks ids (running, unfinished, distinct), finds their slots, and adds up the pass: a
+  // sequence with no output yet prefills its prompt; any other feeds its last token and may
+  // draft up to limit(slot). `buffer`: the caller's room for drafts. Grows the scratch to fit.
+  template <class Limit>
+  PassBudget open_pass(const char* where, std::span<const SequenceId> ids, std::size_t extra_tokens,
+                       std::size_t buffer, Limit limit) {
+    const std::uint64_t stamp = pool_.next_call();
+    PassBudget pass{.cost = active_cost(), .base_tokens = extra_tokens, .base_expected = static_cast<double>(ids.size())};
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      Slot& slot = pool_.running(where, ids, i, stamp);
+      if (slot.state.generated == 0) {
+        pass.base_tokens = saturating_plus(pass.base_tokens, slot.state.prompt_length);
+      } else {
+        pass.base_tokens = saturating_plus(pass.base_tokens, 1);
+        pass.room += limit(std::as_const(slot));
+      }
+    }
+    // The drafts buffer is a budget too: the pass carries at most base_tokens + buffer.
+    pass.budget = saturating_plus(pass.base_tokens, buffer);
+    pass.draft_room = std::min(pass.room, buffer);
+    if (config_.max_pass_tokens != 0) {
+      pass.budget = std::min(pass.budget, config_.max_pass_tokens);
+      pass.draft_room = std::min(pass.draft_room, config_.max_pass_tokens > pass.base_tokens
+                                                      ? config_.max_pass_tokens - pass.base_tokens
+                                                      : 0);
+    }
+    if (probabilities_.size() < pass.room) probabilities_.resize(pass.room);
+    if (candidate_offsets_.size() < ids.size() + 1) {
+      candidate_offsets_.resize(ids.size() + 1);
+      lengths_.resize(ids.size());
+    }
+    candidate_offsets_[0] = 0;
+    return pass;
+  }
+
+  // Sizes every sequence's drafts (lengths_) from the `made` candidates: together, by the
+  // planner; or, when any was drawn, each up to its first estimate below `least`, within the
+  // room left in the order of the call (a stopping rule: docs/SAMPLING.md).
+  void plan_pass(const PassBudget& pass, std::size_t made, std::size_t sequences, bool drawn, float least) {
+    if (!drawn) {
+      planner_.plan(pass.cost, pass.base_tokens, pass.base_expected, pass.budget,
+                    std::span<float>(probabilities_).first(made),
+                    std::span<const std::size_t>(candidate_offsets_).first(sequences + 1),
+                    std::span<std::size_t>(lengths_).first(sequences));
+      return;
+    }
+    std::size_t room = pass.draft_room;
+    for (std::size_t i = 0; i < sequences; ++i) {
+      const std::size_t first = candidate_offsets_[i];
+      const std::size_t most = std::min(candidate_offsets_[i + 1] - first, room);
+      std::size_t n = 0;
+      while (n < most && probabilities_[first + n] >= least) ++n;
+      lengths_[i] = n;
+      room -= n;
+    }
+  }
+
+  // Has write(slot, i, total) put sequence i's part of the planned pass at `total` of the
+  // caller's buffers and return its size; fills offsets and returns the pass's drafts.
+  template <class Write>
+  std::size_t close_pass(std::span<std::size_t> offsets, Write write) {
+    std::size_t total = 0;
+    offsets[0] = 0;
+    for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
+      total += write(pool_.of_call(i), i, total);
+      offsets[i + 1] = total;
+    }
+    ++stats_.proposals;
+    return total;
+  }
+
+  // Checks every sequence of an accept call before any is stepped: running, unfinished,
+  // distinct, its offsets, and 1 to proposed(slot) + 1 model tokens (`entries` says what they
+  // verify); then more(slot, i, n) checks anything else of sequence i and its n model tokens.
+  template <class Proposed, class More>
+  void check_sequences(const char* where, std::span<const SequenceId> ids, std::size_t model_tokens,
+                       std::span<const std::size_t> offsets, const char* entries, Proposed proposed, More more) {
+    const std::uint64_t stamp = pool_.next_call();
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      Slot& slot = pool_.running(where, ids, i, stamp);
+      more(std::as_const(slot), i,
+           detail::checked_model_token_count(where, ids[i], offsets, i, model_tokens,
+                                             proposed(std::as_const(slot)), entries));
+    }
+  }
+
+  // A sequence's pass decided: its step and the tokens it emits.
+  struct Decided {
+    StepOutcome outcome;
+    std::span<const Token> emitted;
+  };
+
+  // Steps every sequence of a checked accept call: decide(slot, i, answers) decides its pass
+  // from its model tokens; the step goes to steps[i] and the stats, the emitted tokens to its
+  // record, and feed(slot, i, answers, emitted) tells its drafter (when it speculates). An
+  // exception from feed() is rethrown once every sequence is stepped.
+  template <class Decide, class Feed>
+  void step_sequences(std::span<const Token> model_tokens, std::span<const std::size_t> offsets,
+                      std::span<StepOutcome> steps, Decide decide, Feed feed) {
+    std::exception_ptr drafter_error;
+    for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
+      Slot& slot = pool_.of_call(i);
+      const std::span<const Token> answers = model_tokens.subspan(offsets[i], offsets[i + 1] - offsets[i]);
+      const std::size_t verified = answers.size() - 1;
+      const Decided decided = decide(slot, i, answers);
+      const StepOutcome& outcome = decided.outcome;
+      steps[i] = outcome;
+      advance(slot.state, outcome);
+      slot.pending_count = 0;
+      slot.rate.record(verified, outcome.accepted);
+      stats_.drafted += verified;
+      stats_.accepted += outcome.accepted;
+      stats_.emitted += outcome.emitted;
+      if (corpus_ != nullptr) {
+        const std::size_t keep = std::min(decided.emitted.size(), config_.max_record_tokens - slot.record.size());
+        slot.record.insert(slot.record.end(), decided.emitted.begin(),
+                           decided.emitted.begin() + static_cast<std::ptrdiff_t>(keep));
+      }
+      if (slot.options.speculate) {
+        try {
+          feed(slot, i, answers, decided.emitted);
+        } catch (...) {
+          if (!drafter_error) drafter_error = std::current_exception();
+        }
+      }
+      if constexpr (kTrees) {
+        slot.trees.last = decided.emitted.back();
+        slot.trees.tree.clear();
+      }
+    }
+    if (drafter_error) std::rethrow_exception(drafter_error);
+  }
+
+  // propose(), with q when kWithQ.
+  template <bool kWithQ>
+  std::size_t propose_chains(std::span<const SequenceId> ids, std::span<Token> drafts, std::span<std::size_t> offsets,
+                             std::span<DraftDistributions> q, std::size_t extra_tokens) {
+    const char* const where = "ngramspec::BatchSpeculator::propose";
+    detail::check_offsets_size(where, offsets.size(), ids.size());
+    if constexpr (kWithQ) detail::check_distributions_size(where, q.size(), ids.size());
+    const PassBudget pass = open_pass(where, ids, extra_tokens, drafts.size(), [](const Slot& slot) {
+      return draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
+    });
+    // Where the cost says that not even certain drafts could pay, nothing is drafted: the drafters
+    // still observe every token (accept()), and the pass costs no drafting work.
+    const bool draft = pass.cost == nullptr || DraftPlanner::drafts_can_pay(*pass.cost, pass.base_tokens,
+                                                                            pass.base_expected, pass.draft_room);
+    if (candidates_.size() < pass.room) candidates_.resize(pass.room);
+    std::size_t made = 0;
+    bool drawn = false;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const Slot& slot = pool_.of_call(i);
+      if constexpr (kWithQ) q[i].clear();
+      if (slot.state.generated != 0) {
+        const std::size_t limit = draft ? draft_limit(slot.state, slot.options, kMaxDraftsPerPass) : 0;
+        const std::span<Token> out = std::span<Token>(candidates_).subspan(made, limit);
+        const std::span<float> estimates = std::span<float>(probabilities_).subspan(made, limit);
+        made += counting_out_of_vocabulary(slot.drafter, [&] {
+          if constexpr (kWithQ) {
+            return detail::draft_with_distributions(slot.drafter, out, estimates, slot.rate, q[i]);
+          } else {
+            return detail::draft_with_estimates(slot.drafter, out, estimates, slot.rate);
+          }
+        });
+        if constexpr (kWithQ) drawn = drawn || q[i].any_drawn();
+      }
+      candidate_offsets_[i + 1] = made;
+    }
+    const float least = drawn && pass.cost != nullptr
+                            ? DraftPlanner::least_path_probability(*pass.cost, pass.base_tokens, pass.base_expected,
+                                                                   pass.draft_room)
+                            : 0.0f;
+    plan_pass(pass, made, ids.size(), drawn, least);
+    return close_pass(offsets, [&](Slot& slot, std::size_t i, std::size_t total) {
+      const std::size_t n = lengths_[i];
+      const Token* from = candidates_.data() + candidate_offsets_[i];
+      std::copy(from, from + n, drafts.begin() + static_cast<std::ptrdiff_t>(total));
+      std::copy(from, from + n, slot.pending.begin());
+      slot.pending_count = n;
+      if constexpr (kTrees) slot.trees.tree.clear();
+      if constexpr (kWithQ) q[i].truncate(n);
+      return n;
+    });
+  }
+
+  // propose_trees(), with q when kWithQ.
+  template <bool kWithQ>
+  std::size_t propose_tree_pass(std::span<const SequenceId> ids, std::span<Token> tokens,
+                                std::span<std::int32_t> parents, std::span<std::size_t> offsets,
+                                std::span<DraftDistributions> q, std::size_t extra_tokens) {
+    static_assert(kTrees,
+                  "ngramspec::BatchSpeculator::propose_trees needs a drafter that drafts trees (TreeDraftingDrafter): "
+                  "use BatchSpeculator<TreeDrafter>, or propose() for chains");
+    const char* const where = "ngramspec::BatchSpeculator::propose_trees";
+    detail::check_offsets_size(where, offsets.size(), ids.size());
+    detail::check_same_size(where, "parents", parents.size(), "tokens.size()", tokens.size());
+    if constexpr (kWithQ) detail::check_distributions_size(where, q.size(), ids.size());
+    const PassBudget pass = open_pass(where, ids, extra_tokens, tokens.size(), [](const Slot& slot) {
+      return tree_node_limit(slot.state, slot.options, kMaxDraftsPerPass);
+    });
+    const float least = pass.cost == nullptr ? 0.0f
+                                             : DraftPlanner::least_path_probability(*pass.cost, pass.base_tokens,
+                                                                                    pass.base_expected, pass.draft_room);
+    std::size_t made = 0;
+    bool drawn = false;
+    try {
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        Slot& slot = pool_.of_call(i);
+        DraftTree& tree = slot.trees.tree;
+        tree.clear();
+        slot.pending_count = 0;
+        if constexpr (kWithQ) q[i].clear();
+        const std::size_t depth =
+            slot.state.generated == 0 ? 0 : draft_limit(slot.state, slot.options, kMaxDraftsPerPass);
+        if (depth > 0) {
+          // A drafter that claims or builds more than it was allowed is clamped, never trusted.
+          const std::size_t most = tree_node_limit(slot.state, slot.options, kMaxDraftsPerPass);
+          const std::size_t claimed = counting_out_of_vocabulary(slot.drafter, [&] {
+            if constexpr (kWithQ && DistributionTreeDrafter<D>) {
+              q[i].reserve(most, DraftDistributions::kMaxSupport);
+              return slot.drafter.predict_tree(tree, most, depth, least, q[i]);
+            } else {
+              return slot.drafter.predict_tree(tree, most, depth, least);
+            }
+          });
+          tree.truncate(std::min(claimed, most));
+          if constexpr (kWithQ) drawn = detail::tree_distributions<D>(tree.size(), q[i]) || drawn;
+          const std::span<const float> path = tree.path_probabilities();
+          std::copy(path.begin(), path.end(), probabilities_.begin() + static_cast<std::ptrdiff_t>(made));
+          made += path.size();
+        }
+        candidate_offsets_[i + 1] = made;
+      }
+    } catch (...) {
+      for (std::size_t i = 0; i < ids.size(); ++i) pool_.of_call(i).trees.tree.clear();
+      throw;
+    }
+    // Drawn nodes are cut by `least` alone, which the drafters applied while building.
+    plan_pass(pass, made, ids.size(), drawn, least);
+    // Each sequence keeps the first lengths_[i] nodes of its best-first tree: a tree.
+    return close_pass(offsets, [&](Slot& slot, std::size_t i, std::size_t total) {
+      DraftTree& tree = slot.trees.tree;
+      tree.truncate(lengths_[i]);
+      if constexpr (kWithQ) q[i].truncate(lengths_[i]);
+      const std::span<const Token> nodes = tree.tokens();
+      const std::span<const std::int32_t> ups = tree.parents();
+      std::copy(nodes.begin(), nodes.end(), tokens.begin() + static_cast<std::ptrdiff_t>(total));
+      std::copy(ups.begin(), ups.end(), parents.begin() + static_cast<std::ptrdiff_t>(total));
+      return nodes.size();
+    });
+  }
+
+  // accept_trees(), recording top_probabilities when there are any.
+  void accept_tree_pass(std::span<const SequenceId> ids, std::span<const Token> model_tokens,
+                        std::span<const std::size_t> offsets, std::span<const Token> top,
+                        std::span<const float> top_probabilities, std::span<StepOutcome> steps,
+                        std::span<std::size_t> kept) {
+    static_assert(kTrees,
+                  "ngramspec::BatchSpeculator::accept_trees needs a drafter that drafts trees (TreeDraftingDrafter): "
+                  "use BatchSpeculator<TreeDrafter>, or accept() for chains");
+    const char* const where = "ngramspec::BatchSpeculator::accept_trees";
+    detail::check_step_arguments(where, ids.size(), model_tokens.size(), offsets, steps.size());
+    detail::check_tree_step_arguments(where, model_tokens.size(), kept.size(), top.size(), top_k_);
+    check_sequences(
+        where, ids, model_tokens.size(), offsets, "the root, then one per node",
+        [](const Slot& slot) { return slot.trees.tree.size(); },
+        [&](const Slot& slot, std::size_t i, std::size_t n) {
+          if (top.empty()) return;
+          const std::size_t vocab = slot.drafter.top_k_table()->vocab_size();
+          detail::check_in_vocabulary(where, ids[i], "model_tokens", model_tokens.subspan(offsets[i], n),
+                                      offsets[i], vocab);
+          detail::check_in_vocabulary(where, ids[i], "top", top.subspan(offsets[i] * top_k_, n * top_k_),
+                                      offsets[i] * top_k_, vocab);
+          if (top_probabilities.empty()) return;
+          detail::check_top_probabilities(where, ids[i], kRecords && slot.drafter.top_k_table()->has_probabilities(),
+                                          top_probabilities.subspan(offsets[i] * top_k_, n * top_k_),
+                                          offsets[i] * top_k_, top_k_);
+        });
+    step_sequences(
+        model_tokens, offsets, steps,
+        [&](Slot& slot, std::size_t i, std::span<const Token> answers) {
+          DraftTree& tree = slot.trees.tree;
+          tree.truncate(answers.size() - 1);  // a prefix of a best-first tree is a tree
+          const std::span<std::size_t> entries = kept.subspan(offsets[i], answers.size());
+          const StepOutcome outcome =
+              accept_tree(slot.state, tree.tokens(), tree.parents(), answers, slot.options, entries);
+          const std::span<Token> emitted = std::span<Token>(tree_emitted_).first(outcome.emitted);
+          for (std::size_t j = 0; j < outcome.emitted; ++j) emitted[j] = answers[entries[j]];
+          return Decided{outcome, emitted};
+        },
+        [&](Slot& slot, std::size_t i, std::span<const Token> answers, std::span<const Token> emitted) {
+          const DraftTree& tree = slot.trees.tree;
+          const std::size_t n = answers.size();
+          const std::span<Token> fed = std::span<Token>(tree_fed_).first(n);
+          fed[0] = slot.trees.last;
+          std::copy(tree.tokens().begin(), tree.tokens().end(), fed.begin() + 1);
+          const std::span<const Token> rows = top.empty() ? top : top.subspan(offsets[i] * top_k_, n * top_k_);
+          slot.drafter.observe_pass(tree, std::span<const Token>(fed), answers,
+                                    std::span<const std::size_t>(kept).subspan(offsets[i], emitted.size()), rows);
+          if constexpr (kRecords) {
+            if (!top_probabilities.empty()) {
+              detail::record_distributions(*slot.drafter.top_k_table(), fed,
+                                           top_probabilities.subspan(offsets[i] * top_k_, n * top_k_), rows);
+            }
+          }
+          slot.drafter.update(emitted);
+        });
   }
 
   // Token counts add up saturating: extra_tokens is the caller's, and a sum that wrapped would
@@ -741,67 +717,27 @@ class BatchSpeculator {
   static std::size_t saturating_plus(std::size_t a, std::size_t b) noexcept {
     return a > std::numeric_limits<std::size_t>::max() - b ? std::numeric_limits<std::size_t>::max() : a + b;
   }
-
-  // accept() and accept_trees(): the checks of the sizes that need no sequence.
-  static void check_step_arguments(const char* where, std::span<const SequenceId> ids,
-                                   std::span<const Token> model_tokens, std::span<const std::size_t> offsets,
-                                   std::span<const StepOutcome> steps) {
-    if (offsets.size() != ids.size() + 1) {
-      throw std::invalid_argument(std::string(where) + ": offsets has " + std::to_string(offsets.size()) +
-                                  " elements; it needs ids.size() + 1 = " + std::to_string(ids.size() + 1));
-    }
-    if (steps.size() < ids.size()) {
-      throw std::invalid_argument(std::string(where) + ": steps has room for " + std::to_string(steps.size()) +
-                                  " sequences; " + std::to_string(ids.size()) + " are stepped");
-    }
-    // Every model token belongs to one sequence: tokens outside the offsets are a caller's
-    // mistake (a count or an offset that is wrong), never silently ignored.
-    if (offsets.front() != 0 || offsets.back() != model_tokens.size()) {
-      throw std::invalid_argument(std::string(where) + ": offsets[0] = " + std::to_string(offsets.front()) +
-                                  " and offsets[" + std::to_string(ids.size()) + "] = " +
-                                  std::to_string(offsets.back()) + " are invalid: they must be 0 and the count of " +
-                                  "model tokens, " + std::to_string(model_tokens.size()));
-    }
-  }
-  // offsets[i + 1], checked against offsets[i] and the count of model tokens.
-  static void check_offset(const char* where, std::span<const std::size_t> offsets, std::size_t i,
-                           std::size_t model_tokens) {
-    if (offsets[i + 1] < offsets[i] || offsets[i + 1] > model_tokens) {
-      throw std::invalid_argument(std::string(where) + ": offsets[" + std::to_string(i + 1) + "] = " +
-                                  std::to_string(offsets[i + 1]) + " is invalid: offsets[" + std::to_string(i) +
-                                  "] = " + std::to_string(offsets[i]) + " and there are " +
-                                  std::to_string(model_tokens) + " model tokens");
-    }
-  }
-
   // The pool's drafters are alike (one make()), their memory fixed at construction: once the
-  // first is made, the whole pool is sized before the rest are allocated, and a pool larger than
-  // the machine's memory (the corpus's and the top-k table's rule) is refused naming it, whatever
-  // the drafter (a MatchDrafter's 891 KiB x 2^20 sequences, or tree drafters' own top-k tables).
+  // first is made, a pool beyond the machine's memory is refused before the rest are allocated.
   void refuse_a_pool_beyond_memory(const D& first) const {
     if constexpr (requires { { first.memory_bytes() } -> std::convertible_to<std::size_t>; }) {
-      const std::size_t each = first.memory_bytes();
-      const std::size_t machine = detail::physical_memory_bytes();
-      const std::size_t n = config_.max_sequences;
-      if (machine != 0 && each != 0 && n > machine / each) {
-        const std::string total = n > std::numeric_limits<std::size_t>::max() / each ? "more than 2^64"
-                                                                                      : std::to_string(n * each);
-        throw std::invalid_argument("ngramspec::BatchSpeculator: max_sequences = " + std::to_string(n) +
-                                    " drafters of " + std::to_string(each) + " bytes each take " + total +
-                                    " bytes, more than this machine's memory (" + std::to_string(machine) +
-                                    " bytes)");
-      }
+      detail::check_pool_fits_memory(config_.max_sequences, first.memory_bytes());
     }
   }
 
-  // The drafter's count of drafts dropped outside the vocabulary (0 for drafters that keep none).
-  static std::uint64_t out_of_vocabulary(const D& drafter) noexcept {
+  // draft(), counting in the stats the drafts it dropped outside the vocabulary (for drafters
+  // that count them); returns what it returns.
+  template <class Draft>
+  std::size_t counting_out_of_vocabulary(const D& drafter, Draft draft) {
     if constexpr (requires {
                     { drafter.out_of_vocabulary_drafts() } noexcept -> std::convertible_to<std::uint64_t>;
                   }) {
-      return drafter.out_of_vocabulary_drafts();
+      const std::uint64_t dropped = drafter.out_of_vocabulary_drafts();
+      const std::size_t made = draft();
+      stats_.out_of_vocabulary += drafter.out_of_vocabulary_drafts() - dropped;
+      return made;
     } else {
-      return 0;
+      return draft();
     }
   }
   // The k of every drafter's top-k table (0: none); a pass's top rows share one k.
@@ -810,56 +746,16 @@ class BatchSpeculator {
       const TopKTable* table = drafter.top_k_table();
       return table == nullptr ? 0 : table->k();
     };
-    const std::size_t k = k_of(slots_.front().drafter);
-    for (std::size_t i = 1; i < slots_.size(); ++i) {
-      if (k_of(slots_[i].drafter) != k) {
-        throw std::invalid_argument("ngramspec::BatchSpeculator: drafter " + std::to_string(i) +
-                                    " recycles a top-k table of k = " + std::to_string(k_of(slots_[i].drafter)) +
-                                    " but drafter 0 one of k = " + std::to_string(k) +
-                                    " (0: none); every drafter of a batch needs the same k");
-      }
-    }
+    const std::span<const Slot> slots = pool_.slots();
+    const std::size_t k = k_of(slots.front().drafter);
+    for (std::size_t i = 1; i < slots.size(); ++i) detail::check_same_top_k(i, k_of(slots[i].drafter), k);
     return k;
-  }
-
-  [[nodiscard]] const IdEntry* find(SequenceId id) const noexcept { return ids_.find(id); }
-  Slot& known(const char* where, SequenceId id) {
-    const IdEntry* entry = find(id);
-    if (entry == nullptr) throw std::invalid_argument(std::string(where) + ": " + name(id) + " is not running");
-    return slots_[entry->slot_plus_one - 1];
-  }
-  // ids[i], checked: running, not finished, not listed before in this call.
-  Slot& running(const char* where, std::span<const SequenceId> ids, std::size_t i, std::uint64_t stamp) {
-    Slot& slot = known(where, ids[i]);
-    if (slot.state.finished) {
-      throw std::invalid_argument(std::string(where) + ": " + name(ids[i]) + " (ids[" + std::to_string(i) +
-                                  "]) is finished (" + to_string(slot.state.stop_reason) +
-                                  "); finish() or cancel() it");
-    }
-    if (slot.stamp == stamp) {
-      throw std::invalid_argument(std::string(where) + ": " + name(ids[i]) + " is listed twice (ids[" +
-                                  std::to_string(i) + "])");
-    }
-    slot.stamp = stamp;
-    return slot;
-  }
-  void release(SequenceId id) noexcept {
-    IdEntry* entry = ids_.find(id);
-    const std::uint32_t index = entry->slot_plus_one - 1;
-    ids_.erase(*entry);
-    free_.push_back(index);
   }
 
   BatchConfig config_;
   const VerifyCost* cost_in_use_ = nullptr;  // use_cost()'s
   SharedCorpus* corpus_ = nullptr;
-  std::vector<Slot> slots_;
-  std::vector<std::uint32_t> free_;  // slots not running, the next to use last
-  // The slots of the ids of the call in progress, found once while checking them. A call names
-  // distinct running sequences, so at most max_sequences: a longer list fails its check first.
-  std::vector<Slot*> call_slots_;
-  detail::OpenTable<IdEntry> ids_;
-  std::uint64_t calls_ = 0;
+  detail::SequencePool<Slot> pool_;
   BatchStats stats_;
   DraftPlanner planner_;
   std::vector<Token> candidates_;            // every sequence's candidate drafts, flat

@@ -26,6 +26,10 @@ enum class StopReason {
   return "unknown";
 }
 
+/// Most drafts one verify pass may carry: DecodeOptions::max_drafts above it is refused
+/// (start_sequence(), and so every decoder and BatchSpeculator::begin).
+inline constexpr std::size_t kMaxDraftsPerPass = 1024;
+
 /// Options of one generation.
 struct DecodeOptions {
   std::size_t max_new_tokens = 128;  ///< most tokens generated after the prompt

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ngramspec/decode_options.hpp"
+#include "ngramspec/detail/max_drafts_check.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/token.hpp"
@@ -31,10 +32,6 @@
 // the steps share nothing, so any thread may run them, one at a time per SequenceState.
 
 namespace ngramspec {
-
-/// Most drafts one verify pass may carry: DecodeOptions::max_drafts above it is refused
-/// (start_sequence(), and so every decoder and BatchSpeculator::begin).
-inline constexpr std::size_t kMaxDraftsPerPass = 1024;
 
 /// Where one sequence stands. The engine keeps one per sequence and passes it to the steps.
 struct SequenceState {
@@ -78,10 +75,7 @@ struct StepOutcome {
 /// (max_new_tokens == 0, or a prompt that fills max_context) starts finished.
 [[nodiscard]] inline SequenceState start_sequence(std::size_t prompt_length, const DecodeOptions& options) {
   if (prompt_length == 0) throw std::invalid_argument("ngramspec: the prompt is empty; it needs at least one token");
-  if (options.max_drafts > kMaxDraftsPerPass) {
-    throw std::invalid_argument("ngramspec: max_drafts = " + std::to_string(options.max_drafts) +
-                                " is more than kMaxDraftsPerPass = " + std::to_string(kMaxDraftsPerPass));
-  }
+  detail::check_max_drafts("ngramspec: ", "max_drafts", options.max_drafts);
   if (options.max_context != 0 && prompt_length > options.max_context) {
     throw std::invalid_argument("ngramspec: the prompt has " + std::to_string(prompt_length) +
                                 " tokens, more than max_context = " + std::to_string(options.max_context));

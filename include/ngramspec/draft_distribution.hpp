@@ -96,6 +96,21 @@ class DraftDistributions {
   /// Entries held.
   [[nodiscard]] std::size_t size() const noexcept { return begin_.empty() ? 0 : begin_.size() - 1; }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  /// Throws std::logic_error when there are fewer entries than `drafts`, the drafts a drafter
+  /// made with them: a drafter that gives distributions gives one per draft (or node).
+  void check_one_per_draft(std::size_t drafts) const {
+    if (size() < drafts) {
+      throw std::logic_error("ngramspec: the drafter proposed " + std::to_string(drafts) + " drafts and " +
+                             std::to_string(size()) + " distributions; it must give one per draft");
+    }
+  }
+  /// Whether any entry was drawn (has a support), rather than chosen.
+  [[nodiscard]] bool any_drawn() const noexcept {
+    for (std::size_t i = 0; i < size(); ++i) {
+      if (begin_[i + 1] != begin_[i]) return true;
+    }
+    return false;
+  }
 
   /// Entry i's support (empty: chosen, one-hot). i < size().
   [[nodiscard]] std::span<const Token> tokens(std::size_t i) const noexcept {

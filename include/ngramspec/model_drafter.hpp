@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/detail/max_drafts_check.hpp"
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/logits_model.hpp"
@@ -48,10 +49,7 @@ struct ModelDraftConfig {
 /// max_drafts outside 1 .. kMaxDraftsPerPass, support outside 1 .. DraftDistributions::kMaxSupport,
 /// min_probability outside [0, 1] or NaN, or invalid sampling options (validate(SamplingOptions)).
 inline void validate(const ModelDraftConfig& config) {
-  if (config.max_drafts == 0 || config.max_drafts > kMaxDraftsPerPass) {
-    throw std::invalid_argument("ngramspec: ModelDraftConfig::max_drafts = " + std::to_string(config.max_drafts) +
-                                " is invalid; it must be 1 .. " + std::to_string(kMaxDraftsPerPass));
-  }
+  detail::check_max_drafts("ngramspec: ", "ModelDraftConfig::max_drafts", config.max_drafts, 1);
   if (config.support == 0 || config.support > DraftDistributions::kMaxSupport) {
     throw std::invalid_argument("ngramspec: ModelDraftConfig::support = " + std::to_string(config.support) +
                                 " is invalid; it must be 1 .. " + std::to_string(DraftDistributions::kMaxSupport));

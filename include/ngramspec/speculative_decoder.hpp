@@ -221,13 +221,6 @@ class SpeculativeDecoder {
       requires(M& m, std::span<const Token> t, std::span<const std::int32_t> p, std::span<Token> x,
                const DraftDistributions& q) { m.forward_tree(0, t, p, x, x, q); };
 
-  // Whether any of the pass's drafts was drawn (not chosen).
-  [[nodiscard]] bool any_drawn() const noexcept {
-    for (std::size_t i = 0; i < q_.size(); ++i) {
-      if (!q_.tokens(i).empty()) return true;
-    }
-    return false;
-  }
   // The drafts a pass of drawn drafts sends: those before the first whose estimate is below
   // least_ (a stopping rule: each draft's estimate is known before it is drawn).
   [[nodiscard]] std::size_t drawn_cut(std::span<const float> probabilities) const noexcept {
@@ -278,7 +271,7 @@ class SpeculativeDecoder {
       // Drawn nodes are cut by min_node_probability_ alone, which the drafter applied while
       // building (see the class comment).
       bool drawn = false;
-      if constexpr (kTreeDistributions) drawn = any_drawn();
+      if constexpr (kTreeDistributions) drawn = q_.any_drawn();
       if (cost_ && nodes > 0 && !drawn) {
         const std::span<const float> path = tree_.path_probabilities();
         std::copy(path.begin(), path.end(), probabilities_.begin());
@@ -411,12 +404,9 @@ class SpeculativeDecoder {
     const std::span<float> probabilities = std::span<float>(probabilities_).first(limit);
     std::size_t made =
         std::min<std::size_t>(drafter.predict(std::span<Token>(fed_).subspan(1, limit), probabilities, q_), limit);
-    if (q_.size() < made) {
-      throw std::logic_error("ngramspec: the drafter proposed " + std::to_string(made) + " drafts and " +
-                             std::to_string(q_.size()) + " distributions; it must give one per draft");
-    }
+    q_.check_one_per_draft(made);
     if (cost_ && made > 0) {
-      made = any_drawn() ? drawn_cut(probabilities.first(made))
+      made = q_.any_drawn() ? drawn_cut(probabilities.first(made))
                          : DraftPlanner::plan_one(&*cost_, 1, 1.0, 0, probabilities.first(made));
     }
     q_.truncate(made);

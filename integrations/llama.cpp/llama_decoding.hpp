@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <ngramspec/batch_speculator.hpp>
+#include <ngramspec/detail/max_drafts_check.hpp>
 #include <ngramspec/sampling_options.hpp>
 #include <ngramspec/token_sampler.hpp>
 
@@ -196,10 +197,7 @@ template <Drafter D>
 RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std::span<const std::vector<Token>> prompts,
                              const RunSettings& settings, std::size_t max_drafts, const FixedPassShape* shape = nullptr) {
   detail::prompt_limit_check(engine, prompts);
-  if (max_drafts > kMaxDraftsPerPass) {
-    throw std::invalid_argument("max_drafts = " + std::to_string(max_drafts) + " is more than kMaxDraftsPerPass = " +
-                                std::to_string(kMaxDraftsPerPass));
-  }
+  ngramspec::detail::check_max_drafts("", "max_drafts", max_drafts);
   RunResult result;
   result.outputs.resize(prompts.size());
   std::vector<detail::Slot> slots(engine.sequences());
