@@ -33,7 +33,7 @@ LAYERS = [
                      "corpus_builder.hpp", "mapped_corpus.hpp"]),
     ("live corpus", ["shared_corpus.hpp"]),
     ("drafting", ["*"]),
-    ("decoding", ["speculative_decoder.hpp", "batch_speculator.hpp"]),
+    ("decoding", ["speculative_decoder.hpp", "batch_speculator.hpp", "detail/batch_passes.hpp"]),
     ("umbrella", ["ngramspec.hpp"]),
 ]
 
