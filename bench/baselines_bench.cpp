@@ -219,16 +219,18 @@ void register_all() {
     });
   }
   register_drafter<MatchDrafter>(
-      "match", [](std::size_t k) { return MatchDrafter(MatchConfig{.cap = kMatchCap, .draft_count = k}); },
+      "match", [](std::size_t k) { return MatchDrafter(MatchConfig{.index_capacity = kMatchCap, .max_drafts = k}); },
       Length::kFixedTokens);
   register_drafter<MatchDrafter>(
       "match+corpus",
-      [](std::size_t k) { return MatchDrafter(MatchConfig{.cap = kMatchCap, .draft_count = k}, &shared_corpus()); },
+      [](std::size_t k) {
+        return MatchDrafter(MatchConfig{.index_capacity = kMatchCap, .max_drafts = k}, &shared_corpus());
+      },
       Length::kFixedTokens);
   register_drafter<MatchDrafter>(
       "match-nogate",
       [](std::size_t k) {
-        return MatchDrafter(MatchConfig{.cap = kMatchCap, .draft_count = k, .min_confidence = 0});
+        return MatchDrafter(MatchConfig{.index_capacity = kMatchCap, .max_drafts = k, .min_confidence = 0});
       },
       Length::kFixedTokens);
   register_drafter<baselines::PromptLookupDrafter>("prompt-lookup(vllm,1-4)", [](std::size_t k) {

@@ -838,7 +838,7 @@ TEST(RejectionSampling, TreeDrafterDrawingFromTheModelsRecordedDistributionsKeep
     config.max_children = 3;
     // Small tables: reset() clears them every request.
     config.successor_slots = 16;
-    config.chain.cap = 64;
+    config.chain.index_capacity = 64;
     config.chain.count_window = 64;
     TreeDrafter drafter(config, &table);
     SpeculativeDecoder decoder(sampling, drafter);
