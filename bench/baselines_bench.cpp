@@ -215,7 +215,7 @@ void register_drafter(const std::string& name, Make make, Length length = Length
 void register_all() {
   for (const std::size_t window : {std::size_t{512}, std::size_t{8192}}) {
     register_drafter<NGramPredictor>("ngram(w=" + std::to_string(window) + ")", [window](std::size_t k) {
-      return NGramPredictor(NGramConfig{2, 4, k, window});
+      return NGramPredictor(NGramConfig{.min_order = 2, .max_order = 4, .max_drafts = k, .window = window});
     });
   }
   register_drafter<MatchDrafter>(

@@ -30,7 +30,8 @@ enum class CorpusPreference {
 /// code written against them compiles: the constructor takes the value of a former name that
 /// differs from its default when the current name is left at its default, refuses the two set
 /// to different values (std::invalid_argument naming both), and keeps the value under both names
-/// in config(). Set the current names in new code.
+/// in config(). Set the current names in new code, by name: each former name sits right after
+/// its current one, so values listed by position land on the former names.
 struct MatchConfig {
   /// Most tokens the match index holds: the sequence's first index_capacity tokens are copied
   /// from, later ones only move the match. Its tables are sized by it, so set it to the longest

@@ -19,7 +19,8 @@ namespace ngramspec {
 /// `draft_count` is the former name of max_drafts, kept so that code written against it
 /// compiles: the constructor takes its value when it differs from the default and max_drafts is
 /// left at the default, refuses the two set to different values (std::invalid_argument naming
-/// both), and keeps the value under both names in config(). Set max_drafts in new code.
+/// both), and keeps the value under both names in config(). Set max_drafts in new code, by name:
+/// draft_count sits right after it, so values listed by position land on it (window's among them).
 struct NGramConfig {
   std::size_t min_order = 2;    ///< shortest n-gram, counting the predicted token (2 = bigram)
   std::size_t max_order = 4;    ///< longest n-gram (4 = three tokens of context)

@@ -271,7 +271,8 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     const std::size_t min_order = parameters.count("min", defaults.min_order);
     const std::size_t max_order = parameters.count("max", defaults.max_order);
     parameters.finish();
-    NGramConfig config{min_order, max_order, 4, full ? max_order : window};
+    NGramConfig config{.min_order = min_order, .max_order = max_order, .max_drafts = 4,
+                       .window = full ? max_order : window};
     NGramPredictor{config};  // validates now, so a bad configuration fails before any replay
     std::string display = "ngram(w=" + (full ? std::string("full") : std::to_string(window)) + "," +
                           std::to_string(min_order) + "-" + std::to_string(max_order) + ")";
