@@ -65,10 +65,11 @@
 #include <utility>
 #include <vector>
 
+#include "bench_main.hpp"
+#include "ngramspec/detail/parse_number.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "replay/token_streams.hpp"
-#include "bench_main.hpp"
 #include "stream_walk.hpp"
 
 #if __has_include(<valgrind/callgrind.h>)
@@ -236,9 +237,9 @@ int walk(const Make& make, const NamedStream& stream, std::size_t context, std::
 }
 
 bool parse_count(std::string_view text, std::size_t& value) {
-  const char* end = text.data() + text.size();
-  const auto [ptr, error] = std::from_chars(text.data(), end, value);
-  return error == std::errc() && ptr == end && !text.empty();
+  const ngramspec::detail::ParsedNumber<std::size_t> count = ngramspec::detail::parse_whole<std::size_t>(text);
+  value = count.value;
+  return count.ok();
 }
 
 constexpr const char* kWalkUsage =

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "ngramspec/detail/fnv1a.hpp"
+#include "ngramspec/detail/suffix_match.hpp"
 
 namespace ngramspec {
 namespace format = detail::corpus_format;
@@ -330,6 +331,19 @@ CorpusRecord MappedCorpus::record(std::size_t index) const {
   const std::uint64_t last = index + 1 < records_.size() ? std::clamp(records_[index + 1].first, first, held) : held;
   return CorpusRecord{tokens_.subspan(static_cast<std::size_t>(first), static_cast<std::size_t>(last - first)),
                       records_[index].stamp};
+}
+
+std::size_t MappedCorpus::first_record_kept(std::size_t capacity_tokens) const {
+  // Newest first: a record that does not fit whole is the last one kept.
+  std::size_t first = records();
+  std::size_t room = capacity_tokens;
+  while (first > 0 && room > 0) {
+    const std::size_t size = record(first - 1).tokens.size();
+    --first;
+    if (size >= room) break;
+    room -= size;
+  }
+  return first;
 }
 
 void MappedCorpus::verify_checksums() const {

@@ -188,15 +188,7 @@ void SharedCorpus::save(const std::filesystem::path& path) const {
 void SharedCorpus::load(const std::filesystem::path& path, ChecksumCheck check) {
   const MappedCorpus file(path);  // a bad file throws here or below, before anything changes
   if (check == ChecksumCheck::verify) file.verify_checksums();
-  // The records that fit, newest first; the oldest of them may be cut to its end.
-  std::size_t first = file.records();
-  std::size_t room = tokens_.size();
-  while (first > 0 && room > 0) {
-    const std::size_t size = file.record(first - 1).tokens.size();
-    --first;
-    if (size >= room) break;
-    room -= size;
-  }
+  const std::size_t first = file.first_record_kept(tokens_.size());
   const WriterTurn turn(*this);
   clear_locked();
   for (std::size_t r = first; r < file.records(); ++r) {

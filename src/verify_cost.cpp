@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "ngramspec/detail/parse_number.hpp"
+
 namespace ngramspec {
 namespace {
 
@@ -22,12 +24,9 @@ std::string number_text(double value) {
 }
 
 std::size_t parse_count(std::string_view spec, std::string_view text, const char* what) {
-  std::size_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    bad_spec(spec, std::string(what) + " '" + std::string(text) + "' is not a whole number");
-  }
-  return value;
+  const detail::ParsedNumber<std::size_t> count = detail::parse_whole<std::size_t>(text);
+  if (!count.ok()) bad_spec(spec, std::string(what) + " '" + std::string(text) + "' is not a whole number");
+  return count.value;
 }
 
 double parse_cost(std::string_view spec, std::string_view text) {

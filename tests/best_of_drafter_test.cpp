@@ -33,7 +33,11 @@ static_assert(EstimatingDrafter<Best>);
 static_assert(DistributionDrafter<Best>);
 
 TEST(BestOfDrafter, GreedyDecodingEqualsPlainWhicheverDrafts) {
+  // Also: every drafted and every accepted token is in the tally of the source that proposed it,
+  // a continued pass's split between the text's drafts and the model's continuation.
   std::mt19937_64 rng(3001);
+  std::uint64_t continued_passes = 0;
+  std::uint64_t continuation_accepted = 0;
   const auto pick = [&rng](std::uint64_t lo, std::uint64_t hi) {
     return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
   };
@@ -48,10 +52,12 @@ TEST(BestOfDrafter, GreedyDecodingEqualsPlainWhicheverDrafts) {
     ModelDraftConfig draft_config;
     draft_config.max_drafts = pick(1, 8);
     ModelDrafter<Model> model_drafter(draft, target.vocab, draft_config);
-    MatchDrafter text;
+    // A gate that often stops the text's drafts short of the room, which a continuation fills.
+    MatchDrafter text(MatchConfig{.min_confidence = static_cast<double>(pick(0, 6)) / 10.0});
     BestOfConfig config;
     config.second_draft_cost = static_cast<double>(pick(0, 10)) / 10.0;
     config.explore_every = pick(0, 4);
+    config.continue_first = pick(0, 3) != 0;
     std::optional<VerifyCost> cost;
     if (pick(0, 1) == 0) cost = VerifyCost::knee(pick(1, 6));
     Best best(text, model_drafter, cost, config);
@@ -65,16 +71,34 @@ TEST(BestOfDrafter, GreedyDecodingEqualsPlainWhicheverDrafts) {
     options.max_drafts = pick(1, 8);
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + target.name);
     const GreedyReference ref = plain_greedy(target.rule, prompt, options);
+    std::uint64_t drafted = 0;
+    std::uint64_t accepted = 0;
     for (int run = 0; run < 2; ++run) {
       const DecodeResult result = decoder.generate(prompt, options);
       ASSERT_EQ(result.tokens, ref.tokens);
+      drafted += result.stats.drafted;
+      accepted += result.stats.accepted;
     }
-    // Every pass that drafted is in the tally of one source.
     const Best::Tally& a = best.tally(Best::Source::first);
     const Best::Tally& b = best.tally(Best::Source::second);
-    EXPECT_LE(a.accepted, a.drafted);
-    EXPECT_LE(b.accepted, b.drafted);
+    const Best::Tally& c = best.tally(Best::Source::continued);
+    if (!cost) {
+      // Without a cost the decoder sends every draft proposed (with one, its planner may cut them).
+      EXPECT_EQ(a.drafted + b.drafted + c.drafted, drafted);
+      EXPECT_EQ(a.accepted + b.accepted + c.accepted, accepted);
+    }
+    EXPECT_LE(c.continuation_drafted, c.drafted);
+    EXPECT_LE(c.continuation_accepted, c.continuation_drafted);
+    EXPECT_LE(c.continuation_accepted, c.accepted);
+    EXPECT_EQ(a.continuation_drafted + b.continuation_drafted, 0U);
+    if (!config.continue_first) {
+      EXPECT_EQ(c.passes, 0U);
+    }
+    continued_passes += c.passes;
+    continuation_accepted += c.continuation_accepted;
   }
+  EXPECT_GT(continued_passes, 100U);
+  EXPECT_GT(continuation_accepted, 20U);
 }
 
 // Decodes `prompt` greedily with a BestOfDrafter over a text drafter and a draft model of the

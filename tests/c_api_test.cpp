@@ -44,6 +44,7 @@
 #include "ngramspec/tree_drafter.hpp"
 #include "ngramspec/version.hpp"
 #include "support/allocation_counter.hpp"
+#include "support/c_api_checks.hpp"
 #include "support/mock_models.hpp"
 #include "support/serving_pass.hpp"
 #include "support/temp_dir.hpp"
@@ -96,25 +97,7 @@ BatchPtr make_batch(const ngramspec_batch_config* config, ngramspec_corpus* corp
 
 // ---- Checks --------------------------------------------------------------------------------------
 
-/// `status` is `expected`, and the calling thread's last error contains every piece.
-::testing::AssertionResult fails_with(ngramspec_status status, ngramspec_status expected,
-                                      std::initializer_list<std::string> pieces) {
-  const std::string message = ngramspec_last_error();
-  if (status != expected) {
-    return ::testing::AssertionFailure() << "status " << ngramspec_status_name(status) << ", expected "
-                                         << ngramspec_status_name(expected) << " (last error: \"" << message << "\")";
-  }
-  for (const std::string& piece : pieces) {
-    if (message.find(piece) == std::string::npos) {
-      return ::testing::AssertionFailure() << "the last error \"" << message << "\" does not contain \"" << piece
-                                           << "\"";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-#define EXPECT_INVALID(call, ...) EXPECT_TRUE(fails_with((call), NGRAMSPEC_ERROR_INVALID_ARGUMENT, {__VA_ARGS__}))
-#define EXPECT_C_OK(call) EXPECT_EQ((call), NGRAMSPEC_OK) << ngramspec_last_error()
-#define ASSERT_C_OK(call) ASSERT_EQ((call), NGRAMSPEC_OK) << ngramspec_last_error()
+// fails_with, EXPECT_INVALID, EXPECT_C_OK and ASSERT_C_OK: support/c_api_checks.hpp.
 
 /// A pointer no call may write: outputs keep it when a call fails.
 template <class T>

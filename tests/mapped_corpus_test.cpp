@@ -101,6 +101,37 @@ TEST(MappedCorpus, RecordsAndStampsRoundTrip) {
   EXPECT_EQ(mapped.ngrams(3), 1U);
 }
 
+// The records a corpus of C tokens keeps of a file: the newest whose sizes sum below C, and the
+// one before them (cut by the corpus to its end), or all of them when they sum below C.
+TEST(MappedCorpus, FirstRecordKeptIsWhereTheNewestRecordsFillTheCapacityOverManyRandomFiles) {
+  TempDir dir;
+  std::mt19937_64 rng(30);
+  for (int trial = 0; trial < 50; ++trial) {
+    CorpusBuilder builder;
+    std::vector<std::size_t> sizes(1 + rng() % 12);
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+      sizes[r] = 1 + rng() % 20;
+      builder.add(random_tokens(rng, sizes[r], 50), static_cast<std::int64_t>(r));
+    }
+    static_cast<void>(builder.write(dir / "f.ngc"));
+    const MappedCorpus file(dir / "f.ngc");
+    for (std::size_t capacity = 0; capacity <= 260; capacity += 1 + rng() % 7) {
+      const std::size_t first = file.first_record_kept(capacity);
+      std::size_t after_first = 0;  // tokens of the records after `first`
+      for (std::size_t r = first + 1; r < sizes.size(); ++r) after_first += sizes[r];
+      if (capacity == 0) {
+        EXPECT_EQ(first, sizes.size()) << "trial " << trial;
+      } else {
+        ASSERT_LT(first, sizes.size()) << "trial " << trial << ", capacity " << capacity;
+        EXPECT_LT(after_first, capacity) << "trial " << trial << ", capacity " << capacity;
+        if (first > 0) {
+          EXPECT_GE(after_first + sizes[first], capacity) << "trial " << trial << ", capacity " << capacity;
+        }
+      }
+    }
+  }
+}
+
 TEST(MappedCorpus, AnEmptyCorpusSavesAndMapsToAnEmptyFile) {
   TempDir dir;
   const SharedCorpus live(SharedCorpus::min_bytes());
@@ -108,6 +139,7 @@ TEST(MappedCorpus, AnEmptyCorpusSavesAndMapsToAnEmptyFile) {
   const MappedCorpus mapped(dir / "empty.ngc");
   EXPECT_EQ(mapped.size(), 0U);
   EXPECT_EQ(mapped.records(), 0U);
+  EXPECT_EQ(mapped.first_record_kept(256), 0U);
   EXPECT_NO_THROW(mapped.verify());
   const std::vector<Token> context = {1, 2, 3};
   EXPECT_EQ(draft(mapped, context, 4), Drafted{});

@@ -476,6 +476,136 @@ TEST(ModelDrafter, DraftModelHoldsTheAcceptedSequenceAfterAnyPasses) {
   }
 }
 
+TEST(ModelDrafter, ContinuationsAreTheDraftsThatFollowTheGivenTokens) {
+  // Continuing another drafter's drafts: the draft model then holds the sequence, the given
+  // drafts and the continuation but its last draft; the continuation is what a fresh drafter fed
+  // the sequence and the given drafts predicts (tokens and q), and q leads with one-hot entries
+  // for the given drafts. Passes in between accept random prefixes of given drafts and
+  // continuation, so the cache is kept and rolled back as after predict().
+  std::mt19937_64 rng(2906);
+  const auto pick = [&rng](std::uint64_t lo, std::uint64_t hi) {
+    return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+  };
+  std::vector<Token> out(8), fresh_out(8);
+  std::vector<float> probabilities(8), fresh_probabilities(8);
+  DraftDistributions q, fresh_q;
+  std::size_t continued = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    const Case c = random_case(rng, trial % 2 == 1);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + c.describe);
+    RuleLogitsModel draft = draft_model(c);
+    ModelDrafter drafter(draft, c.vocab, c.config);
+    std::vector<Token> sequence = c.prompt;
+    drafter.update(c.prompt);
+    // What the draft model holds of the sequence, and the drafts after it: a call feeds only what it lacks.
+    std::size_t cached = 0;
+    std::vector<Token> ahead;
+    for (int step = 0; step < 30; ++step) {
+      std::vector<Token> given(pick(0, 6));
+      for (Token& t : given) t = static_cast<Token>(pick(0, c.vocab - 1));
+      const std::size_t room = pick(0, out.size());
+      const std::size_t fed_before = draft.forwarded_tokens();
+      const std::size_t n = drafter.continue_drafts(given, std::span<Token>(out).first(room), probabilities, &q);
+      ASSERT_EQ(n, std::min(room, c.config.max_drafts));
+      if (n > 0) {
+        ++continued;
+        EXPECT_EQ(draft.forwarded_tokens() - fed_before,
+                  sequence.size() - std::min(cached, sequence.size() - 1) + given.size() + n - 1);
+        cached = sequence.size();
+        ahead = given;
+        ahead.insert(ahead.end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n - 1));
+        std::vector<Token> held = sequence;
+        held.insert(held.end(), given.begin(), given.end());
+        RuleLogitsModel fresh_model = draft_model(c);
+        ModelDrafter fresh(fresh_model, c.vocab, c.config);
+        fresh.update(held);
+        held.insert(held.end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n - 1));
+        ASSERT_EQ(draft.history(), held);
+        ASSERT_EQ(q.size(), given.size() + n);
+        for (std::size_t i = 0; i < given.size(); ++i) EXPECT_TRUE(q.tokens(i).empty()) << "given draft " << i;
+        ASSERT_EQ(fresh.predict(std::span<Token>(fresh_out).first(room), fresh_probabilities, fresh_q), n);
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(out[i], fresh_out[i]) << "continuation draft " << i;
+          const std::span<const Token> tokens = q.tokens(given.size() + i);
+          const std::span<const float> p = q.probabilities(given.size() + i);
+          ASSERT_TRUE(std::equal(tokens.begin(), tokens.end(), fresh_q.tokens(i).begin(), fresh_q.tokens(i).end()));
+          ASSERT_TRUE(std::equal(p.begin(), p.end(), fresh_q.probabilities(i).begin(), fresh_q.probabilities(i).end()));
+        }
+      }
+      // A pass: a prefix of the given drafts and the continuation accepted, then a token of the target's.
+      std::vector<Token> drafts = given;
+      drafts.insert(drafts.end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n));
+      std::vector<Token> emitted(drafts.begin(), drafts.begin() + static_cast<std::ptrdiff_t>(pick(0, drafts.size())));
+      emitted.push_back(static_cast<Token>(pick(0, c.vocab - 1)));
+      drafter.update(emitted);
+      if (cached == sequence.size()) {
+        std::size_t confirmed = 0;
+        while (confirmed < ahead.size() && confirmed < emitted.size() && ahead[confirmed] == emitted[confirmed]) {
+          ++confirmed;
+        }
+        cached += confirmed;
+      }
+      ahead.clear();
+      sequence.insert(sequence.end(), emitted.begin(), emitted.end());
+    }
+    EXPECT_TRUE(draft.violations().empty()) << draft.violations().front();
+  }
+  EXPECT_GT(continued, 2000U);
+}
+
+TEST(ModelDrafter, AContinuationOfRejectedGivenDraftsTeachesTheEstimatesNothing) {
+  // The estimates learn from a continuation only when its given drafts were all accepted: a
+  // drafter whose continuation followed a rejected given draft estimates as one that never drafted.
+  std::mt19937_64 rng(2907);
+  std::vector<Token> out(8);
+  std::vector<float> a(8), b(8);
+  std::size_t compared = 0;
+  for (int trial = 0; trial < 100; ++trial) {
+    Case c = random_case(rng, false);
+    c.config.max_drafts = 4;
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + c.describe);
+    RuleLogitsModel model_a = draft_model(c), model_b = draft_model(c);
+    ModelDrafter drafter(model_a, c.vocab, c.config), untouched(model_b, c.vocab, c.config);
+    drafter.update(c.prompt);
+    untouched.update(c.prompt);
+    for (int step = 0; step < 20; ++step) {
+      const Token given = static_cast<Token>(rng() % c.vocab);
+      const std::size_t n = drafter.continue_drafts(std::span<const Token>(&given, 1), out, a);
+      ASSERT_EQ(n, 4U);
+      // The target's token replaces the given draft: the continuation was never verified.
+      std::vector<Token> emitted{static_cast<Token>((given + 1) % c.vocab)};
+      emitted.insert(emitted.end(), out.begin(), out.begin() + 2);  // tokens that would match drafts, were they read
+      drafter.update(emitted);
+      untouched.update(emitted);
+    }
+    ASSERT_EQ(drafter.predict(out, a), 4U);
+    ASSERT_EQ(untouched.predict(out, b), 4U);
+    for (std::size_t i = 0; i < 4; ++i) ASSERT_FLOAT_EQ(a[i], b[i]) << "estimate " << i;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 100U);
+}
+
+TEST(ModelDrafter, BadGivenDraftsAreRefusedNamingTheValueAndChangeNothing) {
+  RuleLogitsModel draft(RepeatRule{4, 16}, 16, 1, 1.0f, 3.0f, 8);
+  ModelDrafter drafter(draft, 16, {.max_drafts = 3});
+  drafter.update(std::vector<Token>{1, 2, 3, 4, 1, 2});
+  std::vector<Token> out(3);
+  std::vector<float> probabilities(3);
+  const std::vector<Token> bad = {3, 16};
+  const std::string message = invalid_argument_message([&] { (void)drafter.continue_drafts(bad, out, probabilities); });
+  EXPECT_NE(message.find("given draft 1 is token 16, outside the vocabulary of 16"), std::string::npos) << message;
+  const std::vector<Token> many(kMaxDraftsPerPass + 1, 1);
+  const std::string too_many =
+      invalid_argument_message([&] { (void)drafter.continue_drafts(many, out, probabilities); });
+  EXPECT_NE(too_many.find("1025 given drafts are more than kMaxDraftsPerPass = 1024"), std::string::npos) << too_many;
+  EXPECT_EQ(draft.forward_calls(), 0U);
+  // Still usable: the repeat continues after the given 3.
+  const std::vector<Token> given = {3};
+  ASSERT_EQ(drafter.continue_drafts(given, out, probabilities), 3U);
+  EXPECT_EQ(out, (std::vector<Token>{4, 1, 2}));
+}
+
 TEST(ModelDrafter, APassCostsOneDraftForwardPerDraftedToken) {
   // Per pass of k drafts after a pass of k' drafts with a accepted: k forwards of the draft model,
   // k - 1 drafts and the tokens it lacked (the target's, and the last draft when all k' were

@@ -39,11 +39,14 @@ namespace ngramspec::test {
 namespace {
 
 using replay::DrafterDefaults;
+using replay::DrafterEntry;
+using replay::drafter_names_help;
 using replay::make_drafter;
 using replay::make_synthetic;
 using replay::parse_streams;
 using replay::parse_synthetic;
 using replay::read_streams;
+using replay::register_drafter_family;
 using replay::RecordResult;
 using replay::ReplayModel;
 using replay::SyntheticSpec;
@@ -837,6 +840,52 @@ TEST(ReplayOptions, KOutOfRangeNamesTheAcceptedRange) {
   EXPECT_EQ(parse_args({"--synthetic", "random", "--k", "1,1024"}).ks, (std::vector<std::size_t>{1, 1024}));
 }
 
+// --max-drafts is the one name of the most drafts per pass; --k, its old name, is read alike,
+// and the two are one option.
+TEST(ReplayOptions, MaxDraftsIsTheOneNameOfK) {
+  EXPECT_EQ(parse_args({"--synthetic", "random", "--max-drafts", "1,16"}).ks, (std::vector<std::size_t>{1, 16}));
+  EXPECT_EQ(parse_args({"--synthetic", "random", "--max-drafts", "8"}).ks,
+            parse_args({"--synthetic", "random", "--k", "8"}).ks);
+  for (const auto& [first, second] : {std::pair{"--k", "--max-drafts"}, std::pair{"--max-drafts", "--k"}}) {
+    EXPECT_EQ(message_of<std::invalid_argument>([&] {
+                (void)parse_args({"--synthetic", "random", first, "4", second, "8"});
+              }),
+              "--max-drafts is given twice (--k is its other name)");
+  }
+  EXPECT_EQ(message_of<std::invalid_argument>([] { (void)parse_args({"--synthetic", "random", "--max-drafts", "0"}); }),
+            "--max-drafts: '0' is out of range: it must be from 1 to 1024");
+}
+
+// A family of drafters registered from elsewhere (as integrations/llama.cpp registers llama.cpp's):
+// make_drafter builds its specs, --help lists it, and a second registration of its name is refused.
+TEST(DrafterRegistry, ARegisteredFamilyBuildsItsSpecsAndIsListed) {
+  std::vector<std::string> asked;
+  register_drafter_family({"test-family",
+                           [&asked](const std::string& spec) {
+                             asked.push_back(spec);
+                             return make_drafter("ngram", DrafterDefaults{});
+                           },
+                           "  test-family[:x=N]                    a family registered by a test\n"});
+  EXPECT_EQ(make_drafter("test-family", DrafterDefaults{}).name, make_drafter("ngram", DrafterDefaults{}).name);
+  static_cast<void>(make_drafter("test-family:x=1", DrafterDefaults{}));
+  EXPECT_EQ(asked, (std::vector<std::string>{"test-family", "test-family:x=1"}));
+  EXPECT_NE(drafter_names_help().find("test-family[:x=N]"), std::string::npos);
+  // Only the family's name and NAME:... are its: a longer name is another drafter.
+  EXPECT_EQ(message_of<std::invalid_argument>([] { (void)make_drafter("test-family2", DrafterDefaults{}); })
+                .rfind("unknown drafter 'test-family2'", 0),
+            0U);
+  EXPECT_EQ(message_of<std::invalid_argument>([] {
+              register_drafter_family({"test-family", [](const std::string&) { return DrafterEntry{}; }, ""});
+            }),
+            "register_drafter_family: drafter family 'test-family' is registered twice");
+  EXPECT_EQ(message_of<std::invalid_argument>([] { register_drafter_family({"", {}, ""}); }),
+            "register_drafter_family: a family needs a name and a make function");
+  // Without the llama.cpp family (this build links none in), its specs say how to get it.
+  EXPECT_NE(message_of<std::invalid_argument>([] { (void)make_drafter("llama.cpp:ngram-mod", DrafterDefaults{}); })
+                .find("this ngramspec-replay was built without llama.cpp"),
+            std::string::npos);
+}
+
 // --- the serving simulation: serve_records, DrafterEntry::serve and measure_rows ----------
 
 using replay::Policy;
@@ -1301,7 +1350,7 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-// Compact: no blank line, columns named as the README's tables name them, every line as wide,
+// Compact: no blank line, columns named as docs/BENCHMARKS.md's tables name them, every line as wide,
 // and a column whose value every row shares said once above instead.
 TEST(FormatTable, CompactWithTheReadmesColumnNames) {
   const std::vector<replay::Row> rows = {report_row("ngram(w=512,2-4)", 4, Policy::gate, "flat", "qa"),

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ngramspec/ngramspec.hpp"
+#include "support/chi_square.hpp"
 #include "support/mock_models.hpp"
 #include "support/test_drafters.hpp"
 
@@ -30,8 +31,7 @@ constexpr std::size_t kVocab = 4;
 constexpr std::size_t kGenerated = 3;                     // tokens whose joint distribution is tested
 constexpr std::size_t kCells = kVocab * kVocab * kVocab;  // kVocab ^ kGenerated
 constexpr std::size_t kRuns = 20000;                      // generations per test, seeds 0 .. kRuns - 1
-constexpr double kSignificance = 0.001;
-constexpr double kZ = 3.090232306167813;  // standard normal quantile at 1 - kSignificance
+constexpr double kSignificance = kChiSquareSignificance;  // support/chi_square.hpp: 0.001
 const std::vector<Token> kPrompt = {1, 2};
 
 /// p(t | a, b): the next token's probability after the two tokens a, b. Weights 2 .. 6 make
@@ -145,14 +145,6 @@ struct Conditional {
     }
   }
   return joint;
-}
-
-/// Upper `kSignificance` quantile of chi-square with `df` degrees of freedom, by the
-/// Wilson-Hilferty approximation (checked against table values below).
-[[nodiscard]] double chi_square_critical(std::size_t df) {
-  const double k = static_cast<double>(df);
-  const double c = 2.0 / (9.0 * k);
-  return k * std::pow(1.0 - c + kZ * std::sqrt(c), 3.0);
 }
 
 struct ChiSquare {
@@ -960,6 +952,49 @@ TEST(RejectionSampling, BestOfTextAndModelKeepsTheModelsDistribution) {
   using Best = decltype(best);
   EXPECT_GT(best.tally(Best::Source::first).passes, kRuns / 100);  // the text drafts where it has a match
   EXPECT_GT(best.tally(Best::Source::second).passes, kRuns / 20);
+}
+
+// A text drafter that always proposes one chosen token (a function of the last two), with a
+// fixed estimate: a continuation by the draft model can follow it every pass.
+class OneTokenDrafter {
+ public:
+  void update(Token token) { sequence_.push_back(token); }
+  void update(std::span<const Token> tokens) { sequence_.insert(sequence_.end(), tokens.begin(), tokens.end()); }
+  void reset() { sequence_.clear(); }
+  [[nodiscard]] std::size_t predict(std::span<Token> out) const {
+    if (out.empty() || sequence_.size() < 2) return 0;
+    out[0] = static_cast<Token>((sequence_.back() * 3 + sequence_[sequence_.size() - 2] + 1) % kVocab);
+    return 1;
+  }
+  [[nodiscard]] std::size_t predict(std::span<Token> out, std::span<float> probabilities) const {
+    const std::size_t n = predict(out.first(std::min(out.size(), probabilities.size())));
+    if (n == 1) probabilities[0] = 0.6f;
+    return n;
+  }
+
+ private:
+  std::vector<Token> sequence_;
+};
+
+TEST(RejectionSampling, TheTextsDraftContinuedByTheModelKeepsTheModelsDistribution) {
+  // Each pass a chosen text draft, then the draft model's drawn continuation of it (or the
+  // model's own drafts, or the text's alone); the continuation's q is given the text's draft.
+  const SamplingOptions base{.temperature = 1.0f};
+  ConditionalModel model;
+  SamplingModel<ConditionalModel> sampling(model, rejection(base));
+  UnlikeDraftModel draft_model;
+  ModelDrafter<UnlikeDraftModel> model_drafter(draft_model, kVocab,
+                                               ModelDraftConfig{.max_drafts = 2, .sampling = {.temperature = 1.0f}});
+  OneTokenDrafter text;
+  BestOfDrafter best(text, model_drafter, std::nullopt, BestOfConfig{.explore_every = 2});
+  SpeculativeDecoder decoder(sampling, best);
+  DecodeStats total;
+  const auto reseed = [&](std::uint64_t seed) { model_drafter.set_sampling({.temperature = 1.0f, .seed = seed}); };
+  const ChiSquare r = rejection_runs(decoder, sampling, base, kDecode, reseed, total);
+  EXPECT_LT(r.statistic, r.critical) << describe(r);
+  using Best = decltype(best);
+  EXPECT_GT(best.tally(Best::Source::continued).passes, kRuns / 4);
+  EXPECT_GT(best.tally(Best::Source::continued).continuation_accepted, kRuns / 20);
 }
 
 }  // namespace

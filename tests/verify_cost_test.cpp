@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -232,6 +233,32 @@ TEST(MeasureVerifyCost, TimesEveryCountAndNormalizes) {
               HasSubstr("token_counts[1] = 2 is invalid"));
   EXPECT_THAT(invalid_argument_message([&] { (void)measure_verify_cost([](std::size_t) {}, counts, 0); }),
               HasSubstr("repeats = 0"));
+}
+
+// Over many random timings: each kept time is the largest median so far (of its own size and
+// every smaller one), never below 1e-12 s, whatever order the timings come in.
+TEST(MedianPassSeconds, KeepsEachMedianRaisedToThoseBeforeOverManyRandomTimings) {
+  std::mt19937_64 rng(30);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::vector<double>> seconds(1 + rng() % 6);
+    for (std::vector<double>& times : seconds) {
+      times.resize(1 + rng() % 8);
+      // Some timings negative or zero: what subtracting a plain pass from noise leaves.
+      for (double& t : times) t = std::uniform_real_distribution<double>(-1e-3, 1e-2)(rng);
+    }
+    const std::vector<double> kept = median_pass_seconds(seconds);
+    ASSERT_EQ(kept.size(), seconds.size());
+    double floor = 1e-12;
+    for (std::size_t i = 0; i < seconds.size(); ++i) {
+      std::vector<double> sorted = seconds[i];
+      std::sort(sorted.begin(), sorted.end());
+      floor = std::max(floor, sorted[sorted.size() / 2]);
+      EXPECT_EQ(kept[i], floor) << "trial " << trial << ", size " << i;
+    }
+  }
+  EXPECT_TRUE(median_pass_seconds({}).empty());
+  EXPECT_THAT(invalid_argument_message([] { (void)median_pass_seconds({{1.0}, {}}); }),
+              HasSubstr("seconds[1] is empty"));
 }
 
 }  // namespace

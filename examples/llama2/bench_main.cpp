@@ -18,6 +18,7 @@
 #include "llama2_generate.hpp"
 #include "llama2_model.hpp"
 #include "llama2_tokenizer.hpp"
+#include "ngramspec/detail/parse_number.hpp"
 
 namespace {
 
@@ -158,14 +159,15 @@ struct Args {
 };
 
 constexpr const char* kUsage =
-    "usage: ngramspec-llama2-bench [--models DIR] [--runs R] [--steps N] [--k K] [--cost-k K]\n"
+    "usage: ngramspec-llama2-bench [--models DIR] [--runs R] [--steps N] [--max-drafts K] [--cost-k K]\n"
     "                              [--tree-nodes N] [--no-large]\n"
     "  --models DIR    the folder with stories260K.bin and tok512.bin (default: ../shared/models beside the\n"
     "                  repository; where that is absent the stories260K measurements are skipped)\n"
     "  --runs R        timed runs of each variant, 1 to 1000 (default 7)\n"
     "  --steps N       most tokens generated per run on stories260K, 1 to 16777216\n"
     "                  (default 256; generation also stops at the model's seq_len)\n"
-    "  --k K           the fixed draft cap compared on stories260K, 1 to 1024 (default 4)\n"
+    "  --max-drafts K  the fixed draft cap compared on stories260K, 1 to 1024 (default 4); --k K is its old\n"
+    "                  name, still read\n"
     "  --cost-k K      the draft cap of the cost-aware runs, 1 to 1024 (default 16)\n"
     "  --tree-nodes N  the node budget of the cost-aware tree runs, with the model's top-8 recycled,\n"
     "                  0 to 1024 (default 16; 0: no tree runs)\n"
@@ -178,9 +180,9 @@ constexpr const char* kUsage =
 
 // Digits only, within [low, high]: no sign, spaces or suffix.
 std::size_t parse_count(std::string_view flag, std::string_view text, std::size_t low, std::size_t high) {
-  std::size_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size() || value < low || value > high) {
+  const ngramspec::detail::ParsedNumber<std::size_t> count = ngramspec::detail::parse_whole<std::size_t>(text);
+  const std::size_t value = count.value;
+  if (!count.ok() || value < low || value > high) {
     usage_error(std::string(flag) + " wants a whole number from " + std::to_string(low) + " to " +
                 std::to_string(high) + ", got '" + std::string(text) + "'");
   }
@@ -217,7 +219,7 @@ Args parse(int argc, char** argv) {
       args.runs = static_cast<int>(parse_count(flag, value(), 1, 1000));
     } else if (flag == "--steps") {
       args.steps = parse_count(flag, value(), 1, std::size_t{1} << 24);
-    } else if (flag == "--k") {
+    } else if (ngramspec::cli::is_max_drafts(flag)) {  // --max-drafts, or its old name --k
       args.k = parse_count(flag, value(), 1, ngramspec::kMaxDraftsPerPass);
     } else if (flag == "--cost-k") {
       args.cost_k = parse_count(flag, value(), 1, ngramspec::kMaxDraftsPerPass);

@@ -2,6 +2,7 @@
 // drafts from the model's own first layers) sized by the model's own measured verify cost.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -21,15 +22,17 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: ngramspec-generate --model M --tokenizer T (--prompt TEXT | --prompts FILE) [--steps N] [--k K]\n"
+    "usage: ngramspec-generate --model M --tokenizer T (--prompt TEXT | --prompts FILE) [--steps N] [--max-drafts K]\n"
     "                          [--tree-nodes N [--recycle K] [--tree-width W] [--carry-over] [--enrich-counts]]\n"
-    "                          [--cost SPEC] [--draft-layers L [--best-of [--draft-cost C]]] [--no-speculate]\n"
+    "                          [--cost SPEC] [--draft-layers L [--best-of [--draft-cost C] [--no-continue]]]\n"
+    "                          [--no-speculate]\n"
     "                          [--check] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                          [--sampling-mode exact|rejection]\n"
     "  --prompts FILE  one prompt a line (empty lines skipped), each a request of its own; prints the totals\n"
     "  --steps N       most tokens generated after the prompt (default 256; generation also stops on BOS and at\n"
     "                  the model's seq_len)\n"
-    "  --k K           most drafts verified per pass, 1 to 1024 (default 16; 4 with --cost none)\n"
+    "  --max-drafts K  most drafts verified per pass, 1 to 1024 (default 16; 4 with --cost none); --k K is its\n"
+    "                  old name, still read\n"
     "  --tree-nodes N  verify trees of up to N drafts a pass instead of chains (TreeDrafter: the chain as the\n"
     "                  spine, the text's alternatives, and the model's own top-k after every verified token);\n"
     "                  fewer as the context fills, every node taking a KV slot\n"
@@ -50,8 +53,9 @@ constexpr const char* kUsage =
     "                  off); with a cost model, drafting stops at the first draft too unlikely to pay\n"
     "  --best-of       with --draft-layers: each pass drafted by whichever of MatchDrafter and the self-draft\n"
     "                  promises more tokens per unit of cost (the self-draft's drafts costing L / n_layers of a\n"
-    "                  pass each, or --draft-cost C: 0 compares tokens per pass alone); prints which drafted\n"
-    "                  how often and what was accepted\n"
+    "                  pass each, or --draft-cost C: 0 compares tokens per pass alone), or the text's drafts\n"
+    "                  continued by the self-draft; prints which drafted how often and what was accepted\n"
+    "  --no-continue   with --best-of: never continue the text's drafts with the self-draft\n"
     "  --no-speculate  plain decoding, one token per pass (no --k, --cost, tree or draft options)\n"
     "  --check         also decode plainly and report whether the outputs are identical, and the speedup: each\n"
     "                  decoding runs 3 times, alternating, and the median times are compared (the speculative\n"
@@ -98,7 +102,10 @@ struct Run {
   ngramspec::StopReason stop_reason = ngramspec::StopReason::max_new_tokens;  // the last request's
   // --best-of: what the text and the self-draft each drafted and had accepted.
   using Best = ngramspec::BestOfDrafter<ngramspec::MatchDrafter, ngramspec::ModelDrafter<ngramspec::llama2::Transformer>>;
-  std::optional<std::pair<Best::Tally, Best::Tally>> sources;
+  struct Sources {
+    Best::Tally text, model, continued;
+  };
+  std::optional<Sources> sources;
 };
 
 void report(const char* label, const Run& run, bool trees) {
@@ -114,12 +121,14 @@ void report(const char* label, const Run& run, bool trees) {
   if (run.requests == 1) std::printf(", stop: %s", ngramspec::to_string(run.stop_reason));
   std::printf("\n");
   if (run.sources) {
-    const auto& [text, model] = *run.sources;
+    const auto& [text, model, continued] = *run.sources;
+    const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
     std::printf("best of: the text drafted for %llu passes (%llu of %llu drafts accepted), the self-draft for %llu "
-                "(%llu of %llu)\n",
-                static_cast<unsigned long long>(text.passes), static_cast<unsigned long long>(text.accepted),
-                static_cast<unsigned long long>(text.drafted), static_cast<unsigned long long>(model.passes),
-                static_cast<unsigned long long>(model.accepted), static_cast<unsigned long long>(model.drafted));
+                "(%llu of %llu), the text continued by the self-draft for %llu (%llu of %llu; of the continuation, "
+                "%llu of %llu)\n",
+                u(text.passes), u(text.accepted), u(text.drafted), u(model.passes), u(model.accepted),
+                u(model.drafted), u(continued.passes), u(continued.accepted), u(continued.drafted),
+                u(continued.continuation_accepted), u(continued.continuation_drafted));
   }
 }
 
@@ -193,6 +202,7 @@ int main(int argc, char** argv) {
         ngramspec::BestOfConfig config;
         config.second_draft_cost = args.draft_cost.value_or(static_cast<double>(args.draft_layers) /
                                                             static_cast<double>(model.config().n_layers));
+        config.continue_first = args.continue_text;
         best.emplace(*text, *self_drafter, cost, config);
       }
       for (const auto& prompt : prompts) {
@@ -214,7 +224,8 @@ int main(int argc, char** argv) {
       }
       if (best) {
         using Source = decltype(best)::value_type::Source;
-        run.sources = {best->tally(Source::first), best->tally(Source::second)};
+        run.sources = Run::Sources{best->tally(Source::first), best->tally(Source::second),
+                                   best->tally(Source::continued)};
       }
       return run;
     };

@@ -8,6 +8,7 @@
 
 #include "command_line.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/detail/parse_number.hpp"
 #include "ngramspec/top_k_table.hpp"
 #include "ngramspec/tree_drafter.hpp"
 
@@ -18,35 +19,33 @@ namespace {
   throw std::invalid_argument(std::string(flag) + " wants a number, got '" + std::string(text) + "'");
 }
 
-// The one message for a --k outside 1 .. kMaxDraftsPerPass, however far outside.
-[[noreturn]] void k_out_of_range(std::string_view text) {
-  throw std::invalid_argument("--k must be between 1 and " + std::to_string(kMaxDraftsPerPass) + ", got " +
+// The one message for a --max-drafts (or --k, `flag` as given) outside 1 .. kMaxDraftsPerPass, however far outside.
+[[noreturn]] void k_out_of_range(std::string_view flag, std::string_view text) {
+  throw std::invalid_argument(std::string(flag) + " must be between 1 and " + std::to_string(kMaxDraftsPerPass) + ", got " +
                               std::string(text));
 }
 
 // Digits only: no sign, spaces or suffix, and nothing a std::size_t cannot hold.
 std::size_t parse_count(std::string_view flag, std::string_view text) {
-  std::size_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec == std::errc::result_out_of_range) {
+  const ngramspec::detail::ParsedNumber<std::size_t> count = ngramspec::detail::parse_whole<std::size_t>(text);
+  if (count.status == ngramspec::detail::NumberStatus::out_of_range) {
     throw std::invalid_argument(std::string(flag) + " wants a number, got '" + std::string(text) +
                                 "', which is too large");
   }
-  if (ec != std::errc() || ptr != text.data() + text.size()) bad_number(flag, text);
-  return value;
+  if (!count.ok()) bad_number(flag, text);
+  return count.value;
 }
 
 // A finite float in decimal or exponent notation, optionally negative (validate() judges the
 // range); no spaces, hex, inf or nan, and nothing beyond a float's range.
 float parse_real(std::string_view flag, std::string_view text) {
-  float value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::general);
-  if (ec == std::errc::result_out_of_range && ptr == text.data() + text.size()) {
+  const ngramspec::detail::ParsedNumber<float> real = ngramspec::detail::parse_real<float>(text);
+  if (real.status == ngramspec::detail::NumberStatus::out_of_range) {
     throw std::invalid_argument(std::string(flag) + " wants a number, got '" + std::string(text) +
                                 "', which is out of a float's range");
   }
-  if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(value)) bad_number(flag, text);
-  return value;
+  if (!real.ok()) bad_number(flag, text);
+  return real.value;
 }
 
 }  // namespace
@@ -54,7 +53,7 @@ float parse_real(std::string_view flag, std::string_view text) {
 GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   GenerateOptions options;
   bool has_prompt = false;
-  bool has_k = false;
+  std::string_view k_flag;  // --max-drafts or --k, as given; empty when neither was
   bool has_recycle = false;
   bool has_width = false;
   bool has_cost = false;
@@ -116,6 +115,8 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
       if (options.draft_layers == 0) throw std::invalid_argument("--draft-layers must be at least 1, got 0");
     } else if (flag == "--best-of") {
       options.best_of = true;
+    } else if (flag == "--no-continue") {
+      options.continue_text = false;
     } else if (flag == "--draft-cost") {
       options.draft_cost = parse_real(flag, value());
       if (!(*options.draft_cost >= 0.0)) {
@@ -123,13 +124,13 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
       }
     } else if (flag == "--steps") {
       options.steps = parse_count(flag, value());
-    } else if (flag == "--k") {
+    } else if (cli::is_max_drafts(flag)) {  // --max-drafts, or its old name --k
       const std::string_view text = value();
-      std::size_t k = 0;
-      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), k);
-      if (ec == std::errc::result_out_of_range && ptr == text.data() + text.size()) k_out_of_range(text);
+      if (ngramspec::detail::parse_whole<std::size_t>(text).status == ngramspec::detail::NumberStatus::out_of_range) {
+        k_out_of_range(flag, text);
+      }
       options.k = parse_count(flag, text);
-      has_k = true;
+      k_flag = flag;
     } else if (flag == "--cost") {
       has_cost = true;
       const std::string_view text = value();
@@ -177,8 +178,9 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
     throw std::invalid_argument("--model, --tokenizer and --prompt (or --prompts) are required");
   }
   if (has_prompt && !options.prompts_file.empty()) throw std::invalid_argument("--prompt and --prompts exclude each other");
-  if (options.tree_nodes != 0 && has_k) {
-    throw std::invalid_argument("--k sizes chains: with --tree-nodes the tree's node budget is the one setting");
+  if (options.tree_nodes != 0 && !k_flag.empty()) {
+    throw std::invalid_argument(std::string(k_flag) +
+                                " sizes chains: with --tree-nodes the tree's node budget is the one setting");
   }
   if (options.tree_nodes == 0 && (has_recycle || has_width || options.carry_over || options.enrich_counts)) {
     throw std::invalid_argument(std::string(has_recycle         ? "--recycle"
@@ -195,6 +197,9 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   if (options.draft_cost && !options.best_of) {
     throw std::invalid_argument("--draft-cost prices the self-draft's drafts for --best-of: it needs --best-of");
   }
+  if (!options.continue_text && !options.best_of) {
+    throw std::invalid_argument("--no-continue keeps --best-of from continuing the text's drafts: it needs --best-of");
+  }
   if (options.best_of && options.draft_layers == 0) {
     throw std::invalid_argument("--best-of chooses between the text and the self-draft: it needs --draft-layers");
   }
@@ -207,14 +212,17 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   if (options.tree_nodes != 0 && !options.speculate) {
     throw std::invalid_argument("--tree-nodes drafts trees, and --no-speculate drafts nothing");
   }
-  if (!options.speculate && (has_k || has_cost)) {
-    throw std::invalid_argument(std::string(has_k ? "--k" : "--cost") + " sizes drafts, and --no-speculate drafts nothing");
+  if (!options.speculate && (!k_flag.empty() || has_cost)) {
+    throw std::invalid_argument(std::string(!k_flag.empty() ? k_flag : "--cost") +
+                                " sizes drafts, and --no-speculate drafts nothing");
   }
   if (options.carry_over && options.prompts_file.empty()) {
     throw std::invalid_argument("--carry-over keeps what was learnt from one request to the next: it needs --prompts");
   }
-  if (!has_k && options.cost_source == GenerateOptions::Cost::none) options.k = GenerateOptions::kDefaultKWithoutCost;
-  if (options.k == 0 || options.k > kMaxDraftsPerPass) k_out_of_range(std::to_string(options.k));
+  if (k_flag.empty() && options.cost_source == GenerateOptions::Cost::none) options.k = GenerateOptions::kDefaultKWithoutCost;
+  if (options.k == 0 || options.k > kMaxDraftsPerPass) {
+    k_out_of_range(k_flag.empty() ? cli::kMaxDraftsAlias : k_flag, std::to_string(options.k));
+  }
   validate(options.sampling);
   // Greedy decoding takes the most likely token: a filter or a seed would change nothing.
   if (options.sampling.temperature == 0 && !sampling_filter.empty()) {

@@ -36,6 +36,9 @@ struct GenerateOptions {
   /// --best-of: with --draft-layers, each pass drafted by whichever of MatchDrafter and the self-draft promises
   /// more tokens per unit of cost (BestOfDrafter), the self-draft's drafts costing L / n_layers of a pass each
   bool best_of = false;
+  /// false with --no-continue: --best-of never sends the text's drafts continued by the self-draft (a third
+  /// choice each pass, BestOfConfig::continue_first, on by default)
+  bool continue_text = true;
   /// --draft-cost: with --best-of, what one self-drafted token costs in one-token passes (default L / n_layers;
   /// 0 compares tokens per pass alone)
   std::optional<double> draft_cost;

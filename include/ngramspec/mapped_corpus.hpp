@@ -1,13 +1,14 @@
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <span>
 
+#include "ngramspec/corpus_draft.hpp"
 #include "ngramspec/corpus_file.hpp"
 #include "ngramspec/detail/corpus_format.hpp"
-#include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/token.hpp"
 
 namespace ngramspec {
@@ -46,7 +47,7 @@ namespace ngramspec {
 class MappedCorpus {
  public:
   /// Longest match measured by draft(), as SharedCorpus.
-  static constexpr std::size_t kMaxVerify = SharedCorpus::kMaxVerify;
+  static constexpr std::size_t kMaxVerify = detail::kCorpusMaxVerify;
 
   /// Maps `path`. Throws CorpusFileError naming the file, the section and the problem when it
   /// cannot be opened or is not a well-formed corpus file of this format version.
@@ -84,6 +85,10 @@ class MappedCorpus {
   /// std::out_of_range naming the index. On a corrupted file the view stays inside the
   /// tokens held.
   [[nodiscard]] CorpusRecord record(std::size_t index) const;
+  /// The oldest record that a corpus of `capacity_tokens` keeps of this file (SharedCorpus::load):
+  /// the most recent records that fit, the oldest of them possibly longer than the room left
+  /// (the corpus keeps its end). records() when capacity_tokens is 0 or there is no record.
+  [[nodiscard]] std::size_t first_record_kept(std::size_t capacity_tokens) const;
   /// Every token held, oldest first.
   [[nodiscard]] std::span<const Token> tokens() const noexcept { return tokens_; }
   /// Stamps of the oldest and the newest record (0 when empty).

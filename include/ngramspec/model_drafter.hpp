@@ -152,7 +152,7 @@ class ModelDrafter {
     feed_logits_.resize(feed_rows_ * vocab_);
     row_.resize(vocab_);
     draft_row_.resize(vocab_);
-    ahead_.reserve(config_.max_drafts);
+    ahead_.reserve(kMaxDraftsPerPass + config_.max_drafts);  // given drafts, then its own
     drafted_.resize(config_.max_drafts);
     confidence_.resize(config_.max_drafts);
   }
@@ -194,6 +194,34 @@ class ModelDrafter {
     return draft(out.first(std::min(out.size(), probabilities.size())), probabilities, &q);
   }
 
+  /// Continues `given` (another drafter's drafts, which follow the observed sequence): writes up
+  /// to min(out.size(), max_drafts) drafts that follow the observed sequence and `given`, and in
+  /// probabilities[j] the estimated chance that drafts 0 .. j of the continuation are accepted
+  /// once every given draft is. The model is fed `given` in one forward (or as few as its
+  /// max_batch() allows) and then drafts as predict() does, so a continuation of c drafts costs
+  /// the rows of `given` plus c forwards; the next update() keeps the model's entries for what
+  /// it confirms of `given` and the continuation, and records the continuation's drafts only
+  /// when it confirms every given draft. q (when not null) gets one entry per draft of the pass:
+  /// one-hot for each given draft (read as chosen, not drawn), then the continuation's.
+  /// Throws std::invalid_argument when `given` holds a token outside the vocabulary or more than
+  /// kMaxDraftsPerPass tokens (nothing changes then).
+  [[nodiscard]] std::size_t continue_drafts(std::span<const Token> given, std::span<Token> out,
+                                            std::span<float> probabilities, DraftDistributions* q = nullptr) const {
+    if (given.size() > kMaxDraftsPerPass) {
+      throw std::invalid_argument("ngramspec: ModelDrafter::continue_drafts: " + std::to_string(given.size()) +
+                                  " given drafts are more than kMaxDraftsPerPass = " +
+                                  std::to_string(kMaxDraftsPerPass));
+    }
+    for (std::size_t i = 0; i < given.size(); ++i) {
+      if (given[i] >= vocab_) {
+        throw std::invalid_argument("ngramspec: ModelDrafter::continue_drafts: given draft " + std::to_string(i) +
+                                    " is token " + std::to_string(given[i]) + ", outside the vocabulary of " +
+                                    std::to_string(vocab_));
+      }
+    }
+    return draft(out.first(std::min(out.size(), probabilities.size())), probabilities, q, given);
+  }
+
   /// Forgets the sequence and the acceptance record; keeps the memory. The model is rolled back
   /// by the next predict(), not here.
   void reset() noexcept {
@@ -230,22 +258,31 @@ class ModelDrafter {
     double confidence;
   };
 
-  std::size_t draft(std::span<Token> out, std::span<float> probabilities, DraftDistributions* q) const {
+  // Drafts after the observed sequence followed by `given` (empty for predict()).
+  std::size_t draft(std::span<Token> out, std::span<float> probabilities, DraftDistributions* q,
+                    std::span<const Token> given = {}) const {
     if (q != nullptr) q->clear();
     recorded_ = 0;
     const std::size_t k = std::min(out.size(), config_.max_drafts);
     if (k == 0 || observed_.empty()) return 0;
-    const std::size_t n = observed_.size();
+    const std::size_t n = observed_.size() + given.size();
+    if (q != nullptr) {
+      for (std::size_t i = 0; i < given.size(); ++i) q->push_one_hot();
+    }
     std::size_t made = 0;
     try {
       catch_up();
       std::span<const float> row = row_;
+      if (!given.empty()) {
+        feed_given(given);
+        row = draft_row_;
+      }
       double chance = 1.0;  // that every draft so far is accepted
       for (std::size_t i = 0; i < k; ++i) {
         const Choice choice = choose(row, n + i, q);
         const double estimate = chance * estimate_of(choice.confidence);
         if (estimate < static_cast<double>(config_.min_probability)) {
-          if (q != nullptr) q->truncate(i);
+          if (q != nullptr) q->truncate(given.size() + i);
           break;
         }
         chance = estimate;
@@ -271,8 +308,24 @@ class ModelDrafter {
       throw;
     }
     recorded_ = made;
-    recorded_at_ = n;
+    recorded_at_ = observed_.size();
+    recorded_after_ = given.size();
     return made;
+  }
+
+  // After catch_up(): feeds `given`, which then leads ahead_; draft_row_ is the row after it.
+  void feed_given(std::span<const Token> given) const {
+    const std::size_t n = observed_.size();
+    std::size_t rows = 0;
+    for (std::size_t i = 0; i < given.size(); i += rows) {
+      rows = std::min(feed_rows_, given.size() - i);
+      model_->forward(n + i, given.subspan(i, rows), std::span<float>(feed_logits_).first(rows * vocab_));
+      ahead_.insert(ahead_.end(), given.begin() + static_cast<std::ptrdiff_t>(i),
+                    given.begin() + static_cast<std::ptrdiff_t>(i + rows));
+      held_ += rows;
+    }
+    const auto last = feed_logits_.begin() + static_cast<std::ptrdiff_t>((rows - 1) * vocab_);
+    std::copy(last, last + static_cast<std::ptrdiff_t>(vocab_), draft_row_.begin());
   }
 
   // The chance that a draft of this confidence is accepted once the drafts before it were.
@@ -378,8 +431,15 @@ class ModelDrafter {
   }
 
   // The first update() after a predict(): which of its drafts the tokens confirmed.
+  // A continuation's drafts are recorded only when the tokens confirm every given draft first.
   void record(std::span<const Token> tokens) noexcept {
     constexpr double kDecay = 1.0 - 1.0 / kMemory;
+    const std::size_t skip = recorded_after_;
+    if (tokens.size() <= skip) return;
+    for (std::size_t i = 0; i < skip; ++i) {
+      if (tokens[i] != ahead_[i]) return;
+    }
+    tokens = tokens.subspan(skip);
     const std::size_t seen = std::min(recorded_, tokens.size());
     for (std::size_t i = 0; i < seen; ++i) {
       const bool hit = tokens[i] == drafted_[i];
@@ -430,6 +490,7 @@ class ModelDrafter {
   mutable std::vector<double> confidence_;
   mutable std::size_t recorded_ = 0;
   mutable std::size_t recorded_at_ = 0;
+  mutable std::size_t recorded_after_ = 0;  // given drafts the recorded ones continued
   // The acceptance record per confidence bin: decayed hits and trials.
   std::array<double, kBins> hits_{};
   std::array<double, kBins> tried_{};

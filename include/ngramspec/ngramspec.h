@@ -497,6 +497,85 @@ NGRAMSPEC_API ngramspec_status ngramspec_plan_drafts(const ngramspec_verify_cost
                                                      double base_expected, float* probabilities, size_t n,
                                                      size_t* count);
 
+
+/* ---- Sampling and rejection verification (since 0.3) ---------------------------------------------- */
+
+/* How a sampler verifies drafts (SamplingMode; docs/SAMPLING.md). Taken as an int, so that a value
+ * outside the enum is refused by name. */
+typedef enum ngramspec_sampling_mode {
+  NGRAMSPEC_SAMPLING_EXACT = 0,    /* each token is plain sampling's for (seed, position); q is not read */
+  NGRAMSPEC_SAMPLING_REJECTION = 1 /* speculative sampling: x drawn from q is accepted w.p. min(1, p(x)/q(x)) */
+} ngramspec_sampling_mode;
+
+/* Most tokens in one draft's support (DraftDistributions::kMaxSupport). */
+enum { NGRAMSPEC_MAX_SUPPORT = 32 };
+
+/* How a sampler turns a row of logits into a token (SamplingOptions). A versioned struct: struct_size
+ * is its size, set by ngramspec_sampling_options_default. Each filter's neutral value switches it off. */
+typedef struct ngramspec_sampling_options {
+  size_t struct_size; /* sizeof(ngramspec_sampling_options) */
+  float temperature;  /* 0 (default): greedy, argmax with ties to the lowest id; else > 0 and finite */
+  size_t top_k;       /* keep the k most likely tokens; 0 (default): off */
+  float top_p;        /* keep the fewest most likely tokens whose mass reaches top_p, in (0, 1]; 1 (default): off */
+  float min_p;        /* keep tokens of probability >= min_p x the top one's, in [0, 1); 0 (default): off */
+  uint64_t seed;      /* the draws at position p depend only on (seed, p); default 0 */
+  int mode;           /* NGRAMSPEC_SAMPLING_EXACT (default) or NGRAMSPEC_SAMPLING_REJECTION */
+} ngramspec_sampling_options;
+
+/* SamplingOptions' defaults (greedy, exact mode), with struct_size set. */
+NGRAMSPEC_API ngramspec_sampling_options ngramspec_sampling_options_default(void);
+
+/* A sampler (TokenSampler) for a vocabulary of vocab_size tokens: it chooses the tokens of one sequence's
+ * verify pass from the target model's logits, for an engine that verifies drafts itself (whose drafts came
+ * with their distributions q, from a draft model, say). One sampler per thread; it allocates its scratch
+ * (about 12 bytes per vocabulary token) at creation and nothing once warm. */
+typedef struct ngramspec_sampler ngramspec_sampler;
+
+/* A sampler with `options` (NULL: the defaults). NGRAMSPEC_ERROR_INVALID_ARGUMENT naming the field and
+ * its value for invalid options or a vocab_size of 0. */
+NGRAMSPEC_API ngramspec_status ngramspec_sampler_create(const ngramspec_sampling_options* options,
+                                                        size_t vocab_size, ngramspec_sampler** out);
+NGRAMSPEC_API void ngramspec_sampler_free(ngramspec_sampler* sampler);
+/* Replaces the sampler's options (a new seed for a new request, say); invalid options change nothing. */
+NGRAMSPEC_API ngramspec_status ngramspec_sampler_set_options(ngramspec_sampler* sampler,
+                                                             const ngramspec_sampling_options* options);
+
+/* Verifies one sequence's chain of n_drafts drafts, as an engine's rejection sampler does, and writes how
+ * many were accepted to *accepted and the token that follows them to *next: the sequence goes on with
+ * drafts[0 .. *accepted) and then *next (*accepted + 1 tokens in all).
+ *
+ * logits: the target model's pass over the sequence's last token and the drafts, n_drafts + 1 rows of
+ * vocab_size floats (n_logits = (n_drafts + 1) x vocab_size): row i is the distribution of the token after
+ * drafts[0 .. i), chosen at absolute position `position` + i (`position`: the sequence's length before the
+ * pass, the index the first new token takes). A logit of -infinity masks its token.
+ *
+ * q: what each draft was drawn from, given the drafts before it (DraftDistributions): draft i's support is
+ * q_tokens[q_offsets[i] .. q_offsets[i + 1]) with the probabilities at the same indices of
+ * q_probabilities (read normalized by their sum; at most NGRAMSPEC_MAX_SUPPORT tokens, each finite and
+ * >= 0, summing to more than 0). An empty support, one that gives the draft's token no probability, or
+ * q_offsets NULL (for every draft; n_q must then be 0) reads the draft as chosen, not drawn: q one-hot on
+ * it. q_offsets has n_drafts + 1 entries, from q_offsets[0] = 0 to q_offsets[n_drafts] = n_q, never
+ * decreasing.
+ *
+ * NGRAMSPEC_SAMPLING_REJECTION: row i accepts drafts[i] with probability min(1, p(x)/q(x)) and otherwise
+ * draws *next from the residual max(0, p - q), renormalized (TokenSampler::verify); after n_drafts
+ * accepted drafts *next is drawn from the last row. Whatever q is, the tokens are distributed as the
+ * target's sampling distribution p (the options' temperature and filters), provided each draft was drawn
+ * from the q given for it. NGRAMSPEC_SAMPLING_EXACT: each row's token is the one plain sampling draws at
+ * its position for the seed, and a draft is accepted when it equals it (q is checked but not read). At
+ * temperature 0 both are greedy. A draft outside the vocabulary is rejected. Rows after the first
+ * rejection are not read.
+ *
+ * NGRAMSPEC_ERROR_INVALID_ARGUMENT, *accepted and *next unwritten, naming the argument and its value, or
+ * the token and position of a NaN or +infinity logit in a row read, or the position of a row read with
+ * every token masked. Allocates nothing once warm. */
+NGRAMSPEC_API ngramspec_status ngramspec_sampler_verify_chain(ngramspec_sampler* sampler, const float* logits,
+                                                              size_t n_logits, uint64_t position,
+                                                              const ngramspec_token* drafts, size_t n_drafts,
+                                                              const size_t* q_offsets, const ngramspec_token* q_tokens,
+                                                              const float* q_probabilities, size_t n_q,
+                                                              size_t* accepted, ngramspec_token* next);
+
 #ifdef __cplusplus
 }
 #endif

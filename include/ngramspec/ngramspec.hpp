@@ -6,6 +6,7 @@
 #include "ngramspec/batch_speculator.hpp"
 #include "ngramspec/best_of_drafter.hpp"
 #include "ngramspec/corpus_builder.hpp"
+#include "ngramspec/corpus_draft.hpp"
 #include "ngramspec/corpus_file.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_stats.hpp"

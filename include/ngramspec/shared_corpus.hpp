@@ -10,19 +10,13 @@
 #include <span>
 #include <vector>
 
+#include "ngramspec/corpus_draft.hpp"
 #include "ngramspec/corpus_file.hpp"
 #include "ngramspec/detail/open_table.hpp"
 #include "ngramspec/detail/suffix_match.hpp"
 #include "ngramspec/token.hpp"
 
 namespace ngramspec {
-
-/// What SharedCorpus::draft found.
-struct CorpusDraft {
-  std::size_t count = 0;         ///< drafts written
-  std::size_t match_length = 0;  ///< tokens of the context that matched the corpus (0: no match)
-  bool busy = false;             ///< an append or clear held the corpus, so nothing was looked up
-};
 
 /// Earlier requests' outputs, kept for every sequence's drafter to copy from: later requests
 /// repeat what earlier ones wrote (names, code, phrasing), which their own context has not

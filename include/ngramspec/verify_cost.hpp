@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ngramspec {
@@ -101,6 +102,29 @@ class VerifyCost {
   std::string spec_;
 };
 
+/// The pass times a measurement keeps, from `seconds[i]`, the timings of its i-th pass size (one
+/// a round, sizes in increasing order): the median of each (the upper one of an even count),
+/// raised to the one before it (noise: a pass never costs less for carrying more) and to
+/// 1e-12 s (a pass too fast for the clock still costs something). measure_verify_cost keeps
+/// these, and so does an engine that times its passes its own way (ngramspec-llama's, between
+/// plain passes). Throws std::invalid_argument naming the size that has no timing.
+[[nodiscard]] inline std::vector<double> median_pass_seconds(std::vector<std::vector<double>> seconds) {
+  std::vector<double> kept;
+  kept.reserve(seconds.size());
+  double floor = 0;
+  for (std::size_t i = 0; i < seconds.size(); ++i) {
+    std::vector<double>& times = seconds[i];
+    if (times.empty()) {
+      throw std::invalid_argument("ngramspec::median_pass_seconds: seconds[" + std::to_string(i) +
+                                  "] is empty: every pass size needs a timing");
+    }
+    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+    floor = std::max({floor, times[times.size() / 2], 1e-12});
+    kept.push_back(floor);
+  }
+  return kept;
+}
+
 /// Times `run_pass(n)`, one verify pass of n tokens through the engine's own forward, for each
 /// n in `token_counts`, and returns the measured curve as a VerifyCost::table, normalized so
 /// that the smallest count costs 1.
@@ -134,15 +158,9 @@ template <class RunPass>
       seconds[i].push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
   }
+  const std::vector<double> kept = median_pass_seconds(std::move(seconds));
   std::vector<VerifyCost::Point> points;
-  double floor = 0;
-  for (std::size_t i = 0; i < token_counts.size(); ++i) {
-    std::vector<double>& times = seconds[i];
-    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-    // A pass too fast for the clock still costs something: keep every cost positive.
-    floor = std::max({floor, times[times.size() / 2], 1e-12});
-    points.push_back({token_counts[i], floor});
-  }
+  for (std::size_t i = 0; i < token_counts.size(); ++i) points.push_back({token_counts[i], kept[i]});
   return VerifyCost::table(points).normalized();
 }
 

@@ -9,6 +9,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ngramspec/verify_cost.hpp>
@@ -123,31 +124,24 @@ inline std::vector<double> time_passes(Engine& engine, std::size_t sequences, st
                                        std::size_t at, std::size_t repeats) {
   using Clock = std::chrono::steady_clock;
   const auto since = [](Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  const auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
   PassTimer timer(engine, sequences, (points.back() + sequences - 1) / sequences, at);
-  std::vector<double> plain;
+  std::vector<std::vector<double>> seconds(points.size());  // [0]: plain passes; [i]: pairs less a plain pass
   for (std::size_t i = 0; i < 2 * repeats + 3; ++i) {
     const auto start = Clock::now();
     timer.plain();
-    if (i >= 3) plain.push_back(since(start));
+    if (i >= 3) seconds[0].push_back(since(start));
   }
-  const double one = std::max(median(plain), 1e-12);
-  std::vector<std::vector<double>> pairs(points.size());
+  const double one = median_pass_seconds({seconds[0]}).front();
   for (std::size_t round = 0; round <= repeats; ++round) {  // the first round warms up
     for (std::size_t i = 1; i < points.size(); ++i) {
       timer.plain();
       const auto start = Clock::now();
       timer.drafted(points[i]);
       timer.plain();
-      if (round > 0) pairs[i].push_back(since(start));
+      if (round > 0) seconds[i].push_back(since(start) - one);
     }
   }
-  std::vector<double> seconds{one};
-  for (std::size_t i = 1; i < points.size(); ++i) seconds.push_back(std::max(seconds.back(), median(pairs[i]) - one));
-  return seconds;
+  return median_pass_seconds(std::move(seconds));
 }
 
 /// What a pass of `pass_tokens` tokens over `sequences` sequences costs, in seconds, median of
@@ -165,8 +159,7 @@ inline double time_same_shape_passes(Engine& engine, std::size_t sequences, std:
     timer.drafted(pass_tokens);
     if (i >= 2) seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
-  std::nth_element(seconds.begin(), seconds.begin() + static_cast<std::ptrdiff_t>(seconds.size() / 2), seconds.end());
-  return seconds[seconds.size() / 2];
+  return median_pass_seconds({std::move(seconds)}).front();
 }
 
 /// What one sequence's passes cost when every pass with drafts has the same shape, 1 + drafts
@@ -216,8 +209,8 @@ inline VerifyCost measure_pass_cost(Engine& engine, std::size_t sequences, std::
   if (points.size() > 1 && points[1] != sequences + 1) points.insert(points.begin() + 1, sequences + 1);
   const std::vector<double> seconds = time_passes(engine, sequences, points, at, repeats);
   std::vector<VerifyCost::Point> table;
-  for (std::size_t i = 0; i < points.size(); ++i) table.push_back({points[i], seconds[i] / seconds[0]});
-  return VerifyCost::table(table);
+  for (std::size_t i = 0; i < points.size(); ++i) table.push_back({points[i], seconds[i]});
+  return VerifyCost::table(table).normalized();
 }
 
 }  // namespace ngramspec::llama_cpp

@@ -8,6 +8,8 @@
 #include <system_error>
 #include <vector>
 
+#include "ngramspec/detail/parse_number.hpp"
+
 namespace ngramspec::llama_cpp {
 namespace {
 
@@ -105,12 +107,10 @@ LlamaCppDrafterConfig parse_spec(std::string_view spec, std::string_view source)
     seen.push_back(key);
 
     const auto value = [&](long long low, long long high) {
-      long long v = 0;
-      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (text.empty() || ec == std::errc::invalid_argument || ptr != text.data() + text.size()) {
-        throw fail(key + " = '" + text + "' is not a whole number");
-      }
-      if (ec == std::errc::result_out_of_range || v < low || v > high) {
+      const ngramspec::detail::ParsedNumber<long long> parsed = ngramspec::detail::parse_whole<long long>(text);
+      if (parsed.status == ngramspec::detail::NumberStatus::malformed) throw fail(key + " = '" + text + "' is not a whole number");
+      const long long v = parsed.value;
+      if (!parsed.ok() || v < low || v > high) {
         throw fail(key + " = '" + text + "' is out of range: it must be from " + std::to_string(low) + " to " +
                    std::to_string(high));
       }

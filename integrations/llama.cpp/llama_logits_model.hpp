@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <ngramspec/batch_speculator.hpp>
+#include <ngramspec/best_of_drafter.hpp>
 #include <ngramspec/logits_model.hpp>
 #include <ngramspec/model_drafter.hpp>
 #include <ngramspec/token.hpp>
@@ -82,6 +84,36 @@ struct DraftModelSpeculator {
         batch, [&] { return Drafter(models[next++], draft.vocab_size(), drafter); });
   }
   std::vector<EngineLogitsModel> models;
+  std::unique_ptr<BatchSpeculator<Drafter>> speculator;
+};
+
+/// ngramspec drafting with the better of the text and a draft model each pass, for every sequence
+/// of a BatchSpeculator: per slot a MatchDrafter, a ModelDrafter over a sequence of the draft
+/// engine of its own (slot i, sequence i), and the BestOfDrafter over both, priced by the batch's
+/// verify cost and `best`'s draft costs. The engine must outlive it.
+struct BestOfSpeculator {
+  using Drafter = BestOfDrafter<MatchDrafter, ModelDrafter<EngineLogitsModel>>;
+  /// Throws what the drafters and BatchSpeculator throw (std::invalid_argument naming the value).
+  BestOfSpeculator(Engine& draft, const BatchConfig& batch, const MatchConfig& text, const ModelDraftConfig& model,
+                   const BestOfConfig& best) {
+    // The BestOfDrafters borrow these: their addresses may not move.
+    models.reserve(batch.max_sequences);
+    texts.reserve(batch.max_sequences);
+    drafters.reserve(batch.max_sequences);
+    for (std::size_t s = 0; s < batch.max_sequences; ++s) {
+      models.emplace_back(draft, s);
+      texts.emplace_back(text);
+      drafters.emplace_back(models.back(), draft.vocab_size(), model);
+    }
+    std::size_t next = 0;
+    speculator = std::make_unique<BatchSpeculator<Drafter>>(batch, [&] {
+      const std::size_t i = next++;
+      return Drafter(texts[i], drafters[i], batch.cost, best);
+    });
+  }
+  std::vector<EngineLogitsModel> models;
+  std::vector<MatchDrafter> texts;
+  std::vector<ModelDrafter<EngineLogitsModel>> drafters;
   std::unique_ptr<BatchSpeculator<Drafter>> speculator;
 };
 

@@ -364,6 +364,33 @@ int run(const LlamaOptions& o) {
   for (const DraftModel& draft : draft_models) {
     draft_speculators.push_back(std::make_unique<DraftModelSpeculator>(*draft.engine, batch, model_drafter));
   }
+  // With --best-of: per draft model, the text beside it each pass, a drafted token priced at the
+  // draft model's one-token pass over the model's (measured where the verify cost is), or --draft-cost.
+  std::vector<std::unique_ptr<BestOfSpeculator>> best_speculators;
+  std::vector<std::string> draft_cost_lines;
+  if (o.best_of) {
+    const std::size_t one[] = {1};
+    const std::size_t repeats = 11;
+    const double model_pass = o.draft_cost ? 0.0 : time_passes(engine, 1, one, midway, repeats)[0];
+    for (const DraftModel& draft : draft_models) {
+      BestOfConfig best;
+      char line[256];
+      if (o.draft_cost) {
+        best.second_draft_cost = *o.draft_cost;
+        std::snprintf(line, sizeof line, "draft cost of %s (given): %.3f passes a drafted token", draft.label.c_str(),
+                      best.second_draft_cost);
+      } else {
+        const double draft_pass = time_passes(*draft.engine, 1, one, midway, repeats)[0];
+        best.second_draft_cost = model_pass > 0 ? draft_pass / model_pass : 1.0;
+        std::snprintf(line, sizeof line,
+                      "draft cost of %s at position %zu: one-token pass %.3f ms against the model's %.3f ms: %.3f "
+                      "passes a drafted token",
+                      draft.label.c_str(), midway, 1e3 * draft_pass, 1e3 * model_pass, best.second_draft_cost);
+      }
+      draft_cost_lines.emplace_back(line);
+      best_speculators.push_back(std::make_unique<BestOfSpeculator>(*draft.engine, batch, drafter, model_drafter, best));
+    }
+  }
   const auto speculate = [&](auto& s) {
     if (!cost.shape) return decode_speculative(engine, s, prompts, settings, o.k);
     const FixedPassShape shape{o.k, &cost.shape->entry, &cost.shape->streak};
@@ -376,17 +403,20 @@ int run(const LlamaOptions& o) {
   };
   // ngramspec's run outside --compare: with the draft model when one is given.
   const auto run_ngramspec_drafter = [&] {
+    if (!best_speculators.empty()) return speculate(*best_speculators.front()->speculator);
     return draft_speculators.empty() ? run_ngramspec() : speculate(*draft_speculators.front()->speculator);
   };
   const auto draft_model_name = [&](std::size_t i) { return "ngramspec draft-model " + draft_models[i].label; };
+  const auto best_of_name = [&](std::size_t i) { return "ngramspec best-of " + draft_models[i].label; };
+  const std::string single_name =
+      !o.speculate ? "plain" : draft_models.empty() ? "ngramspec" : o.best_of ? best_of_name(0) : draft_model_name(0);
 
   if (!o.check && !o.compare) {
     const RunResult r = o.speculate ? run_ngramspec_drafter() : run_plain();
     if (o.json) {
       std::printf("{\"model\": %s, \"cost\": %s, \"runs\": [%s], \"outputs\": [", json_string(engine.description()).c_str(),
                   json_string(cost.cost ? cost.cost->spec() : "none").c_str(),
-                  run_json(!o.speculate ? "plain" : draft_models.empty() ? "ngramspec" : draft_model_name(0), r, r.seconds,
-                           r.seconds, true).c_str());
+                  run_json(single_name, r, r.seconds, r.seconds, true).c_str());
       for (std::size_t i = 0; i < r.outputs.size(); ++i) {
         std::printf("%s{\"prompt\": %s, \"text\": %s, \"tokens\": [", i ? ", " : "", json_string(texts[i]).c_str(),
                     json_string(engine.detokenize(r.outputs[i])).c_str());
@@ -401,16 +431,22 @@ int run(const LlamaOptions& o) {
     }
     std::printf("%s\n", engine.description().c_str());
     if (o.speculate) std::printf("%s\n", cost.line.c_str());
-    print_run(!o.speculate ? "plain" : draft_models.empty() ? "ngramspec" : "draft-model", r);
+    for (const std::string& line : draft_cost_lines) std::printf("%s\n", line.c_str());
+    print_run(!o.speculate ? "plain" : draft_models.empty() ? "ngramspec" : o.best_of ? "best-of" : "draft-model", r);
     return 0;
   }
 
   std::vector<Contender> contenders;
   contenders.push_back({"plain", run_plain, {}, {}, true, {}, {}});
   if (o.compare || draft_models.empty()) contenders.push_back({"ngramspec", run_ngramspec, {}, {}, true, {}, {}});
-  for (std::size_t i = 0; i < draft_speculators.size(); ++i) {
+  // --check runs one ngramspec drafter: the best of text and draft model with --best-of.
+  for (std::size_t i = 0; i < (o.compare || !o.best_of ? draft_speculators.size() : 0); ++i) {
     BatchSpeculator<DraftModelSpeculator::Drafter>* s = draft_speculators[i]->speculator.get();
     contenders.push_back({draft_model_name(i), [&speculate, s] { return speculate(*s); }, {}, {}, true, {}, {}});
+  }
+  for (std::size_t i = 0; i < best_speculators.size(); ++i) {
+    BatchSpeculator<BestOfSpeculator::Drafter>* s = best_speculators[i]->speculator.get();
+    contenders.push_back({best_of_name(i), [&speculate, s] { return speculate(*s); }, {}, {}, true, {}, {}});
   }
 #if NGRAMSPEC_LLAMA_CPP_DRAFTERS
   std::vector<std::unique_ptr<BatchSpeculator<LlamaCppDrafter>>> llama_speculators;
@@ -496,6 +532,7 @@ int run(const LlamaOptions& o) {
   }
   std::printf("%s; %zu prompts, --n %zu, --parallel %zu, %s\n%s\n", engine.description().c_str(), prompts.size(), o.n,
               o.parallel, o.sampling.temperature > 0 ? "sampled" : "greedy", cost.line.c_str());
+  for (const std::string& line : draft_cost_lines) std::printf("%s\n", line.c_str());
   if (o.check) {
     const Contender& plain = contenders[0];
     const Contender& spec = contenders[1];

@@ -14,6 +14,7 @@
 
 #include "command_line.hpp"
 #include "llama_drafter_spec.hpp"
+#include "ngramspec/detail/parse_number.hpp"
 
 namespace ngramspec::llama_cpp {
 namespace {
@@ -23,14 +24,13 @@ namespace {
 }
 
 std::size_t parse_count(std::string_view flag, std::string_view text, std::size_t min, std::size_t max) {
-  std::size_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec == std::errc::result_out_of_range) bad(flag, text, "is too large; at most " + std::to_string(max));
-  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) bad(flag, text, "is not a whole number");
-  if (value < min || value > max) {
+  const ngramspec::detail::ParsedNumber<std::size_t> count = ngramspec::detail::parse_whole<std::size_t>(text);
+  if (count.status == ngramspec::detail::NumberStatus::out_of_range) bad(flag, text, "is too large; at most " + std::to_string(max));
+  if (!count.ok()) bad(flag, text, "is not a whole number");
+  if (count.value < min || count.value > max) {
     bad(flag, text, "is out of range: " + std::to_string(min) + " to " + std::to_string(max));
   }
-  return value;
+  return count.value;
 }
 
 // "1,4,16": whole numbers from min to max, each once.
@@ -49,12 +49,9 @@ std::vector<std::size_t> parse_count_list(std::string_view flag, std::string_vie
 }
 
 float parse_real(std::string_view flag, std::string_view text) {
-  float value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::general);
-  if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(value)) {
-    bad(flag, text, "is not a finite number");
-  }
-  return value;
+  const ngramspec::detail::ParsedNumber<float> real = ngramspec::detail::parse_real<float>(text);
+  if (!real.ok()) bad(flag, text, "is not a finite number");
+  return real.value;
 }
 
 }  // namespace
@@ -83,8 +80,9 @@ const char* llama_usage() noexcept {
          "  --parallel N       sequences decoded together in one llama_batch, 1 to 256 (default 1); a finished\n"
          "                     sequence's slot takes the next prompt\n"
          "  --ctx N            tokens each sequence holds (default: the model's training context)\n"
-         "  --k N              most drafts per sequence and pass, 1 to 1024 (default 16; 4 with --cost none or\n"
-         "                     --draft-model, whose every draft is a pass of the draft model)\n"
+         "  --max-drafts N     most drafts per sequence and pass, 1 to 1024 (default 16; 4 with --cost none or\n"
+         "                     --draft-model, whose every draft is a pass of the draft model); --k N is its old\n"
+         "                     name, still read\n"
          "  --cost SPEC        what a verify pass costs, which sizes every pass's drafts: measure (default: time\n"
          "                     this model's passes at start), none (MatchDrafter's own gate decides), flat,\n"
          "                     knee:N, or table:1=1,2=1.5,... (what --print-cost prints)\n"
@@ -125,6 +123,12 @@ const char* llama_usage() noexcept {
          "                     without one (written as make_draft_gguf.py writes them, into a temporary file\n"
          "                     that is removed once loaded), each L from 1 to the block count and once; more\n"
          "                     than one goes with --compare\n"
+         "  --best-of          with a draft model: each pass drafted by whichever of the text (MatchDrafter) and\n"
+         "                     the draft model promises more tokens per unit of cost, or the text's drafts\n"
+         "                     continued by the draft model (BestOfDrafter); the draft model runs only on the\n"
+         "                     passes it drafts for\n"
+         "  --draft-cost C     with --best-of: what one draft-model token costs in one-token passes of the model\n"
+         "                     (default: measured at start, the draft model's one-token pass over the model's)\n"
          "  --llama-draft-max N  with --compare and a draft model: most tokens a draft of llama.cpp's\n"
          "                     draft-simple holds, 1 to 1024 (default 3, llama.cpp's --spec-draft-n-max)\n"
          "  --repeats N        timed rounds of --check, --compare and --curve (default 3)\n"
@@ -167,7 +171,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       o.parallel = parse_count(flag, value(), 1, 256);
     } else if (flag == "--ctx") {
       o.context = parse_count(flag, value(), 2, std::size_t{1} << 24);
-    } else if (flag == "--k") {
+    } else if (cli::is_max_drafts(flag)) {  // --max-drafts, or its old name --k
       o.k = parse_count(flag, value(), 1, kMaxDraftsPerPass);
       o.k_given = true;
     } else if (flag == "--cost") {
@@ -219,6 +223,13 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       o.draft_models.emplace_back(path);
     } else if (flag == "--draft-layers") {
       o.draft_layers = parse_count_list(flag, value(), 1, 1024);
+    } else if (flag == "--best-of") {
+      o.best_of = true;
+    } else if (flag == "--draft-cost") {
+      const std::string_view text = value();
+      const float cost = parse_real(flag, text);
+      if (cost < 0.0f) bad(flag, text, "is negative; a drafted token costs 0 or more passes");
+      o.draft_cost = cost;
     } else if (flag == "--llama-draft-max") {
       o.llama_draft_max = parse_count(flag, value(), 1, 1024);
       o.llama_draft_max_given = true;
@@ -251,7 +262,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
     }
   };
   if (!o.curve.empty()) {
-    refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--k", "--cost", "--print-cost", "--pass-shape", "--temperature",
+    refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--max-drafts", "--k", "--cost", "--print-cost", "--pass-shape", "--temperature",
                  "--top-k", "--top-p", "--min-p", "--seed", "--ignore-eos", "--no-speculate", "--check", "--compare",
                  "--corpus", "--corpus-file", "--json", "--draft-model", "--draft-layers"},
                 "does nothing with --curve, which only times passes (its options: --threads, --ctx, --flash-attn, --curve-at, "
@@ -261,7 +272,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   }
   if (!o.check && !o.compare && o.curve.empty()) refuse_with({"--repeats"}, "goes with --check, --compare or --curve");
   if (!o.speculate) {
-    refuse_with({"--k", "--cost", "--print-cost", "--pass-shape", "--corpus", "--corpus-file", "--draft-model",
+    refuse_with({"--max-drafts", "--k", "--cost", "--print-cost", "--pass-shape", "--corpus", "--corpus-file", "--draft-model",
                  "--draft-layers"},
                 "does nothing with --no-speculate, which drafts nothing");
   }
@@ -296,6 +307,13 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       throw std::invalid_argument("--draft-model '" + o.draft_models[1] +
                                   "': more than one draft model goes with --compare only, which runs each");
     }
+  }
+  if (o.best_of && !o.drafts_with_model()) {
+    throw std::invalid_argument("--best-of chooses between the text and a draft model: it needs --draft-model or "
+                                "--draft-layers");
+  }
+  if (o.draft_cost && !o.best_of) {
+    throw std::invalid_argument("--draft-cost prices the draft model's tokens for --best-of: it needs --best-of");
   }
   if (o.llama_draft_max_given && (!o.compare || !o.drafts_with_model())) {
     throw std::invalid_argument("--llama-draft-max goes with --compare and --draft-model or --draft-layers (llama.cpp's "

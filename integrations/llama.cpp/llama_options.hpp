@@ -54,6 +54,12 @@ struct LlamaOptions {
   std::vector<std::size_t> draft_layers;
   /// Whether ngramspec drafts with a draft model (--draft-model or --draft-layers).
   [[nodiscard]] bool drafts_with_model() const noexcept { return !draft_models.empty() || !draft_layers.empty(); }
+  /// --best-of: with a draft model, each pass drafted by whichever of the text (MatchDrafter) and the draft model
+  /// promises more tokens per unit of cost, or the text's drafts continued by the draft model (BestOfDrafter)
+  bool best_of = false;
+  /// --draft-cost C: with --best-of, what one draft-model token costs in one-token passes of the model (default:
+  /// measured at start, the draft model's one-token pass over the model's)
+  std::optional<double> draft_cost;
   std::size_t llama_draft_max = 3;   ///< --llama-draft-max: llama.cpp's draft-simple n_max (its default, 3)
   bool llama_draft_max_given = false;
   std::size_t repeats = 3;           ///< --repeats: timed rounds of --check and --compare

@@ -253,7 +253,7 @@ def part_planner(results: dict, args: argparse.Namespace) -> bool:
 
 
 def targets(results: dict) -> list[str]:
-    """docs/BENCHMARKS.md's targets, each 'met' or 'NOT met' with its figures."""
+    """The GPU run's checks (docs/BENCHMARKS.md, "On a GPU"), each 'met' or 'NOT met' with its figures."""
     lines = []
 
     def check(name: str, met: bool, figures: str) -> None:

@@ -9,8 +9,10 @@ Classes: :class:`BatchSpeculator` (every running sequence of an engine: begin, p
 finish), :class:`MatchDrafter` and :class:`NGramPredictor` (one sequence's drafter),
 :class:`SharedCorpus` (earlier requests' outputs, which drafters copy from; saved to and loaded
 from corpus files) and :class:`MappedCorpus` (a corpus file mapped read-only, which drafters
-consult beside or instead of the live corpus), and :class:`VerifyCost` (what a verify pass costs, and
-the planner that sizes one sequence's drafts against it).
+consult beside or instead of the live corpus), :class:`VerifyCost` (what a verify pass costs, and
+the planner that sizes one sequence's drafts against it), and :class:`TokenSampler` (the tokens of one
+sequence's verify pass from the target's logits: plain sampling's, or rejection sampling of drafts drawn
+from a distribution).
 
 Errors: ``ValueError`` with the library's message for a bad argument, ``MemoryError`` when an
 allocation fails, :class:`CorpusFileError` when a corpus file cannot be read or written, and
@@ -30,6 +32,7 @@ from ._corpus import CorpusDraft, CorpusPreferenceName, MappedCorpus, SharedCorp
 from ._drafters import MatchDrafter, NGramPredictor
 from ._batch import STEP_DTYPE, BatchSpeculator, BatchStats, StopReason
 from ._planner import VerifyCost
+from ._sampling import MAX_SUPPORT, SamplingModeName, TokenSampler
 
 __all__ = [
     "__version__",
@@ -48,6 +51,9 @@ __all__ = [
     "StopReason",
     "STEP_DTYPE",
     "VerifyCost",
+    "TokenSampler",
+    "SamplingModeName",
+    "MAX_SUPPORT",
 ]
 
 #: The version of the native library in use, "MAJOR.MINOR.PATCH" (ngramspec_version_string).

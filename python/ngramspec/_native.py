@@ -23,7 +23,8 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
-from ctypes import POINTER, Structure, c_char_p, c_double, c_int, c_int64, c_size_t, c_uint, c_uint64, c_void_p
+from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int64, c_size_t, c_uint, c_uint64,
+                    c_void_p)
 from pathlib import Path
 
 __all__ = ["lib", "library_path", "ABI_MAJOR", "ABI_MINOR"]
@@ -108,6 +109,20 @@ class TreeConfig(Structure):
         ("shared_top_k", c_int),
         ("carry_over", c_int),
         ("enrich_counts", c_int),
+    ]
+
+
+class SamplingOptions(Structure):
+    """ngramspec_sampling_options."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("temperature", c_float),
+        ("top_k", c_size_t),
+        ("top_p", c_float),
+        ("min_p", c_float),
+        ("seed", c_uint64),
+        ("mode", c_int),
     ]
 
 
@@ -207,6 +222,12 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_verify_cost_of_pass": (c_double, [_P, _S, _S]),
     "ngramspec_verify_cost_spec": (c_char_p, [_P]),
     "ngramspec_plan_drafts": (_STATUS, [_P, _S, c_double, _P, _S, _P]),
+    # Sampling and rejection verification
+    "ngramspec_sampling_options_default": (SamplingOptions, []),
+    "ngramspec_sampler_create": (_STATUS, [POINTER(SamplingOptions), _S, _P]),
+    "ngramspec_sampler_free": (None, [_P]),
+    "ngramspec_sampler_set_options": (_STATUS, [_P, POINTER(SamplingOptions)]),
+    "ngramspec_sampler_verify_chain": (_STATUS, [_P, _P, _S, c_uint64, _P, _S, _P, _P, _P, _S, _P, _P]),
 }
 
 

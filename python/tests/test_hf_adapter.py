@@ -396,13 +396,13 @@ def test_numpy_inputs_work_without_torch() -> None:
         generator.get_candidates(np.zeros((2, 5), np.int64))
 
 
-def test_the_readme_uses_this_adapter() -> None:
+def test_the_integrations_doc_uses_this_adapter() -> None:
     from pathlib import Path
 
-    readme = Path(__file__).resolve().parents[2] / "README.md"
-    if not readme.is_file():
-        pytest.skip("no README.md (the tests run outside the source tree)")
-    section = readme.read_text().split("## vLLM and Hugging Face")[1].split("\n## ")[0]
+    doc = Path(__file__).resolve().parents[2] / "docs" / "INTEGRATIONS.md"
+    if not doc.is_file():
+        pytest.skip("no docs/INTEGRATIONS.md (the tests run outside the source tree)")
+    section = doc.read_text().split("\n## Hugging Face transformers\n")[1].split("\n## ")[0]
     assert "from ngramspec.adapters.hf import use_ngramspec" in section
     assert "use_ngramspec(model)" in section and "prompt_lookup_num_tokens=" in section
     model = use_ngramspec(SimpleNamespace(), cost="flat")

@@ -1,4 +1,4 @@
-"""The README's Python example runs as shown: every token, in far fewer passes than plain decoding."""
+"""python/README.md's batch example runs as shown: every token, in far fewer passes than plain decoding."""
 
 from __future__ import annotations
 
@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
 MARKER = "<!-- example: python, run by python/tests/test_readme.py -->"
 
 
 def test_the_readme_python_example() -> None:
     if not README.is_file():
-        pytest.skip("no README.md (the tests run outside the source tree)")
+        pytest.skip("no python/README.md (the tests run outside the source tree)")
     text = README.read_text()
-    assert MARKER in text, "the README's Python example lost its marker"
+    assert MARKER in text, "python/README.md's example lost its marker"
     block = re.search(r"```python\n(.*?)```", text[text.index(MARKER):], re.DOTALL)
     assert block is not None
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(block.group(1), "README.md (python example)", "exec"), {"__name__": "readme_example"})
+        exec(compile(block.group(1), "python/README.md (example)", "exec"), {"__name__": "readme_example"})
     match = re.fullmatch(r"(\d+) tokens in (\d+) batched passes; plain decoding takes 180\n", printed.getvalue())
     assert match, printed.getvalue()
     assert int(match.group(1)) == 20 * (7 + 8 + 9)  # every token of the three sequences

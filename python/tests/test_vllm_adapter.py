@@ -399,15 +399,14 @@ def test_torch_tensors_are_read_like_numpy_arrays() -> None:
     assert by_keyword == expected
 
 
-def test_the_readme_configures_this_proposer() -> None:
+def test_the_integrations_doc_configures_this_proposer() -> None:
     from pathlib import Path
     import re
 
-    readme = Path(__file__).resolve().parents[2] / "README.md"
-    if not readme.is_file():
-        pytest.skip("no README.md (the tests run outside the source tree)")
-    text = readme.read_text()
-    section = text[text.index("## vLLM and Hugging Face"):]
+    doc = Path(__file__).resolve().parents[2] / "docs" / "INTEGRATIONS.md"
+    if not doc.is_file():
+        pytest.skip("no docs/INTEGRATIONS.md (the tests run outside the source tree)")
+    section = doc.read_text().split("\n## vLLM\n")[1].split("\n## ")[0]
     method = re.search(r'"method": "([^"]+)"', section)
     model = re.search(r'"model": "([^"]+)"', section)
     assert method and method.group(1) == "custom_class"

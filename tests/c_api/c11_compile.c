@@ -1,6 +1,6 @@
 /* ngramspec.h as plain C11 (-std=c11 -Wall -Wextra -pedantic -Werror): a drafter created, fed,
- * asked and freed, a batch driven through a few passes of a toy greedy model (chains, then trees), and a corpus saved
- * to a file, mapped and loaded back. Exits 0 when every call did what the header says. */
+ * asked and freed, a batch driven through a few passes of a toy greedy model (chains, then trees), a corpus saved
+ * to a file, mapped and loaded back, and a chain of drafts verified by a sampler. Exits 0 when every call did what the header says. */
 
 #include <ngramspec/ngramspec.h>
 
@@ -240,6 +240,35 @@ static int tree_batch(void) {
   return 0;
 }
 
+/* A chain of two drafts verified against three rows of logits: greedily (the first draft is its row's
+ * argmax, the second is not), then by rejection with each draft's q. */
+static int verify_chain(void) {
+  const float logits[3 * 5] = {0, 0, 3, 0, 0, /* argmax 2 */ 0, 0, 0, 0, 3, /* argmax 4 */ 3, 0, 0, 0, 0};
+  const ngramspec_token drafts[2] = {2, 1};
+  const size_t q_offsets[3] = {0, 2, 2}; /* draft 0 drawn from {2: 0.75, 3: 0.25}; draft 1 chosen */
+  const ngramspec_token q_tokens[2] = {2, 3};
+  const float q_probabilities[2] = {0.75f, 0.25f};
+  ngramspec_sampling_options options = ngramspec_sampling_options_default();
+  ngramspec_sampler* sampler = NULL;
+  size_t accepted = 99;
+  ngramspec_token next = 99;
+
+  CHECK(ngramspec_sampler_create(&options, 5, &sampler));
+  CHECK(ngramspec_sampler_verify_chain(sampler, logits, 15, 7, drafts, 2, NULL, NULL, NULL, 0, &accepted, &next));
+  EXPECT(accepted == 1 && next == 4);
+  options.temperature = 1.0f;
+  options.seed = 5;
+  options.mode = NGRAMSPEC_SAMPLING_REJECTION;
+  CHECK(ngramspec_sampler_set_options(sampler, &options));
+  CHECK(ngramspec_sampler_verify_chain(sampler, logits, 15, 7, drafts, 2, q_offsets, q_tokens, q_probabilities, 2,
+                                       &accepted, &next));
+  EXPECT(accepted <= 2 && next < 5);
+  options.mode = 2;
+  EXPECT(ngramspec_sampler_set_options(sampler, &options) == NGRAMSPEC_ERROR_INVALID_ARGUMENT);
+  ngramspec_sampler_free(sampler);
+  return 0;
+}
+
 int main(void) {
   EXPECT(ngramspec_version_number() == NGRAMSPEC_VERSION_NUMBER);
   EXPECT(strcmp(ngramspec_status_name(NGRAMSPEC_ERROR_OUT_OF_MEMORY), "NGRAMSPEC_ERROR_OUT_OF_MEMORY") == 0);
@@ -252,7 +281,8 @@ int main(void) {
   ngramspec_corpus_free(NULL);
   ngramspec_batch_free(NULL);
   ngramspec_corpus_file_close(NULL);
-  if (drafter() != 0 || batch() != 0 || tree_batch() != 0 || corpus_file() != 0) return 1;
+  ngramspec_sampler_free(NULL);
+  if (drafter() != 0 || batch() != 0 || tree_batch() != 0 || corpus_file() != 0 || verify_chain() != 0) return 1;
   printf("ngramspec %s: the C API works from C11\n", ngramspec_version_string());
   return 0;
 }

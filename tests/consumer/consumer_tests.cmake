@@ -2,8 +2,8 @@
 # find_package, vendored with add_subdirectory, pulled in with FetchContent — each configuring,
 # building (-Werror) and running tests/consumer/consumer.cpp; the C ABI's program
 # (tests/consumer/c_api/consumer.c) built against the installed package with find_package and
-# with pkg-config; plus the checks that the README's code and demo output are what the
-# repository's code is and prints. Top-level builds only.
+# with pkg-config; plus the checks that the code and demo output that the README and docs/ show
+# are what the repository's code is and prints. Top-level builds only.
 
 if(NGRAMSPEC_TOP_LEVEL)
   set(_ngramspec_consumer_source ${CMAKE_CURRENT_LIST_DIR})
@@ -150,27 +150,30 @@ if(NGRAMSPEC_TOP_LEVEL)
   _ngramspec_consumer_test(fetch_content
     CONFIGURE_ARGS -DNGRAMSPEC_SOURCE_DIR=${PROJECT_SOURCE_DIR} ${_ngramspec_no_dev_dependencies})
 
-  # The README's usage example is examples/usage.cpp, and the demo output it shows is what
-  # the demo prints.
+  # The README's usage example is examples/usage.cpp, the demo output it shows is what the demo
+  # prints, and the examples that docs/ shows are the files of examples/.
   add_test(NAME readme.usage_example
-    COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=example: examples/usage.cpp"
+    COMMAND ${CMAKE_COMMAND} -DDOC=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=example: examples/usage.cpp"
       -DEXPECTED_FILE=${PROJECT_SOURCE_DIR}/examples/usage.cpp
-      -P ${_ngramspec_consumer_source}/check_readme_block.cmake)
-  add_test(NAME readme.batch_example
-    COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=example: examples/batch_usage.cpp"
+      -P ${_ngramspec_consumer_source}/check_doc_block.cmake)
+  add_test(NAME docs.batch_example
+    COMMAND ${CMAKE_COMMAND} -DDOC=${PROJECT_SOURCE_DIR}/docs/BATCHING.md "-DBLOCK=example: examples/batch_usage.cpp"
       -DEXPECTED_FILE=${PROJECT_SOURCE_DIR}/examples/batch_usage.cpp
-      -P ${_ngramspec_consumer_source}/check_readme_block.cmake)
-  add_test(NAME readme.corpus_example
-    COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=example: examples/corpus_usage.cpp"
+      -P ${_ngramspec_consumer_source}/check_doc_block.cmake)
+  add_test(NAME docs.corpus_example
+    COMMAND ${CMAKE_COMMAND} -DDOC=${PROJECT_SOURCE_DIR}/docs/CORPORA.md "-DBLOCK=example: examples/corpus_usage.cpp"
       -DEXPECTED_FILE=${PROJECT_SOURCE_DIR}/examples/corpus_usage.cpp
-      -P ${_ngramspec_consumer_source}/check_readme_block.cmake)
-  add_test(NAME readme.tree_example
-    COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=example: examples/tree_usage.cpp"
+      -P ${_ngramspec_consumer_source}/check_doc_block.cmake)
+  add_test(NAME docs.tree_example
+    COMMAND ${CMAKE_COMMAND} -DDOC=${PROJECT_SOURCE_DIR}/docs/TREES.md "-DBLOCK=example: examples/tree_usage.cpp"
       -DEXPECTED_FILE=${PROJECT_SOURCE_DIR}/examples/tree_usage.cpp
-      -P ${_ngramspec_consumer_source}/check_readme_block.cmake)
+      -P ${_ngramspec_consumer_source}/check_doc_block.cmake)
   if(NGRAMSPEC_BUILD_EXAMPLES)
     add_test(NAME readme.demo_output
-      COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=output: ngramspec-demo"
-        -DPROGRAM=$<TARGET_FILE:ngramspec-demo> -P ${_ngramspec_consumer_source}/check_readme_block.cmake)
+      COMMAND ${CMAKE_COMMAND} -DDOC=${PROJECT_SOURCE_DIR}/README.md "-DBLOCK=output: ngramspec-demo"
+        -DPROGRAM=$<TARGET_FILE:ngramspec-demo> -P ${_ngramspec_consumer_source}/check_doc_block.cmake)
+    add_test(NAME docs.tree_output
+      COMMAND ${CMAKE_COMMAND} -DDOC=${PROJECT_SOURCE_DIR}/docs/TREES.md "-DBLOCK=output: ngramspec-tree-usage"
+        -DPROGRAM=$<TARGET_FILE:ngramspec-tree-usage> -P ${_ngramspec_consumer_source}/check_doc_block.cmake)
   endif()
 endif()

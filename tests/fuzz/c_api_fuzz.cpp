@@ -20,9 +20,14 @@
 // - corpus files: a corpus saved, mapped and loaded back (or a file overwritten with garbage, or a
 //   path that cannot be written) succeeds exactly when the file is good, a bad one failing with
 //   NGRAMSPEC_ERROR_CORPUS_FILE; a mapped file verifies and drafts exactly what a live corpus
-//   loaded from it drafts; drafters and batches consult it (any preference, invalid ones refused).
+//   loaded from it drafts; drafters and batches consult it (any preference, invalid ones refused);
+// - samplers: creation and new options succeed exactly when the options are valid; verify_chain
+//   never writes its outputs when it fails, succeeds whenever its arguments are valid, accepts at
+//   most its drafts and returns a token of the vocabulary, and at temperature 0 accepts exactly the
+//   greedy prefix of the drafts and returns the argmax after it (either mode).
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -122,6 +127,7 @@ class Script {
     for (auto* m : matches_) ngramspec_match_drafter_free(m);
     for (auto* n : ngrams_) ngramspec_ngram_predictor_free(n);
     for (auto* c : corpora_) ngramspec_corpus_free(c);
+    for (auto* s : samplers_) ngramspec_sampler_free(s);
     for (auto* f : files_) ngramspec_corpus_file_close(f);
     for (auto* m : mirrors_) ngramspec_corpus_free(m);
   }
@@ -133,6 +139,10 @@ class Script {
       const std::uint8_t op = in_.byte();
       if (op >= kFileOps) {
         corpus_file(op - kFileOps);
+        continue;
+      }
+      if (op >= kSamplerOps) {  // the 8 byte values below the files' (added after them)
+        sampler(op - kSamplerOps);
         continue;
       }
       switch (op % 20) {
@@ -213,6 +223,142 @@ class Script {
   // ---- SharedCorpus ----------------------------------------------------------------------------
 
   static constexpr std::uint8_t kFileOps = 240;
+  static constexpr std::uint8_t kSamplerOps = 232;
+
+  // ---- Samplers --------------------------------------------------------------------------------
+
+  // Options, valid mostly; `valid` says whether they are.
+  ngramspec_sampling_options sampling_options(bool& valid) {
+    ngramspec_sampling_options o = ngramspec_sampling_options_default();
+    const auto real = [&](float lo, float hi) {
+      switch (in_.in_range(0, 15)) {
+        case 0: return std::numeric_limits<float>::quiet_NaN();
+        case 1: return std::numeric_limits<float>::infinity();
+        case 2: return -1.0f;
+        default: return lo + (hi - lo) * static_cast<float>(in_.in_range(0, 1000)) / 1000.0f;
+      }
+    };
+    if (in_.flag()) o.temperature = in_.flag() ? 0.0f : real(0.1f, 3.0f);
+    if (in_.in_range(0, 3) == 0) o.top_k = in_.in_range(0, 20);
+    if (in_.in_range(0, 3) == 0) o.top_p = real(0.0f, 1.0f);
+    if (in_.in_range(0, 3) == 0) o.min_p = real(0.0f, 1.0f);
+    o.seed = in_.in_range(0, 0xFFFFFFFFU);
+    o.mode = static_cast<int>(in_.in_range(0, 9) == 0 ? in_.in_range(2, 5) : in_.in_range(0, 1));
+    if (in_.in_range(0, 15) == 0) o.struct_size = in_.in_range(0, 200);
+    valid = o.struct_size == sizeof(ngramspec_sampling_options) && std::isfinite(o.temperature) &&
+            o.temperature >= 0.0f && o.top_p > 0.0f && o.top_p <= 1.0f && o.min_p >= 0.0f && o.min_p < 1.0f &&
+            (o.mode == 0 || o.mode == 1);
+    return o;
+  }
+
+  void sampler(std::uint8_t which) {
+    const std::size_t s = slot();
+    switch (which % 4) {
+      case 0: {  // create, replacing the slot's
+        bool valid = false;
+        const ngramspec_sampling_options o = sampling_options(valid);
+        const std::size_t vocab = in_.in_range(0, 9) == 0 ? 0 : in_.in_range(1, 12);
+        ngramspec_sampler* out = reinterpret_cast<ngramspec_sampler*>(&sentinel_object_);
+        const bool defaults = in_.in_range(0, 7) == 0;
+        const bool ok = check_status(ngramspec_sampler_create(defaults ? nullptr : &o, vocab, &out),
+                                     "ngramspec_sampler_create");
+        expect_valid(ok, (defaults || valid) && vocab != 0, "ngramspec_sampler_create");
+        if (!ok) {
+          if (out != reinterpret_cast<ngramspec_sampler*>(&sentinel_object_)) fuzz_fail("a failed create wrote *out");
+          return;
+        }
+        ngramspec_sampler_free(samplers_[s]);
+        samplers_[s] = out;
+        sampler_vocab_[s] = vocab;
+        sampler_options_[s] = defaults ? ngramspec_sampling_options_default() : o;
+        return;
+      }
+      case 1: {  // new options; invalid ones change nothing
+        bool valid = false;
+        const ngramspec_sampling_options o = sampling_options(valid);
+        const bool ok = check_status(ngramspec_sampler_set_options(samplers_[s], &o), "ngramspec_sampler_set_options");
+        expect_valid(ok, valid && samplers_[s] != nullptr, "ngramspec_sampler_set_options");
+        if (ok) sampler_options_[s] = o;
+        return;
+      }
+      default: verify_chain(s); return;
+    }
+  }
+
+  void verify_chain(std::size_t s) {
+    ngramspec_sampler* sampler = samplers_[s];
+    const std::size_t vocab = sampler != nullptr ? sampler_vocab_[s] : in_.in_range(1, 12);
+    const std::size_t n_drafts = in_.in_range(0, 5);
+    // Rows: finite mostly, now and then -inf (masked), NaN or +inf (refused when read).
+    bool odd_logit = false;
+    std::vector<float> logits((n_drafts + 1) * vocab);
+    for (float& l : logits) {
+      switch (in_.in_range(0, 40)) {
+        case 0: l = -std::numeric_limits<float>::infinity(); odd_logit = true; break;
+        case 1: l = std::numeric_limits<float>::quiet_NaN(); odd_logit = true; break;
+        case 2: l = std::numeric_limits<float>::infinity(); odd_logit = true; break;
+        default: l = static_cast<float>(in_.in_range(0, 60)) / 10.0f - 3.0f;
+      }
+    }
+    const float* logits_in = maybe_null(logits.data());
+    std::size_t n_logits = logits.size();
+    if (in_.in_range(0, 15) == 0) n_logits = in_.in_range(0, logits.size() + 3) % (logits.size() + 1);
+    std::vector<Token> drafts(n_drafts);
+    for (Token& t : drafts) t = in_.in_range(0, 9) == 0 ? token() : static_cast<Token>(in_.in_range(0, vocab - 1));
+    // q: none, or a support per draft (empty: chosen), valid mostly.
+    std::vector<std::size_t> offsets;
+    std::vector<Token> q_tokens;
+    std::vector<float> q_probabilities;
+    const bool with_q = in_.flag();
+    bool q_valid = true;
+    if (with_q) {
+      offsets.push_back(0);
+      for (std::size_t d = 0; d < n_drafts; ++d) {
+        const std::size_t support = in_.in_range(0, 4);
+        for (std::size_t j = 0; j < support; ++j) {
+          q_tokens.push_back(j == 0 ? drafts[d] : static_cast<Token>(in_.in_range(0, vocab - 1)));
+          q_probabilities.push_back(static_cast<float>(in_.in_range(1, 10)) / 10.0f);
+        }
+        offsets.push_back(q_tokens.size());
+      }
+      if (in_.in_range(0, 15) == 0 && !q_probabilities.empty()) {
+        q_probabilities[in_.in_range(0, q_probabilities.size() - 1)] = in_.flag() ? -1.0f : std::numeric_limits<float>::quiet_NaN();
+        q_valid = false;
+      }
+      if (in_.in_range(0, 15) == 0) {
+        offsets[in_.in_range(0, offsets.size() - 1)] += in_.in_range(1, 3);
+        q_valid = q_valid && offsets.front() == 0 && std::is_sorted(offsets.begin(), offsets.end()) &&
+                  offsets.back() == q_tokens.size();
+      }
+    }
+    const bool valid = sampler != nullptr && logits_in != nullptr && n_logits == logits.size() && q_valid;
+    std::size_t accepted = kSizeSentinel;
+    Token next = kSentinel;
+    const bool ok = check_status(
+        ngramspec_sampler_verify_chain(sampler, logits_in, n_logits, in_.in_range(0, 1000),
+                                       drafts.empty() ? maybe_null(drafts.data()) : drafts.data(), n_drafts,
+                                       with_q ? offsets.data() : nullptr, with_q ? q_tokens.data() : nullptr,
+                                       with_q ? q_probabilities.data() : nullptr, q_tokens.size(), &accepted, &next),
+        "ngramspec_sampler_verify_chain");
+    // A row read with NaN or +inf, or masked whole, fails a call whose arguments are otherwise valid.
+    if (!(odd_logit && valid && !ok)) expect_valid(ok, valid, "ngramspec_sampler_verify_chain");
+    if (!ok) {
+      if (accepted != kSizeSentinel || next != kSentinel) fuzz_fail("a failed verify_chain wrote its outputs");
+      return;
+    }
+    if (accepted > n_drafts) fuzz_fail("verify_chain accepted more drafts than it had");
+    if (next >= vocab) fuzz_fail("verify_chain returned a token outside the vocabulary");
+    if (sampler_options_[s].temperature == 0.0f && !odd_logit) {
+      // Greedy: the argmax prefix (ties to the lowest id), then the argmax after it.
+      const auto argmax = [&](std::size_t row) {
+        const float* r = logits.data() + row * vocab;
+        return static_cast<Token>(std::max_element(r, r + vocab) - r);
+      };
+      std::size_t greedy = 0;
+      while (greedy < n_drafts && drafts[greedy] == argmax(greedy)) ++greedy;
+      if (accepted != greedy || next != argmax(greedy)) fuzz_fail("greedy verify_chain is not the argmax chain");
+    }
+  }
 
   bool corpus_in_use(const ngramspec_corpus* corpus) const {
     if (corpus == nullptr) return false;
@@ -1119,6 +1265,9 @@ class Script {
     }
   }
 
+  std::array<ngramspec_sampler*, kSlots> samplers_{};
+  std::array<std::size_t, kSlots> sampler_vocab_{};
+  std::array<ngramspec_sampling_options, kSlots> sampler_options_{};
   FuzzInput& in_;
   int sentinel_object_ = 0;  // the address *out holds until a create writes it
   ngramspec_corpus* corpora_[kSlots] = {};

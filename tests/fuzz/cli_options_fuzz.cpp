@@ -153,7 +153,8 @@ void fuzz_replay(std::span<const std::string_view> args) {
     else list.push_back(item);
   };
   for (std::size_t i = 0; i < args.size() && !wrong && !help; ++i) {
-    const std::string_view arg = args[i];
+    // --max-drafts is the one name of --k, which stays read as its alias: one option either way.
+    const std::string_view arg = args[i] == "--max-drafts" ? std::string_view("--k") : args[i];
     if (arg == "--help" || arg == "-h") {
       help = true;
     } else if ((kValued.count(arg) != 0 || arg == "--json" || arg == "--categories") && twice(arg)) {
@@ -425,7 +426,8 @@ void fuzz_generate(std::span<const std::string_view> args) {
   llama2::GenerateOptions expected;
   std::set<std::string_view> given;  // every option is given once at most
   for (std::size_t i = 0; i < args.size() && !wrong && !help; ++i) {
-    const std::string_view arg = args[i];
+    // --max-drafts is the one name of --k, which stays read as its alias: one option either way.
+    const std::string_view arg = args[i] == "--max-drafts" ? std::string_view("--k") : args[i];
     if (arg == "--help" || arg == "-h") {
       help = true;
     } else if (!given.insert(arg).second) {
@@ -440,6 +442,8 @@ void fuzz_generate(std::span<const std::string_view> args) {
       expected.enrich_counts = true;
     } else if (arg == "--best-of") {
       expected.best_of = true;
+    } else if (arg == "--no-continue") {
+      expected.continue_text = false;
     } else if (arg != "--model" && arg != "--tokenizer" && arg != "--prompt" && arg != "--prompts" && arg != "--cost" &&
                arg != "--sampling-mode" && kCounts.count(arg) == 0 && kReals.count(arg) == 0) {
       wrong = true;
@@ -549,6 +553,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
     }
     if (expected.enrich_counts && expected.recycle == 0) wrong = true;
     if (expected.draft_cost && !expected.best_of) wrong = true;
+    if (!expected.continue_text && !expected.best_of) wrong = true;
     if (expected.best_of && expected.draft_layers == 0) wrong = true;
     if (expected.draft_layers != 0 && (trees || !speculate)) wrong = true;
     if (expected.k == 0 || expected.k > kMaxDraftsPerPass) wrong = true;
@@ -591,6 +596,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
         "generate: a tree or prompts option differs");
   check(options.sampling.mode == expected.sampling.mode, "generate: --sampling-mode differs");
   check(options.draft_layers == expected.draft_layers && options.best_of == expected.best_of &&
+            options.continue_text == expected.continue_text &&
             options.draft_cost == expected.draft_cost,
         "generate: a draft model option differs");
   check(options.cost_source == expected.cost_source && options.cost.has_value() == expected.cost.has_value() &&

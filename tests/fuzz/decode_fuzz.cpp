@@ -231,7 +231,7 @@ void check_generate(const Scenario& s, const GreedyReference& ref) {
   check_model_holds(model, s, result.tokens);
 }
 
-// The README's engine loop over one sequence, with every step's outcome checked.
+// The step API's engine loop (docs/MODEL_CONTRACT.md) over one sequence, with every step's outcome checked.
 void check_steps(const Scenario& s, const GreedyReference& ref) {
   GreedyModel model(s.rule, s.max_batch);
   AnyDrafter drafter = make_drafter(s);

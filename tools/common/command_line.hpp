@@ -14,6 +14,16 @@
 
 namespace ngramspec::cli {
 
+/// The one name, on every command line, of the most drafts (or tree nodes) a pass sends.
+inline constexpr std::string_view kMaxDrafts = "--max-drafts";
+/// Its old name, still read: a documented alias of kMaxDrafts.
+inline constexpr std::string_view kMaxDraftsAlias = "--k";
+
+/// Whether `option` is --max-drafts or its alias --k.
+[[nodiscard]] constexpr bool is_max_drafts(std::string_view option) noexcept {
+  return option == kMaxDrafts || option == kMaxDraftsAlias;
+}
+
 /// The single-valued options a command line has given so far. A second value of one of them is a
 /// mistake (the first would be dropped without a word), so it is refused, naming the option; an
 /// option documented as repeatable (its values form a list) is simply not passed to once().
@@ -21,8 +31,14 @@ class GivenOptions {
  public:
   /// Notes `option`; throws std::invalid_argument "OPTION is given twice" (after `prefix`, e.g.
   /// "build: ") when it was noted before.
+  /// --max-drafts and its alias --k are one option: the second of them is refused as well,
+  /// naming both.
   void once(std::string_view option, std::string_view prefix = {}) {
     if (given(option)) throw std::invalid_argument(std::string(prefix) + std::string(option) + " is given twice");
+    if (is_max_drafts(option) && (given(kMaxDrafts) || given(kMaxDraftsAlias))) {
+      throw std::invalid_argument(std::string(prefix) + std::string(kMaxDrafts) + " is given twice (" +
+                                  std::string(kMaxDraftsAlias) + " is its other name)");
+    }
     given_.emplace_back(option);
   }
   /// Whether once(`option`) was called.

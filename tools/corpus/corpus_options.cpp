@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "command_line.hpp"
+#include "ngramspec/detail/parse_number.hpp"
 
 namespace ngramspec::corpus_tool {
 namespace {
@@ -207,24 +208,23 @@ TsvField parse_field(std::string_view text) {
 }
 
 std::int64_t parse_stamp(std::string_view option, std::string_view text) {
-  std::int64_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec == std::errc::result_out_of_range && ptr == text.data() + text.size()) {
+  const ngramspec::detail::ParsedNumber<std::int64_t> stamp = ngramspec::detail::parse_whole<std::int64_t>(text);
+  if (stamp.status == ngramspec::detail::NumberStatus::out_of_range) {
     throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) +
                                 " is out of range: it must be from -9223372036854775808 to 9223372036854775807");
   }
-  if (ec != std::errc() || ptr != text.data() + text.size()) {
+  if (!stamp.ok()) {
     throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) +
                                 " is not a whole number (a stamp, e.g. nanoseconds since the Unix epoch)");
   }
-  return value;
+  return stamp.value;
 }
 
 // --vocab-size: 1 to 2^32 (tokens are 32-bit, so 2^32 admits every one).
 std::uint64_t parse_vocab_size(std::string_view text) {
-  std::uint64_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size() || value == 0 || value > (std::uint64_t{1} << 32)) {
+  const ngramspec::detail::ParsedNumber<std::uint64_t> size = ngramspec::detail::parse_whole<std::uint64_t>(text);
+  const std::uint64_t value = size.value;
+  if (!size.ok() || value == 0 || value > (std::uint64_t{1} << 32)) {
     throw std::invalid_argument("--vocab-size: " + in_quotes(text) +
                                 " is not a vocabulary size: expected a whole number from 1 to 4294967296");
   }
@@ -235,9 +235,9 @@ std::uint64_t parse_vocab_size(std::string_view text) {
 std::uint64_t parse_fingerprint(std::string_view text) {
   const bool hexadecimal = text.starts_with("0x") || text.starts_with("0X");
   const std::string_view digits = hexadecimal ? text.substr(2) : text;
-  std::uint64_t value = 0;
-  const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, hexadecimal ? 16 : 10);
-  if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size() || value == 0) {
+  const ngramspec::detail::ParsedNumber<std::uint64_t> fingerprint = ngramspec::detail::parse_whole<std::uint64_t>(digits, hexadecimal ? 16 : 10);
+  const std::uint64_t value = fingerprint.value;
+  if (!fingerprint.ok() || value == 0) {
     throw std::invalid_argument("--tokenizer-fingerprint: " + in_quotes(text) +
                                 " is not a fingerprint: expected a nonzero whole number below 2^64, decimal or "
                                 "hexadecimal with 0x");

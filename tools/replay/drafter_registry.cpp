@@ -11,20 +11,20 @@
 #include <optional>
 #include <stdexcept>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
 #include "baselines/ngram_cache.hpp"
 #include "baselines/prompt_lookup.hpp"
+#include "drafter_entry.hpp"
+#include "ngramspec/detail/parse_number.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/tree_drafter.hpp"
 #include "tree_serving.hpp"
-
-#ifdef NGRAMSPEC_REPLAY_WITH_LLAMA_CPP
-#include "llama_cpp_drafter.hpp"
-#endif
 
 namespace ngramspec::replay {
 namespace {
@@ -60,14 +60,13 @@ class Parameters {
   std::size_t count(const std::string& key, std::size_t fallback) {
     const auto it = values_.find(key);
     if (it == values_.end()) return fallback;
-    std::size_t value = 0;
     const std::string& text = it->second;
-    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || ptr != text.data() + text.size()) {
+    const ngramspec::detail::ParsedNumber<std::size_t> value = ngramspec::detail::parse_whole<std::size_t>(text);
+    if (!value.ok()) {
       throw std::invalid_argument("drafter '" + spec_ + "': " + key + " = '" + text + "' is not a whole number");
     }
     values_.erase(it);
-    return value;
+    return value.value;
   }
   // A finite decimal number.
   double number(const std::string& key, double fallback) {
@@ -115,78 +114,6 @@ class Parameters {
   std::string spec_;
   std::map<std::string, std::string> values_;
 };
-
-// The entry of a drafter that `make(stream, k, corpus, gate)` builds: for `stream`, at most
-// k drafts a pass, reading `corpus` (nullptr: none), with its gate on or off (a drafter
-// without a gate ignores it). Every way of running it (one record, gated or not, or a served
-// batch) is built from that one function. With corpus_bytes > 0 the drafter reads a causal
-// SharedCorpus of that size, holding the outputs of the records before, in file order; with
-// `prime`, the records of that corpus file first.
-template <class Make>
-DrafterEntry entry(std::string name, Make make, bool has_gate = false, std::size_t corpus_bytes = 0,
-                   std::shared_ptr<const MappedCorpus> prime = nullptr) {
-  const auto single = [make, corpus_bytes, prime](bool gate) -> DrafterEntry::Run {
-    if (corpus_bytes == 0) {
-      return [make, gate](const TokenStream& stream, std::size_t k, int repeats, const HeapMeter& meter) {
-        const auto one = [&make, gate](const TokenStream& s, std::size_t n) { return make(s, n, nullptr, gate); };
-        return replay_record(stream, k, one, repeats, meter);
-      };
-    }
-    // Each record drafts from the outputs of the records before it in the file, then adds its
-    // own. A pass over the streams starts from an empty corpus.
-    struct Shared {
-      explicit Shared(std::size_t bytes) : corpus(bytes) {}
-      SharedCorpus corpus;
-      const TokenStream* first = nullptr;
-    };
-    auto shared = std::make_shared<Shared>(corpus_bytes);
-    return [make, gate, shared, prime](const TokenStream& stream, std::size_t k, int repeats, const HeapMeter& meter) {
-      if (shared->first == nullptr) shared->first = &stream;
-      if (shared->first == &stream) {
-        if (prime != nullptr) {
-          shared->corpus.load(prime->path(), ChecksumCheck::skip);  // verified when opened
-        } else {
-          shared->corpus.clear();
-        }
-      }
-      const auto one = [&make, &shared, gate](const TokenStream& s, std::size_t n) {
-        return make(s, n, &shared->corpus, gate);
-      };
-      const RecordResult result = replay_record(stream, k, one, repeats, meter);
-      shared->corpus.append(stream.output);
-      return result;
-    };
-  };
-  DrafterEntry e;
-  e.name = std::move(name);
-  e.run = single(true);
-  e.run_ungated = has_gate ? single(false) : e.run;
-  e.has_gate = has_gate;
-  e.serve = [make, corpus_bytes, prime](std::span<const TokenStream> streams, const ServeRequest& request) {
-    ServeConfig config;
-    config.k = request.k;
-    config.batch = request.batch;
-    config.speculate = request.policy != Policy::plain;
-    if (request.policy == Policy::cost) config.plan_cost = request.cost != nullptr ? *request.cost : flat_cost();
-    config.prices.assign(request.prices.begin(), request.prices.end());
-    // The pool serves every record: a drafter sized by its record (a whole-context window) is
-    // sized for the longest.
-    static const TokenStream kNone{};
-    const TokenStream* longest = &kNone;
-    for (const TokenStream& s : streams) {
-      if (s.prompt.size() + s.output.size() > longest->prompt.size() + longest->output.size()) longest = &s;
-    }
-    const bool gate = request.policy == Policy::gate;
-    std::optional<SharedCorpus> corpus;
-    if (corpus_bytes != 0) corpus.emplace(corpus_bytes);
-    if (corpus && prime != nullptr) corpus->load(prime->path(), ChecksumCheck::skip);  // verified when opened
-    SharedCorpus* const shared = corpus ? &*corpus : nullptr;
-    return serve_records(
-        streams, config, [&] { return make(*longest, request.k, static_cast<const SharedCorpus*>(shared), gate); },
-        shared);
-  };
-  return e;
-}
 
 // DrafterEntry::serve_tree of a match drafter: TreeDrafters over its chain `config`, drafting
 // from `file` and, with corpus_bytes > 0, from a causal SharedCorpus of that size (primed with
@@ -238,20 +165,28 @@ void check_corpus_size(const std::string& spec, std::size_t corpus_mib, bool has
   }
 }
 
-// llama.cpp:TYPE[:key=value,...]: llama.cpp's own n-gram drafter, run by its code.
-DrafterEntry llama_cpp_drafter(const std::string& spec) {
-#ifdef NGRAMSPEC_REPLAY_WITH_LLAMA_CPP
-  const std::string type = spec.size() > 10 ? spec.substr(10) : std::string();
-  const llama_cpp::LlamaCppDrafterConfig config = llama_cpp::parse_spec(type, "drafter '" + spec + "'");
-  return entry(llama_cpp::describe(config), [config](const TokenStream&, std::size_t, const SharedCorpus*, bool) {
-    return llama_cpp::LlamaCppDrafter(config);
-  });
-#else
+// The families other parts of the build registered (register_drafter_family), by name. A
+// function's static, so registrars running before main find it made.
+std::vector<DrafterFamily>& families() {
+  static std::vector<DrafterFamily> registered;
+  return registered;
+}
+
+// The family whose name `spec` is or starts with (NAME:...), or nullptr.
+const DrafterFamily* family_of(const std::string& spec) {
+  for (const DrafterFamily& family : families()) {
+    if (spec == family.name || spec.starts_with(family.name + ":")) return &family;
+  }
+  return nullptr;
+}
+
+// llama.cpp:TYPE[:key=value,...] in a replay built without llama.cpp (integrations/llama.cpp
+// registers the family when it is built in).
+[[noreturn]] void llama_cpp_not_built(const std::string& spec) {
   throw std::invalid_argument("drafter '" + spec +
                               "': this ngramspec-replay was built without llama.cpp; configure with "
                               "-DNGRAMSPEC_WITH_LLAMA_CPP=ON (or run `cmake --workflow --preset llama-cpp`) "
                               "to replay llama.cpp's own drafters");
-#endif
 }
 
 }  // namespace
@@ -262,7 +197,8 @@ std::size_t max_corpus_mib() noexcept {
 }
 
 DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaults) {
-  if (spec == "llama.cpp" || spec.starts_with("llama.cpp:")) return llama_cpp_drafter(spec);
+  if (const DrafterFamily* family = family_of(spec)) return family->make(spec);
+  if (spec == "llama.cpp" || spec.starts_with("llama.cpp:")) llama_cpp_not_built(spec);
   std::string name;
   Parameters parameters(spec, parse_parameters(spec, name));
   if (name == "ngram") {
@@ -276,7 +212,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     NGramPredictor{config};  // validates now, so a bad configuration fails before any replay
     std::string display = "ngram(w=" + (full ? std::string("full") : std::to_string(window)) + "," +
                           std::to_string(min_order) + "-" + std::to_string(max_order) + ")";
-    return entry(display, [config, full](const TokenStream& stream, std::size_t k, const SharedCorpus*, bool) {
+    return drafter_entry(display, [config, full](const TokenStream& stream, std::size_t k, const SharedCorpus*, bool) {
       NGramConfig c = config;
       c.max_drafts = k;
       if (full) c.window = std::max(c.max_order, stream.prompt.size() + stream.output.size());
@@ -322,7 +258,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     if (use_file) display += ",file";
     if (use_file && corpus_mib != 0 && prefer != 0) display += std::string(",prefer=") + (prefer == 1 ? "live" : "file");
     if (corpus_mib == 0) {
-      DrafterEntry e = entry(display + ")", make, has_gate);
+      DrafterEntry e = drafter_entry(display + ")", make, has_gate);
       e.reads_corpus_file = use_file;
       e.serve_tree = tree_server(config, file, 0, nullptr);
       return e;
@@ -332,7 +268,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     // the file (served: of the records finished before it began), then adds its own.
     display += ",corpus=" + std::to_string(corpus_mib) + "MiB" + (prime ? ",primed)" : ")");
     try {
-      DrafterEntry e = entry(display, make, has_gate, corpus_mib << 20, prime ? defaults.corpus_file : nullptr);
+      DrafterEntry e = drafter_entry(display, make, has_gate, corpus_mib << 20, prime ? defaults.corpus_file : nullptr);
       e.reads_corpus_file = use_file || prime;
       e.serve_tree = tree_server(config, file, corpus_mib << 20, prime ? defaults.corpus_file : nullptr);
       return e;
@@ -351,7 +287,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     baselines::PromptLookupDrafter{config};  // validates now
     std::string display = "prompt-lookup(" + std::to_string(min_n) + "-" + std::to_string(max_n) +
                           (latest ? ",latest)" : ")");
-    return entry(display, [config](const TokenStream&, std::size_t k, const SharedCorpus*, bool) {
+    return drafter_entry(display, [config](const TokenStream&, std::size_t k, const SharedCorpus*, bool) {
       baselines::PromptLookupConfig c = config;
       c.max_drafts = k;
       return baselines::PromptLookupDrafter(c);
@@ -359,7 +295,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
   }
   if (name == "pld-specbench") {
     parameters.finish();
-    return entry("pld-specbench", [](const TokenStream&, std::size_t k, const SharedCorpus*, bool) {
+    return drafter_entry("pld-specbench", [](const TokenStream&, std::size_t k, const SharedCorpus*, bool) {
       baselines::PromptLookupConfig c = baselines::spec_bench_pld();
       c.max_drafts = k;
       return baselines::PromptLookupDrafter(c);
@@ -373,7 +309,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     }
     parameters.finish();
     baselines::PromptLookupDrafter{baselines::hf_prompt_lookup(1, max_n, {static_cast<Token>(eos)})};
-    return entry("prompt-lookup-hf(1-" + std::to_string(max_n) + ")",
+    return drafter_entry("prompt-lookup-hf(1-" + std::to_string(max_n) + ")",
                  [max_n, eos](const TokenStream&, std::size_t k, const SharedCorpus*, bool) {
                    return baselines::PromptLookupDrafter(
                        baselines::hf_prompt_lookup(k, max_n, {static_cast<Token>(eos)}));
@@ -381,7 +317,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
   }
   if (name == "ngram-cache") {
     parameters.finish();
-    return entry("ngram-cache(llama.cpp)", [](const TokenStream&, std::size_t k, const SharedCorpus*, bool) {
+    return drafter_entry("ngram-cache(llama.cpp)", [](const TokenStream&, std::size_t k, const SharedCorpus*, bool) {
       return baselines::NGramCacheDrafter(baselines::llama_cpp_lookup(k));
     });
   }
@@ -389,7 +325,7 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
 }
 
 std::string drafter_names_help() {
-  return "  ngram[:window=W|full,min=N,max=N]   NGramPredictor: windowed hashed n-gram counts (defaults from\n"
+  std::string help = "  ngram[:window=W|full,min=N,max=N]   NGramPredictor: windowed hashed n-gram counts (defaults from\n"
          "                                       --window, --min-order, --max-order)\n"
          "  match[:cap=N,copy_min=L,count_max=M,count_window=W,gate=P,corpus=MIB,file=1,prime=1,\n"
          "        prefer=longer|live|file]\n"
@@ -413,16 +349,19 @@ std::string drafter_names_help() {
          "  pld-specbench                        Spec-Bench's PLD: suffix of 3, 2, 1 tokens, earliest occurrence\n"
          "                                       followed by all k drafts\n"
          "  prompt-lookup-hf[:max=N,eos=ID]      Hugging Face prompt lookup (default max 2, eos 2)\n"
-         "  ngram-cache                          llama.cpp's context n-gram cache, lax thresholds\n"
-#ifdef NGRAMSPEC_REPLAY_WITH_LLAMA_CPP
-         "  llama.cpp:TYPE[:key=value,...]       llama.cpp's own n-gram drafter, run by llama.cpp's code\n"
-         "                                       (common_speculative): ngram-simple[:n=N,m=M],\n"
-         "                                       ngram-map-k[:n=N,m=M], ngram-map-k4v[:n=N,m=M,min_hits=H],\n"
-         "                                       ngram-mod[:n_match=N,n_max=M,n_min=L], ngram-cache;\n"
-         "                                       defaults llama.cpp's (n 12, m 48, min_hits 1; n_match 24,\n"
-         "                                       n_max 64, n_min 48)\n"
-#endif
-         ;
+         "  ngram-cache                          llama.cpp's context n-gram cache, lax thresholds\n";
+  for (const DrafterFamily& family : families()) help += family.help;
+  return help;
+}
+
+void register_drafter_family(DrafterFamily family) {
+  if (family.name.empty() || !family.make) {
+    throw std::invalid_argument("register_drafter_family: a family needs a name and a make function");
+  }
+  if (family_of(family.name) != nullptr) {
+    throw std::invalid_argument("register_drafter_family: drafter family '" + family.name + "' is registered twice");
+  }
+  families().push_back(std::move(family));
 }
 
 }  // namespace ngramspec::replay

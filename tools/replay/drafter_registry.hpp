@@ -67,6 +67,23 @@ struct DrafterEntry {
   Serve serve_tree;
 };
 
+/// Drafters that another part of the build adds to the replay, so that the replay includes none
+/// of its code: integrations/llama.cpp registers llama.cpp's own drafters as "llama.cpp" from an
+/// object its build links into ngramspec-replay (the NGRAMSPEC_REPLAY_DRAFTER_FAMILIES property).
+struct DrafterFamily {
+  /// The specs it builds: NAME and NAME:...
+  std::string name;
+  /// Builds the drafter of a spec; throws std::invalid_argument naming what is wrong.
+  std::function<DrafterEntry(const std::string& spec)> make;
+  /// Its lines of --help (drafter_names_help), each ending in a newline.
+  std::string help;
+};
+
+/// Adds `family` to what make_drafter builds and drafter_names_help lists; for a registrar's
+/// static object, before main. Throws std::invalid_argument when it has no name or make function,
+/// or when its name is registered already.
+void register_drafter_family(DrafterFamily family);
+
 /// Builds the drafter NAME[:key=value,...]; throws std::invalid_argument naming what is wrong.
 [[nodiscard]] DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaults);
 

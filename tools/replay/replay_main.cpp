@@ -129,7 +129,8 @@ drafters:
   --drafter NAME       repeatable; default match (MatchDrafter, the decoder's default), or
                        match:file=1 with --corpus-file. Drafters:
 )" "%s" R"(
-  --k LIST             most drafts per pass, each 1 to 1024, comma-separated (default 4)
+  --max-drafts LIST    most drafts per pass, each 1 to 1024, comma-separated (default 4); --k LIST
+                       is its old name, still read
   --tree-nodes LIST    also replay draft trees: node budgets per pass, each 1 to 1024, comma-
                        separated. For every match drafter (the other drafters draft no trees; at
                        least one must be a match drafter), a TreeDrafter with TreeConfig's

@@ -11,6 +11,7 @@
 
 #include "command_line.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/detail/parse_number.hpp"
 #include "ngramspec/draft_tree.hpp"
 
 namespace ngramspec::replay {
@@ -22,41 +23,38 @@ std::string in_quotes(std::string_view text) { return "'" + std::string(text) + 
 // With a max_value, every rejection names the whole range.
 std::size_t parse_count(std::string_view option, std::string_view text, std::size_t min_value,
                         std::size_t max_value = std::numeric_limits<std::size_t>::max()) {
-  std::size_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  const ngramspec::detail::ParsedNumber<std::size_t> count = ngramspec::detail::parse_whole<std::size_t>(text);
   if (max_value != std::numeric_limits<std::size_t>::max()) {
     const std::string range = "from " + std::to_string(min_value) + " to " + std::to_string(max_value);
-    if (ptr != text.data() + text.size() || (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    if (count.status == ngramspec::detail::NumberStatus::malformed) {
       throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is not a whole number " + range);
     }
-    if (ec == std::errc::result_out_of_range || value < min_value || value > max_value) {
+    if (!count.ok() || count.value < min_value || count.value > max_value) {
       throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is out of range: it must be " + range);
     }
-    return value;
+    return count.value;
   }
-  if (ec == std::errc::result_out_of_range || (ec == std::errc() && ptr == text.data() + text.size() &&
-                                               value > max_value)) {
+  if (count.status == ngramspec::detail::NumberStatus::out_of_range) {
     throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is more than " +
                                 std::to_string(max_value));
   }
-  if (ec != std::errc() || ptr != text.data() + text.size() || value < min_value) {
+  if (!count.ok() || count.value < min_value) {
     throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is not a whole number >= " +
                                 std::to_string(min_value));
   }
-  return value;
+  return count.value;
 }
 
 // A finite number >= 0 in plain decimal or exponent notation (no sign, spaces, hex, inf or nan).
 double parse_non_negative(std::string_view option, std::string_view text) {
-  double value = -1;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::general);
-  if (ec == std::errc::result_out_of_range && ptr == text.data() + text.size()) {
+  const ngramspec::detail::ParsedNumber<double> real = ngramspec::detail::parse_real<double>(text);
+  if (real.status == ngramspec::detail::NumberStatus::out_of_range) {
     throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is out of a double's range");
   }
-  if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(value) || !(value >= 0)) {
+  if (!real.ok() || !(real.value >= 0)) {
     throw std::invalid_argument(std::string(option) + ": " + in_quotes(text) + " is not a non-negative number");
   }
-  return value;
+  return real.value;
 }
 
 // Calls each(item) for every comma-separated item of `list`: "", "4," and "4,,8" hold empty items.
@@ -115,7 +113,7 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
       add_text(options.synthetic_specs, value());
     } else if (arg == "--drafter") {
       add_text(options.drafter_names, value());
-    } else if (arg == "--k") {
+    } else if (cli::is_max_drafts(arg)) {  // --max-drafts, or its old name --k
       // Every comma-separated item must be a number: "", "4," and "4,,8" are mistakes.
       for_each_item(value(), [&](std::string_view item) { add_count(options.ks, item, kMaxDraftsPerPass); });
     } else if (arg == "--tree-nodes") {

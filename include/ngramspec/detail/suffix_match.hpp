@@ -9,23 +9,11 @@
 #include <cstdint>
 #include <span>
 
+#include "ngramspec/corpus_draft.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
 #include "ngramspec/token.hpp"
 
-namespace ngramspec {
-
-/// Where a corpus's longest suffix match ended: the match's length and the position after it.
-struct CorpusMatch {
-  std::size_t length = 0;  ///< tokens of the context matched (0: none)
-  std::uint64_t end = 0;   ///< position after the match in the corpus; what follows it is the draft
-};
-
-namespace detail {
-
-/// Longest n-gram a corpus indexes and looks up first.
-inline constexpr std::size_t kCorpusMaxOrder = 3;
-/// Longest match a corpus measures.
-inline constexpr std::size_t kCorpusMaxVerify = 64;
+namespace ngramspec::detail {
 
 /// The FNV-1a hashes of a context's last 1, 2 and 3 tokens, read newest first (so each
 /// continues the one before); `orders` of them are set.
@@ -91,5 +79,4 @@ template <class Index>
   return count;
 }
 
-}  // namespace detail
-}  // namespace ngramspec
+}  // namespace ngramspec::detail

@@ -346,6 +346,27 @@ TEST(DraftModelProgram, CheckWithADraftModelIsIdenticalAndItsDraftsAccepted) {
   }
 }
 
+// --best-of: each pass the text's drafts, the draft model's, or the text's continued by the draft model;
+// the output is plain decoding's, greedy and sampled, and the draft model's drafts are accepted where it wins.
+TEST(DraftModelProgram, CheckWithTheBestOfTextAndDraftModelIsIdentical) {
+  REQUIRE_MODEL();
+  for (const std::string sampling : {"", " --temperature 1 --seed 5"}) {
+    int status = 0;
+    const std::string out = run_program("--model " + kModel + " --prompts " + NGRAMSPEC_PROMPTS_FILE +
+                                            " --n 48 --threads 1 --check --repeats 1 --cost none --best-of"
+                                            " --draft-cost 0 --draft-model " + draft_gguf(kBlocks) + sampling + " --json",
+                                        status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("\"identical\": true"), std::string::npos) << out;
+    const std::size_t run = out.find("{\"drafter\": \"ngramspec best-of draft5.gguf\"");
+    ASSERT_NE(run, std::string::npos) << out;
+    const std::size_t accepted = out.find("\"accepted\": ", run);
+    ASSERT_NE(accepted, std::string::npos) << out;
+    // The whole model as its own draft model: drafting it wins nearly every pass.
+    EXPECT_GT(std::stoul(out.substr(accepted + 12)), 100u) << out.substr(run, 300);
+  }
+}
+
 // write_first_blocks (--draft-layers) writes, for every depth, a draft that llama.cpp loads with
 // that many blocks and that decodes as make_draft_gguf.py's file of the same depth does; what it
 // cannot do it refuses by name, leaving no file.
@@ -451,6 +472,13 @@ TEST(DraftModelProgram, RefusesDraftModelsItCannotUseNamingThem) {
       {"--prompt hi --compare --draft-layers 1 --draft-model a.gguf --draft-model b.gguf",
        "--draft-layers cuts one model: give at most one --draft-model"},
       {"--prompt hi --no-speculate --draft-layers 1", "--draft-layers does nothing with --no-speculate"},
+      {"--prompt hi --best-of", "--best-of chooses between the text and a draft model: it needs --draft-model or "
+                                "--draft-layers"},
+      {"--prompt hi --draft-layers 1 --draft-cost 0.5",
+       "--draft-cost prices the draft model's tokens for --best-of: it needs --best-of"},
+      {"--prompt hi --draft-layers 1 --best-of --draft-cost -1",
+       "--draft-cost -1: is negative; a drafted token costs 0 or more passes"},
+      {"--prompt hi --draft-layers 1 --best-of --draft-cost inf", "--draft-cost inf: is not a finite number"},
   };
   for (const auto& [args, message] : cases) {
     out = run_program("--model /nonexistent/model.gguf " + args, status);

@@ -1,35 +1,36 @@
-# Checks that a fenced block of the README is byte-for-byte a file of the repository, or what
-# a program prints, so the README cannot drift from code that builds and runs as a test.
+# Checks that a fenced block of a Markdown document (the README, a file of docs/) is
+# byte-for-byte a file of the repository, or what a program prints, so the document cannot drift
+# from code that builds and runs as a test.
 #
 # The block is the fenced one right after the line "<!-- ${BLOCK} -->".
 #
-# cmake -DREADME=<README.md> -DBLOCK=<marker> -DEXPECTED_FILE=<file> -P check_readme_block.cmake
-# cmake -DREADME=<README.md> -DBLOCK=<marker> -DPROGRAM=<executable> -P check_readme_block.cmake
+# cmake -DDOC=<file.md> -DBLOCK=<marker> -DEXPECTED_FILE=<file> -P check_doc_block.cmake
+# cmake -DDOC=<file.md> -DBLOCK=<marker> -DPROGRAM=<executable> -P check_doc_block.cmake
 
 cmake_minimum_required(VERSION 3.25)
 
-file(READ "${README}" readme)
+file(READ "${DOC}" doc)
 if(DEFINED EXPECTED_FILE)
   file(READ "${EXPECTED_FILE}" expected)
   set(source "${EXPECTED_FILE}")
-  set(remedy "Copy ${EXPECTED_FILE} into the README block.")
+  set(remedy "Copy ${EXPECTED_FILE} into the block of ${DOC}.")
 elseif(DEFINED PROGRAM)
   execute_process(COMMAND "${PROGRAM}" RESULT_VARIABLE result OUTPUT_VARIABLE expected ERROR_VARIABLE errors)
   if(NOT result EQUAL 0)
     message(FATAL_ERROR "${PROGRAM} failed (${result}):\n${expected}${errors}")
   endif()
   set(source "the output of ${PROGRAM}")
-  set(remedy "Paste the output of ${PROGRAM} into the README block.")
+  set(remedy "Paste the output of ${PROGRAM} into the block of ${DOC}.")
 else()
-  message(FATAL_ERROR "check_readme_block.cmake: set EXPECTED_FILE or PROGRAM")
+  message(FATAL_ERROR "check_doc_block.cmake: set EXPECTED_FILE or PROGRAM")
 endif()
 
 set(marker "<!-- ${BLOCK} -->\n```")
-string(FIND "${readme}" "${marker}" start)
+string(FIND "${doc}" "${marker}" start)
 if(start EQUAL -1)
-  message(FATAL_ERROR "${README} has no \"<!-- ${BLOCK} -->\" line followed by a ``` block")
+  message(FATAL_ERROR "${DOC} has no \"<!-- ${BLOCK} -->\" line followed by a ``` block")
 endif()
-string(SUBSTRING "${readme}" ${start} -1 rest)
+string(SUBSTRING "${doc}" ${start} -1 rest)
 string(FIND "${rest}" "\n" line_end)  # end of the marker line
 string(SUBSTRING "${rest}" ${line_end} -1 rest)
 string(SUBSTRING "${rest}" 1 -1 rest)
@@ -38,7 +39,7 @@ math(EXPR line_end "${line_end} + 1")
 string(SUBSTRING "${rest}" ${line_end} -1 rest)
 string(FIND "${rest}" "\n```\n" end)
 if(end EQUAL -1)
-  message(FATAL_ERROR "the README block after \"<!-- ${BLOCK} -->\" is not closed by a ``` line")
+  message(FATAL_ERROR "the block of ${DOC} after \"<!-- ${BLOCK} -->\" is not closed by a ``` line")
 endif()
 math(EXPR end "${end} + 1")  # keep the block's last newline
 string(SUBSTRING "${rest}" 0 ${end} block)
@@ -68,7 +69,7 @@ if(NOT block STREQUAL expected)
   endwhile()
   string(REGEX REPLACE "\n.*" "" a "${a}")
   string(REGEX REPLACE "\n.*" "" b "${b}")
-  message(FATAL_ERROR "the README block \"${BLOCK}\" differs from ${source} at line ${line}:\n"
-                      "  README: ${a}\n  actual: ${b}\n${remedy}")
+  message(FATAL_ERROR "the block \"${BLOCK}\" of ${DOC} differs from ${source} at line ${line}:\n"
+                      "  document: ${a}\n  actual:   ${b}\n${remedy}")
 endif()
-message(STATUS "README block \"${BLOCK}\" matches ${source}")
+message(STATUS "the block \"${BLOCK}\" of ${DOC} matches ${source}")

@@ -1,0 +1,186 @@
+// What every part of the C ABI (include/ngramspec/ngramspec.h) shares: the handles over the C++
+// objects, the thread's last error, the argument checks, and the guarded call that keeps every
+// exception on the C++ side of the boundary.
+//
+// Every entry point checks its handles, pointers and sizes itself, then calls the C++ object inside
+// guarded(), so no exception crosses the boundary. The C++ calls validate all of their arguments
+// before they change anything, so a call that fails changes nothing. A failure writes its message
+// to a fixed thread-local buffer: reporting never allocates, not even after an allocation failed.
+
+#ifndef NGRAMSPEC_SRC_C_API_COMMON_HPP
+#define NGRAMSPEC_SRC_C_API_COMMON_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+#include "ngramspec/corpus_file.hpp"
+#include "ngramspec/mapped_corpus.hpp"
+#include "ngramspec/match_drafter.hpp"
+#include "ngramspec/ngram_predictor.hpp"
+#include "ngramspec/ngramspec.h"
+#include "ngramspec/shared_corpus.hpp"
+#include "ngramspec/token.hpp"
+
+namespace ngramspec::c_api {
+
+/// A C handle's C++ object; a handle is `struct ngramspec_x : Handle<X>`.
+template <class T>
+struct Handle {
+  template <class... Args>
+  explicit Handle(Args&&... args) : object(std::forward<Args>(args)...) {}
+  T object;
+};
+
+}  // namespace ngramspec::c_api
+
+struct ngramspec_corpus : ngramspec::c_api::Handle<ngramspec::SharedCorpus> {
+  using Handle::Handle;
+};
+
+struct ngramspec_corpus_file : ngramspec::c_api::Handle<ngramspec::MappedCorpus> {
+  explicit ngramspec_corpus_file(const char* path) : Handle(std::filesystem::path(path)) {}
+};
+
+struct ngramspec_match_drafter : ngramspec::c_api::Handle<ngramspec::MatchDrafter> {
+  using Handle::Handle;
+};
+
+struct ngramspec_ngram_predictor : ngramspec::c_api::Handle<ngramspec::NGramPredictor> {
+  using Handle::Handle;
+};
+
+namespace ngramspec::c_api {
+
+// ---- Errors ------------------------------------------------------------------------------------
+
+/// Where a failure happened, as the C caller knows it: the C function and, for a call about one
+/// sequence, the sequence (named in front of a message that does not name it).
+struct Where {
+  const char* function;
+  std::optional<ngramspec_sequence_id> sequence = std::nullopt;
+};
+
+/// Writes the calling thread's last error (cut to its buffer, ending "..." when cut); returns `status`.
+[[gnu::format(printf, 2, 3)]] ngramspec_status fail(ngramspec_status status, const char* format, ...) noexcept;
+
+/// The status and message of the exception being handled; call it only from a catch block.
+ngramspec_status translate_exception(const Where& where) noexcept;
+
+/// Calls `f`, which returns nothing or a status; an exception becomes its status and the thread's
+/// last error, named by `where`.
+template <class F>
+ngramspec_status guarded(const Where& where, F&& f) noexcept {
+  try {
+    if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
+      f();
+      return NGRAMSPEC_OK;
+    } else {
+      return f();
+    }
+  } catch (...) {
+    return translate_exception(where);
+  }
+}
+
+/// guarded() for the calls that return a value rather than a status: `on_failure` when `f` throws.
+template <class T, class F>
+T guarded_value(const Where& where, T on_failure, F&& f) noexcept {
+  try {
+    return f();
+  } catch (...) {
+    translate_exception(where);
+    return on_failure;
+  }
+}
+
+// ---- Argument checks ---------------------------------------------------------------------------
+
+/// `name` is NULL.
+ngramspec_status null_argument(const char* where, const char* name) noexcept;
+
+/// `name` is NULL but its count is not 0.
+ngramspec_status null_array(const char* where, const char* name, const char* count_name, std::size_t count) noexcept;
+
+/// NGRAMSPEC_OK when `pointer` and `count` (of `element_bytes`-byte elements) can be an array: not
+/// NULL unless empty, and no larger than the largest array.
+ngramspec_status check_array(const char* where, const void* pointer, const char* name, const char* count_name,
+                             std::size_t count, std::size_t element_bytes) noexcept;
+
+/// check_array for an array of tokens.
+inline ngramspec_status check_tokens(const char* where, const void* pointer, const char* name,
+                                     const char* count_name, std::size_t count) noexcept {
+  return check_array(where, pointer, name, count_name, count, sizeof(ngramspec_token));
+}
+
+/// A corpus preference from C: any int, checked against the enum (false: refused, the last error set).
+bool to_cpp(int value, CorpusPreference& out, const char* where) noexcept;
+
+/// A MatchConfig from C (NULL: the defaults).
+MatchConfig to_cpp(const ngramspec_match_config* config) noexcept;
+
+/// A MatchConfig in C.
+ngramspec_match_config to_c(const MatchConfig& config) noexcept;
+
+/// A handle's C++ object, or nothing for NULL: the corpora a drafter may read.
+template <class H>
+auto* object_of(H* handle) noexcept {
+  return handle != nullptr ? &handle->object : nullptr;
+}
+
+/// The model's vocabulary as the create calls take it.
+struct Vocabulary {
+  std::uint64_t size = 0;
+  std::uint64_t tokenizer_fingerprint = 0;
+};
+
+/// The single-drafter handles' update (a noexcept C++ update); `name` is the handle's parameter.
+template <class H>
+ngramspec_status update_handle(const char* where, H* handle, const char* name, const ngramspec_token* tokens,
+                               std::size_t count) noexcept {
+  if (handle == nullptr) return null_argument(where, name);
+  if (const ngramspec_status bad = check_tokens(where, tokens, "tokens", "count", count); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  handle->object.update(std::span<const Token>(tokens, count));
+  return NGRAMSPEC_OK;
+}
+
+/// The single-drafter handles' predict (a noexcept C++ predict), with the drafts' confidences when
+/// `probabilities` is not NULL.
+template <class H>
+ngramspec_status predict_handle(const char* where, const H* handle, const char* name, ngramspec_token* out,
+                                std::size_t capacity, float* probabilities, std::size_t* count) noexcept {
+  if (handle == nullptr) return null_argument(where, name);
+  if (const ngramspec_status bad = check_tokens(where, out, "out", "capacity", capacity); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (count == nullptr) return null_argument(where, "count");
+  const std::span<Token> drafts(out, capacity);
+  *count = probabilities != nullptr ? handle->object.predict(drafts, std::span<float>(probabilities, capacity))
+                                    : handle->object.predict(drafts);
+  return NGRAMSPEC_OK;
+}
+
+/// The single-drafter handles' reset (a noexcept C++ reset).
+template <class H>
+ngramspec_status reset_handle(const char* where, H* handle, const char* name) noexcept {
+  if (handle == nullptr) return null_argument(where, name);
+  handle->object.reset();
+  return NGRAMSPEC_OK;
+}
+
+/// `new H(args...)` into `*out`, guarded.
+template <class H, class... Args>
+ngramspec_status create_handle(const char* where, H** out, Args&&... args) noexcept {
+  if (out == nullptr) return null_argument(where, "out");
+  return guarded(Where{where}, [&] { *out = new H(std::forward<Args>(args)...); });
+}
+
+}  // namespace ngramspec::c_api
+
+#endif  // NGRAMSPEC_SRC_C_API_COMMON_HPP

@@ -1,0 +1,220 @@
+// The C ABI's sampler: TokenSampler, and the rejection verification of one sequence's chain.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "common.hpp"
+#include "ngramspec/draft_distribution.hpp"
+#include "ngramspec/ngramspec.h"
+#include "ngramspec/sampling_options.hpp"
+#include "ngramspec/token.hpp"
+#include "ngramspec/token_sampler.hpp"
+
+static_assert(NGRAMSPEC_MAX_SUPPORT == ngramspec::DraftDistributions::kMaxSupport);
+
+// The sampler, and the drafts' distributions its verify calls convert through.
+struct ngramspec_sampler : ngramspec::c_api::Handle<ngramspec::TokenSampler> {
+  using Handle::Handle;
+  ngramspec::DraftDistributions q;
+};
+
+namespace {
+
+using namespace ngramspec::c_api;  // the parts every C function uses
+
+// Sampling options from C (NULL: the defaults) into `out`; false: refused, the last error set.
+// The C++ validation (the sampler's) checks the fields that SamplingOptions has.
+bool to_cpp(const ngramspec_sampling_options* options, ngramspec::SamplingOptions& out, const char* where) noexcept {
+  const ngramspec_sampling_options c = options != nullptr ? *options : ngramspec_sampling_options_default();
+  // The first version of the struct is the only one: a size that is not its size is another
+  // header's struct, or one never set.
+  if (c.struct_size != sizeof(ngramspec_sampling_options)) {
+    fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+         "%s: options->struct_size = %zu is invalid: it must be sizeof(ngramspec_sampling_options) = %zu (set it "
+         "with ngramspec_sampling_options_default)",
+         where, c.struct_size, sizeof(ngramspec_sampling_options));
+    return false;
+  }
+  switch (c.mode) {
+    case NGRAMSPEC_SAMPLING_EXACT: out.mode = ngramspec::SamplingMode::exact; break;
+    case NGRAMSPEC_SAMPLING_REJECTION: out.mode = ngramspec::SamplingMode::rejection; break;
+    default:
+      fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+           "%s: options->mode = %d is invalid: it must be NGRAMSPEC_SAMPLING_EXACT (0) or NGRAMSPEC_SAMPLING_REJECTION "
+           "(1)",
+           where, c.mode);
+      return false;
+  }
+  out.temperature = c.temperature;
+  out.top_k = c.top_k;
+  out.top_p = c.top_p;
+  out.min_p = c.min_p;
+  out.seed = c.seed;
+  return true;
+}
+
+// The drafts' distributions as ngramspec_sampler_verify_chain takes them: NGRAMSPEC_OK when q_offsets
+// cut q_tokens and q_probabilities into one support per draft that DraftDistributions::push accepts.
+ngramspec_status check_distributions(const char* where, std::size_t n_drafts, const std::size_t* q_offsets,
+                                     const ngramspec_token* q_tokens, const float* q_probabilities,
+                                     std::size_t n_q) noexcept {
+  if (q_offsets == nullptr) {
+    if (n_q != 0) {
+      return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: q_offsets is NULL (every draft chosen) but n_q = %zu", where,
+                  n_q);
+    }
+    return NGRAMSPEC_OK;
+  }
+  if (const ngramspec_status bad = check_tokens(where, q_tokens, "q_tokens", "n_q", n_q); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (const ngramspec_status bad = check_array(where, q_probabilities, "q_probabilities", "n_q", n_q, sizeof(float));
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (q_offsets[0] != 0) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: q_offsets[0] = %zu is invalid: it must be 0", where,
+                q_offsets[0]);
+  }
+  for (std::size_t i = 0; i < n_drafts; ++i) {
+    const std::size_t begin = q_offsets[i];
+    const std::size_t end = q_offsets[i + 1];
+    if (end < begin || end > n_q) {
+      return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                  "%s: q_offsets[%zu] = %zu is invalid: it must be from q_offsets[%zu] = %zu to n_q = %zu", where,
+                  i + 1, end, i, begin, n_q);
+    }
+    if (end - begin > ngramspec::DraftDistributions::kMaxSupport) {
+      return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                  "%s: draft %zu's support (q_offsets[%zu] .. q_offsets[%zu]) has %zu tokens, more than "
+                  "NGRAMSPEC_MAX_SUPPORT = %zu",
+                  where, i, i, i + 1, end - begin, ngramspec::DraftDistributions::kMaxSupport);
+    }
+    double total = 0.0;
+    for (std::size_t s = begin; s < end; ++s) {
+      const float probability = q_probabilities[s];
+      if (!std::isfinite(probability) || probability < 0.0f) {
+        return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                    "%s: q_probabilities[%zu] = %g (draft %zu, token %u) is invalid: it must be finite and >= 0",
+                    where, s, static_cast<double>(probability), i, static_cast<unsigned>(q_tokens[s]));
+      }
+      total += probability;
+    }
+    if (end != begin && !(total > 0.0)) {
+      return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                  "%s: draft %zu's probabilities q_probabilities[%zu .. %zu) sum to 0; a support needs some (an "
+                  "empty one reads the draft as chosen)",
+                  where, i, begin, end);
+    }
+  }
+  if (q_offsets[n_drafts] != n_q) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: q_offsets[%zu] = %zu is invalid: it must be n_q = %zu", where,
+                n_drafts, q_offsets[n_drafts], n_q);
+  }
+  return NGRAMSPEC_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+ngramspec_sampling_options ngramspec_sampling_options_default(void) {
+  const ngramspec::SamplingOptions options;
+  ngramspec_sampling_options c;
+  c.struct_size = sizeof(ngramspec_sampling_options);
+  c.temperature = options.temperature;
+  c.top_k = options.top_k;
+  c.top_p = options.top_p;
+  c.min_p = options.min_p;
+  c.seed = options.seed;
+  c.mode = options.mode == ngramspec::SamplingMode::rejection ? NGRAMSPEC_SAMPLING_REJECTION : NGRAMSPEC_SAMPLING_EXACT;
+  return c;
+}
+
+ngramspec_status ngramspec_sampler_create(const ngramspec_sampling_options* options, size_t vocab_size,
+                                          ngramspec_sampler** out) {
+  if (out == nullptr) return null_argument(__func__, "out");
+  ngramspec::SamplingOptions cpp;
+  if (!to_cpp(options, cpp, __func__)) return NGRAMSPEC_ERROR_INVALID_ARGUMENT;
+  return ngramspec::c_api::create_handle(__func__, out, cpp, vocab_size);
+}
+
+void ngramspec_sampler_free(ngramspec_sampler* sampler) { delete sampler; }
+
+ngramspec_status ngramspec_sampler_set_options(ngramspec_sampler* sampler, const ngramspec_sampling_options* options) {
+  if (sampler == nullptr) return null_argument(__func__, "sampler");
+  ngramspec::SamplingOptions cpp;
+  if (!to_cpp(options, cpp, __func__)) return NGRAMSPEC_ERROR_INVALID_ARGUMENT;
+  return guarded(Where{__func__}, [&] { sampler->object.set_options(cpp); });
+}
+
+ngramspec_status ngramspec_sampler_verify_chain(ngramspec_sampler* sampler, const float* logits, size_t n_logits,
+                                                uint64_t position, const ngramspec_token* drafts, size_t n_drafts,
+                                                const size_t* q_offsets, const ngramspec_token* q_tokens,
+                                                const float* q_probabilities, size_t n_q, size_t* accepted,
+                                                ngramspec_token* next) {
+  if (sampler == nullptr) return null_argument(__func__, "sampler");
+  if (const ngramspec_status bad = check_array(__func__, logits, "logits", "n_logits", n_logits, sizeof(float));
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (const ngramspec_status bad = check_tokens(__func__, drafts, "drafts", "n_drafts", n_drafts);
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  const std::size_t vocab = sampler->object.vocab_size();
+  if (n_logits % vocab != 0 || n_logits / vocab != n_drafts + 1) {  // n_drafts + 1 cannot wrap: checked above
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: n_logits = %zu is invalid: it must be (n_drafts + 1) x vocab_size = (%zu + 1) x %zu, a row per "
+                "draft and one after them",
+                __func__, n_logits, n_drafts, vocab);
+  }
+  if (const ngramspec_status bad =
+          check_distributions(__func__, n_drafts, q_offsets, q_tokens, q_probabilities, n_q);
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (accepted == nullptr) return null_argument(__func__, "accepted");
+  if (next == nullptr) return null_argument(__func__, "next");
+  return guarded(Where{__func__}, [&] {
+    ngramspec::TokenSampler& tokens = sampler->object;
+    const bool rejection = tokens.options().mode == ngramspec::SamplingMode::rejection;
+    ngramspec::DraftDistributions& q = sampler->q;
+    q.clear();
+    if (rejection && q_offsets != nullptr) {
+      for (std::size_t i = 0; i < n_drafts; ++i) {
+        const std::size_t begin = q_offsets[i];
+        const std::size_t size = q_offsets[i + 1] - begin;
+        if (size == 0) {
+          q.push_one_hot();
+        } else {
+          q.push_unchecked(std::span<const ngramspec::Token>(q_tokens + begin, size),
+                           std::span<const float>(q_probabilities + begin, size));
+        }
+      }
+    }
+    const auto row = [&](std::size_t i) { return std::span<const float>(logits + i * vocab, vocab); };
+    std::size_t n = 0;
+    for (; n < n_drafts; ++n) {
+      ngramspec::Token token = 0;
+      if (rejection) {
+        const ngramspec::TokenSampler::Draft draft{
+            drafts[n], q_offsets != nullptr ? static_cast<std::uint32_t>(n) : ngramspec::TokenSampler::Draft::kChosen};
+        token = tokens.verify(row(n), position + n, std::span<const ngramspec::TokenSampler::Draft>(&draft, 1), q);
+      } else {
+        token = tokens.choose(row(n), position + n);
+      }
+      if (token != drafts[n]) {  // rejected: the residual gives a rejected draft no mass
+        *accepted = n;
+        *next = token;
+        return;
+      }
+    }
+    *next = tokens.choose(row(n_drafts), position + n_drafts);  // every draft accepted: the row after them
+    *accepted = n_drafts;
+  });
+}
+
+}  // extern "C"
