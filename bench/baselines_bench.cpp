@@ -215,20 +215,22 @@ void register_drafter(const std::string& name, Make make, Length length = Length
 void register_all() {
   for (const std::size_t window : {std::size_t{512}, std::size_t{8192}}) {
     register_drafter<NGramPredictor>("ngram(w=" + std::to_string(window) + ")", [window](std::size_t k) {
-      return NGramPredictor(NGramConfig{2, 4, k, window});
+      return NGramPredictor(NGramConfig{.min_order = 2, .max_order = 4, .max_drafts = k, .window = window});
     });
   }
   register_drafter<MatchDrafter>(
-      "match", [](std::size_t k) { return MatchDrafter(MatchConfig{.cap = kMatchCap, .draft_count = k}); },
+      "match", [](std::size_t k) { return MatchDrafter(MatchConfig{.index_capacity = kMatchCap, .max_drafts = k}); },
       Length::kFixedTokens);
   register_drafter<MatchDrafter>(
       "match+corpus",
-      [](std::size_t k) { return MatchDrafter(MatchConfig{.cap = kMatchCap, .draft_count = k}, &shared_corpus()); },
+      [](std::size_t k) {
+        return MatchDrafter(MatchConfig{.index_capacity = kMatchCap, .max_drafts = k}, &shared_corpus());
+      },
       Length::kFixedTokens);
   register_drafter<MatchDrafter>(
       "match-nogate",
       [](std::size_t k) {
-        return MatchDrafter(MatchConfig{.cap = kMatchCap, .draft_count = k, .min_confidence = 0});
+        return MatchDrafter(MatchConfig{.index_capacity = kMatchCap, .max_drafts = k, .min_confidence = 0});
       },
       Length::kFixedTokens);
   register_drafter<baselines::PromptLookupDrafter>("prompt-lookup(vllm,1-4)", [](std::size_t k) {

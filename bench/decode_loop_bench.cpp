@@ -45,7 +45,9 @@ class FreeModel {
 void BM_Generate(benchmark::State& state) {
   const bool periodic = state.range(0) != 0;
   FreeModel model(periodic, 100);
-  SpeculativeDecoder decoder(model, NGramPredictor(NGramConfig{2, 4, static_cast<std::size_t>(state.range(2)), 512}));
+  const NGramConfig config{
+      .min_order = 2, .max_order = 4, .max_drafts = static_cast<std::size_t>(state.range(2)), .window = 512};
+  SpeculativeDecoder decoder(model, NGramPredictor(config));
   std::vector<Token> prompt(200);
   std::iota(prompt.begin(), prompt.end(), Token{0});
   for (Token& t : prompt) t %= 100;

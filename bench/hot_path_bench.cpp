@@ -153,7 +153,7 @@ const std::vector<NamedStream>& streams() {
 }
 
 NGramPredictor make_ngram() { return NGramPredictor(NGramConfig{}); }
-MatchDrafter make_match() { return MatchDrafter(MatchConfig{.cap = kMatchCap}); }
+MatchDrafter make_match() { return MatchDrafter(MatchConfig{.index_capacity = kMatchCap}); }
 
 // The drafter after the first `context` tokens of `stream`, built once per key and kept while
 // consecutive benchmarks ask for it, so the library's repeated runs of one benchmark (its

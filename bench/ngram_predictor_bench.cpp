@@ -39,7 +39,7 @@ const char* kind_name(std::int64_t kind) { return kind == kPeriodic ? "periodic"
 void BM_Update(benchmark::State& state) {
   const auto window = static_cast<std::size_t>(state.range(0));
   const std::vector<Token> stream = make_stream(state.range(2), state.range(1));
-  NGramPredictor predictor(NGramConfig{2, 4, 4, window});
+  NGramPredictor predictor(NGramConfig{.min_order = 2, .max_order = 4, .max_drafts = 4, .window = window});
   // Warm up past the window so every update also evicts, as in steady state.
   for (std::size_t i = 0; i < 2 * window; ++i) predictor.update(stream[i]);
   std::size_t i = 0;
@@ -56,7 +56,7 @@ void BM_Predict(benchmark::State& state) {
   const auto window = static_cast<std::size_t>(state.range(0));
   const auto k = static_cast<std::size_t>(state.range(3));
   const std::vector<Token> stream = make_stream(state.range(2), state.range(1));
-  NGramPredictor predictor(NGramConfig{2, 4, k, window});
+  NGramPredictor predictor(NGramConfig{.min_order = 2, .max_order = 4, .max_drafts = k, .window = window});
   for (std::size_t i = 0; i < 4 * window + 3; ++i) predictor.update(stream[i]);
   std::array<Token, 64> out{};
   std::size_t drafted = 0;
@@ -75,7 +75,7 @@ void BM_UpdateThenPredict(benchmark::State& state) {
   const auto window = static_cast<std::size_t>(state.range(0));
   const auto k = static_cast<std::size_t>(state.range(3));
   const std::vector<Token> stream = make_stream(state.range(2), state.range(1));
-  NGramPredictor predictor(NGramConfig{2, 4, k, window});
+  NGramPredictor predictor(NGramConfig{.min_order = 2, .max_order = 4, .max_drafts = k, .window = window});
   for (std::size_t i = 0; i < 2 * window; ++i) predictor.update(stream[i]);
   std::array<Token, 64> out{};
   std::size_t i = 0;

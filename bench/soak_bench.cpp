@@ -309,7 +309,7 @@ int main(int argc, char** argv) {
   ngramspec::soak_drafter("`MatchDrafter`", "MatchDrafter defaults: update + predict per token", total, every,
                           [] { return MatchDrafter(); });
   ngramspec::soak_drafter("`MatchDrafter` cap 65,536", "MatchDrafter cap 65536: update + predict per token", total,
-                          every, [] { return MatchDrafter(MatchConfig{.cap = 65536}); });
+                          every, [] { return MatchDrafter(MatchConfig{.index_capacity = 65536}); });
   ngramspec::soak_decoder("`SpeculativeDecoder` + `NGramPredictor`", total, every, 0,
                           [](const SharedCorpus*) { return NGramPredictor(); });
   ngramspec::soak_decoder("`SpeculativeDecoder` + `MatchDrafter` (the default)", total, every, 0,

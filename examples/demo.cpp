@@ -141,7 +141,7 @@ int main() {
               kNewTokens);
   std::printf("Drafter: MatchDrafter defaults: copies matches of %zu+ tokens from the first %zu, else n-gram counts\n"
               "of orders 2-%zu over the last %zu; %zu drafts a pass, %zu KiB.\n\n",
-              config.copy_min_match, config.cap, config.count_max_order, config.count_window,
+              config.copy_min_match, config.index_capacity, config.count_max_order, config.count_window,
               ngramspec::DecodeOptions{}.max_drafts,
               (drafter.memory_bytes() + 512) / 1024);
 

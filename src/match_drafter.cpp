@@ -8,6 +8,7 @@
 
 #include "ngramspec/detail/fnv1a.hpp"
 #include "ngramspec/detail/prefetch.hpp"
+#include "ngramspec/detail/renamed_setting.hpp"
 
 namespace ngramspec {
 namespace {
@@ -18,19 +19,30 @@ namespace {
 }
 
 // The counts need a window of at least their longest order.
-constexpr std::size_t kMinCap = MatchDrafter::kMaxCountOrder;
+constexpr std::size_t kMinIndexCapacity = MatchDrafter::kMaxCountOrder;
 
 MatchConfig validated(MatchConfig config) {
-  if (config.cap < kMinCap) invalid("cap", config.cap, "must be at least " + std::to_string(kMinCap));
-  if (config.cap > MatchDrafter::kMaxCap) {
-    invalid("cap", config.cap, "must be at most " + std::to_string(MatchDrafter::kMaxCap));
+  const MatchConfig defaults{};
+  const char* const where = "ngramspec::MatchConfig";
+  // The names the values were set by, for the messages below.
+  const char* const capacity = detail::fold_renamed_setting(config.index_capacity, config.cap,
+                                                            defaults.index_capacity, where, "index_capacity", "cap");
+  const char* const max_drafts = detail::fold_renamed_setting(config.max_drafts, config.draft_count,
+                                                              defaults.max_drafts, where, "max_drafts", "draft_count");
+  if (config.index_capacity < kMinIndexCapacity) {
+    invalid(capacity, config.index_capacity, "must be at least " + std::to_string(kMinIndexCapacity));
   }
-  if (config.count_window != 0 && (config.count_window < kMinCap || config.count_window > MatchDrafter::kMaxCap)) {
+  if (config.index_capacity > MatchDrafter::kMaxIndexCapacity) {
+    invalid(capacity, config.index_capacity, "must be at most " + std::to_string(MatchDrafter::kMaxIndexCapacity));
+  }
+  if (config.count_window != 0 &&
+      (config.count_window < kMinIndexCapacity || config.count_window > MatchDrafter::kMaxIndexCapacity)) {
     invalid("count_window", config.count_window,
-            "must be 0 (the cap) or between " + std::to_string(kMinCap) + " and " + std::to_string(MatchDrafter::kMaxCap));
+            "must be 0 (the index capacity) or between " + std::to_string(kMinIndexCapacity) + " and " +
+                std::to_string(MatchDrafter::kMaxIndexCapacity));
   }
   if (config.copy_min_match == 0) invalid("copy_min_match", config.copy_min_match, "must be at least 1");
-  if (config.draft_count == 0) invalid("draft_count", config.draft_count, "must be at least 1");
+  if (config.max_drafts == 0) invalid(max_drafts, config.max_drafts, "must be at least 1");
   if (config.count_max_order < 2 || config.count_max_order > MatchDrafter::kMaxCountOrder) {
     invalid("count_max_order", config.count_max_order,
             "must be between 2 and " + std::to_string(MatchDrafter::kMaxCountOrder));
@@ -186,15 +198,17 @@ MatchDrafter::MatchDrafter(MatchConfig config, const SharedCorpus* corpus, const
     : config_(validated(config)),
       corpus_(corpus),
       file_(file),
-      tokens_(config_.cap),
+      tokens_(config_.index_capacity),
       counts_(NGramConfig{.min_order = 2,
                           .max_order = config_.count_max_order,
-                          .draft_count = config_.draft_count,
-                          .window = config_.count_window == 0 ? config_.cap
-                                                              : std::min(config_.count_window, config_.cap)}) {
+                          .max_drafts = config_.max_drafts,
+                          .window = config_.count_window == 0
+                                        ? config_.index_capacity
+                                        : std::min(config_.count_window, config_.index_capacity)}) {
   if (file_ != nullptr) file_->check_vocabulary(CorpusVocabulary{config_.vocab_size, config_.tokenizer_fingerprint});
-  // Each indexed position ends at most one n-gram of each order: no table holds more than cap entries.
-  for (detail::LastEndTable& table : last_) table = detail::LastEndTable(config_.cap);
+  // Each indexed position ends at most one n-gram of each order: no table holds more than
+  // index_capacity entries.
+  for (detail::LastEndTable& table : last_) table = detail::LastEndTable(config_.index_capacity);
 }
 
 void MatchDrafter::reset() noexcept {
@@ -229,7 +243,7 @@ void MatchDrafter::update(Token token) noexcept {
   // The most recent earlier occurrence followed by `token` is the most recent occurrence of
   // the match extended by it, so extending keeps both properties of the match.
   const bool extends = length_ > 0 && end_ < indexed_ && tokens_[end_] == token;
-  const bool indexes = indexed_ < config_.cap;
+  const bool indexes = indexed_ < config_.index_capacity;
   // At long contexts the tables miss the cache: their slots load while the gate's scoring and
   // the counts' update run.
   std::array<std::size_t, kAnchorOrder> homes{};  // where each order's probe begins
@@ -291,7 +305,7 @@ std::size_t MatchDrafter::predict(std::span<Token> out, std::span<float> probabi
 }
 
 std::size_t MatchDrafter::draft(std::span<Token> out, std::span<float> probabilities) const noexcept {
-  const std::size_t n = std::min(out.size(), config_.draft_count);
+  const std::size_t n = std::min(out.size(), config_.max_drafts);
   if (n == 0 || seen_ == 0) return 0;
   if (!probabilities.empty()) probabilities = probabilities.first(n);
   std::size_t made = 0;
@@ -318,8 +332,8 @@ std::size_t MatchDrafter::within_vocabulary(std::span<const Token> drafts, std::
 
 std::size_t MatchDrafter::copy_from_sequence(std::span<Token> out, std::span<float> probabilities) const noexcept {
   // While nothing is beyond the index, position indexed_ + j of the sequence extended by the
-  // drafts is draft j; beyond the cap the index is not the sequence's end, so the copy stops
-  // at the index's end.
+  // drafts is draft j; beyond index_capacity the index is not the sequence's end, so the copy
+  // stops at the index's end.
   const bool whole = seen_ == indexed_;
   const std::size_t made = whole ? out.size() : std::min(out.size(), indexed_ - end_);
   if (made < out.size()) {
@@ -373,7 +387,7 @@ CorpusDraft MatchDrafter::ask_corpus(std::span<Token> out) const noexcept {
 
 std::size_t MatchDrafter::draft_from_corpus(std::span<Token> out, std::span<float> probabilities) const noexcept {
   const CorpusDraft draft = ask_corpus(out);
-  // Beyond the cap the counts may know a token the frozen index does not.
+  // Beyond index_capacity the counts may know a token the frozen index does not.
   if (draft.count == 0) return draft_from_counts(out, probabilities);
   remember_first_draft(true, out[0], length_bucket(draft.match_length));
   return gated(
@@ -418,7 +432,7 @@ MatchDrafter::Calibration MatchDrafter::scale() const noexcept {
 void MatchDrafter::calibrate(Token token) noexcept {
   // predict()'s first draft, without the gate, and its estimate: from the corpus when the
   // sequence has no match and the corpus has one; else a copy of the match; else the counts
-  // (also beyond the cap, where a match can run to the end of the index).
+  // (also beyond index_capacity, where a match can run to the end of the index).
   Token first = 0;
   double estimate = 0;
   const std::uint64_t kept = first_draft_.value.load(std::memory_order_relaxed);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ngramspec/detail/fnv1a.hpp"
+#include "ngramspec/detail/renamed_setting.hpp"
 
 namespace ngramspec {
 namespace {
@@ -16,6 +17,9 @@ namespace {
 }
 
 NGramConfig validated(NGramConfig config) {
+  const char* const max_drafts = detail::fold_renamed_setting(config.max_drafts, config.draft_count,
+                                                              NGramConfig{}.max_drafts, "ngramspec::NGramConfig",
+                                                              "max_drafts", "draft_count");
   if (config.min_order < 2) invalid("min_order", config.min_order, "must be at least 2 (a bigram)");
   if (config.max_order < config.min_order) {
     invalid("max_order", config.max_order, "must be at least min_order (" + std::to_string(config.min_order) + ")");
@@ -23,7 +27,7 @@ NGramConfig validated(NGramConfig config) {
   if (config.max_order > NGramPredictor::kMaxSupportedOrder) {
     invalid("max_order", config.max_order, "must be at most " + std::to_string(NGramPredictor::kMaxSupportedOrder));
   }
-  if (config.draft_count == 0) invalid("draft_count", config.draft_count, "must be at least 1");
+  if (config.max_drafts == 0) invalid(max_drafts, config.max_drafts, "must be at least 1");
   if (config.window < config.max_order) {
     invalid("window", config.window, "must be at least max_order (" + std::to_string(config.max_order) + ")");
   }
@@ -308,7 +312,7 @@ std::size_t NGramPredictor::predict(std::span<Token> out, std::span<float> proba
 
 template <class OnDraft>
 std::size_t NGramPredictor::predict_chain(std::span<Token> out, const OnDraft& on_draft) const noexcept {
-  const std::size_t limit = std::min(out.size(), config_.draft_count);
+  const std::size_t limit = std::min(out.size(), config_.max_drafts);
   const std::size_t keep = config_.max_order - 1;  // context tokens of the longest order
 
   // Each draft extends the context of the next step as if its predecessors were accepted.

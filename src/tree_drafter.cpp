@@ -12,12 +12,6 @@ namespace ngramspec {
 
 namespace {
 
-// Classes of the estimates: the spine; the text by (order, rank); the model's top-k by rank.
-constexpr std::uint8_t text_class(std::size_t order, std::size_t rank) noexcept {
-  return static_cast<std::uint8_t>(1 + (order - 1) * 4 + rank);
-}
-constexpr std::uint8_t top_k_class(std::size_t rank) noexcept { return static_cast<std::uint8_t>(13 + rank); }
-
 // Priors: what a class's scale starts from before the sequence has said anything, worth 2
 // trials, so that a few passes overrule them. A text candidate's estimate is its share of its
 // context's counts times its order's scale (a continuation seen after a 3-token context is
@@ -26,12 +20,12 @@ constexpr std::uint8_t top_k_class(std::size_t rank) noexcept { return static_ca
 // continuation on stories260K and the Spec-Bench streams, docs/ALGORITHM.md "Trees").
 constexpr float kPriorTrials = 2.0f;
 float prior(std::size_t c) noexcept {
-  if (c == 0) return 0.5f;
-  if (c < 13) {
-    const std::size_t order = (c - 1) / 4 + 1;
+  if (c == TreeDrafter::kSpineClass) return 0.5f;
+  if (c < TreeDrafter::kFirstTopKClass) {
+    const std::size_t order = (c - TreeDrafter::kFirstTextClass) / TreeDrafter::kSlotsPerContext + 1;
     return order == 3 ? 0.9f : order == 2 ? 0.8f : 0.6f;
   }
-  const std::size_t rank = c - 13;
+  const std::size_t rank = c - TreeDrafter::kFirstTopKClass;
   return 0.45f / static_cast<float>((rank + 1) * (rank + 1));
 }
 // Calibration forgets: counts halve once a class has this many trials, so it follows the
@@ -40,9 +34,9 @@ constexpr float kMaxTrials = 256.0f;
 
 // The successor tables' key of a context of `order` tokens (the last `order` of `tokens`): one
 // multiply a token, mixed so that its low bits, which pick the slot, depend on every token.
-std::uint64_t context_key(const std::array<Token, 3>& tokens, std::size_t order) noexcept {
+std::uint64_t context_key(const std::array<Token, TreeDrafter::kOrders>& tokens, std::size_t order) noexcept {
   std::uint64_t hash = order * 0x9e3779b97f4a7c15ULL;
-  for (std::size_t i = 3 - order; i < 3; ++i) hash = (hash ^ tokens[i]) * 0xff51afd7ed558ccdULL;
+  for (std::size_t i = tokens.size() - order; i < tokens.size(); ++i) hash = (hash ^ tokens[i]) * 0xff51afd7ed558ccdULL;
   return (hash ^ (hash >> 32)) | 1U;  // never 0, the empty slot's key
 }
 
@@ -144,7 +138,7 @@ std::size_t TreeDrafter::memory_bytes() const noexcept {
   std::size_t bytes = sizeof(*this) + chain_.memory_bytes();
   for (const auto& table : successors_) bytes += table.capacity() * sizeof(Successors);
   bytes += contexts_.capacity() * sizeof(Context) + candidates_.capacity() * sizeof(Candidate) +
-           candidate_counts_.capacity() + heap_.capacity() * sizeof(Frontier) + on_path_.capacity();
+           candidate_counts_.capacity() + heap_.capacity() * sizeof(HeapEntry) + on_path_.capacity();
   if (own_table_) bytes += own_table_->memory_bytes();
   return bytes;
 }
@@ -368,22 +362,22 @@ std::size_t TreeDrafter::draw_row(const Context& context, std::size_t owner, std
   return kept;
 }
 
-std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
+std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_drafts, std::size_t max_depth,
                                       float min_path_probability) noexcept {
-  return build_tree(tree, max_nodes, max_depth, min_path_probability, nullptr);
+  return build_tree(tree, max_drafts, max_depth, min_path_probability, nullptr);
 }
 
-std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
+std::size_t TreeDrafter::predict_tree(DraftTree& tree, std::size_t max_drafts, std::size_t max_depth,
                                       float min_path_probability, DraftDistributions& q) {
   q.clear();
-  return build_tree(tree, max_nodes, max_depth, min_path_probability, &q);
+  return build_tree(tree, max_drafts, max_depth, min_path_probability, &q);
 }
 
-std::size_t TreeDrafter::build_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
+std::size_t TreeDrafter::build_tree(DraftTree& tree, std::size_t max_drafts, std::size_t max_depth,
                                     float min_path_probability, DraftDistributions* q) {
   tree.clear();
   ++trees_built_;
-  const std::size_t budget = std::min({max_nodes, tree.capacity(), DraftTree::kMaxNodes});
+  const std::size_t budget = std::min({max_drafts, tree.capacity(), DraftTree::kMaxNodes});
   if (budget == 0 || max_depth == 0) return 0;
 
   // The spine: the chain and its conditional estimates.
@@ -413,7 +407,7 @@ std::size_t TreeDrafter::build_tree(DraftTree& tree, std::size_t max_nodes, std:
   // bound comes first, so the leaves of the tree, about half its nodes, never are; the nodes
   // still come out in non-increasing order.
   heap_.clear();
-  const auto entry = [](float path_probability, std::int32_t parent, std::uint32_t child) -> Frontier {
+  const auto entry = [](float path_probability, std::int32_t parent, std::uint32_t child) -> HeapEntry {
     // Stored as child + 1 (wrapping kExpand to 0), so that a tie goes to a candidate.
     return std::uint64_t{std::bit_cast<std::uint32_t>(path_probability)} << 32 |
            std::uint64_t{static_cast<std::uint32_t>(parent + 1)} << 8 | ((child + 1) & 0xffU);
@@ -428,7 +422,7 @@ std::size_t TreeDrafter::build_tree(DraftTree& tree, std::size_t max_nodes, std:
   push(kTreeRoot, 0);
   while (!heap_.empty() && tree.size() < budget) {
     std::pop_heap(heap_.begin(), heap_.end());
-    const Frontier top = heap_.back();
+    const HeapEntry top = heap_.back();
     heap_.pop_back();
     struct {
       float path_probability;
@@ -473,7 +467,8 @@ std::size_t TreeDrafter::build_tree(DraftTree& tree, std::size_t max_nodes, std:
     here.known = std::min<std::uint32_t>(up.known + 1, kOrders);
     // On the spine when it is the spine's next token, whichever source offered it best.
     const std::size_t next_spine = static_cast<std::size_t>(up.spine + 1);
-    here.spine = up.spine >= -1 && next_spine < spine_made && spine_[next_spine] == chosen.token ? up.spine + 1 : -2;
+    const bool on_spine = up.spine != kOffSpine && next_spine < spine_made && spine_[next_spine] == chosen.token;
+    here.spine = on_spine ? up.spine + 1 : kOffSpine;
     if (tree.depths()[node] + 1 < max_depth) {
       const float bound = locate(here, spine_made);
       if (bound <= 0.0f) continue;  // nothing to offer under it

@@ -91,7 +91,9 @@ AnyDrafter random_pool_drafter(std::mt19937_64& rng, const SharedCorpus* corpus)
     case 5:
       return AnyDrafter(LiarDrafter<NGramPredictor>(NGramPredictor(NGramConfig{.window = 16}),
                                                     std::numeric_limits<std::size_t>::max()));
-    default: return AnyDrafter(MatchDrafter(MatchConfig{.cap = 64, .count_window = 32, .min_confidence = 0}, corpus));
+    default:
+      return AnyDrafter(
+          MatchDrafter(MatchConfig{.index_capacity = 64, .count_window = 32, .min_confidence = 0}, corpus));
   }
 }
 
@@ -310,7 +312,7 @@ TEST(BatchSpeculatorProperty, MatchDraftersWithTheirOwnEstimatesAndACorpus) {
     std::mt19937_64 rng(seed);
     const std::optional<VerifyCost> cost = random_cost(rng);
     SharedCorpus corpus(SharedCorpus::bytes_for(1024));
-    const MatchConfig config{.cap = 256, .count_window = 64, .min_confidence = seed % 3 == 0 ? 0.1 : 0.0};
+    const MatchConfig config{.index_capacity = 256, .count_window = 64, .min_confidence = seed % 3 == 0 ? 0.1 : 0.0};
     serve<MatchDrafter>(
         seed, 1 + seed % 9, 30, cost, 0, [&] { return MatchDrafter(config, &corpus); }, &corpus);
     EXPECT_GT(corpus.records(), 0U);
@@ -333,7 +335,7 @@ TEST(BatchSpeculator, OneSequenceWithoutCostMatchesTheDecoder) {
     c.options.max_drafts = std::min<std::size_t>(c.options.max_drafts, 64);
     if (c.options.max_new_tokens == 0) continue;
     SCOPED_TRACE(c.describe());
-    const MatchConfig config{.cap = 512};
+    const MatchConfig config{.index_capacity = 512};
     GreedyModel model(c.rule.rule, GreedyModel::kUnlimitedBatch);
     SpeculativeDecoder decoder(model, MatchDrafter(config));
     const DecodeResult expected = decoder.generate(c.prompt, c.options);
@@ -377,7 +379,7 @@ TEST(BatchSpeculator, OneSequenceWithoutCostMatchesTheDecoder) {
 TEST(BatchSpeculator, TheCostDecidesHowManyDraftsAPassCarries) {
   const auto drafted_with = [](std::optional<VerifyCost> cost, std::size_t sequences) {
     BatchSpeculator<> spec(BatchConfig{.max_sequences = sequences, .cost = std::move(cost)},
-                           MatchConfig{.cap = 256, .count_window = 64, .min_confidence = 0});
+                           MatchConfig{.index_capacity = 256, .count_window = 64, .min_confidence = 0});
     std::vector<SequenceId> ids;
     std::vector<Token> prompt;
     for (Token t = 0; t < 64; ++t) prompt.push_back(t % 8);
@@ -414,7 +416,7 @@ TEST(BatchSpeculator, TheCostDecidesHowManyDraftsAPassCarries) {
 // that pays in full for every token.
 TEST(BatchSpeculator, UseCostPlansTheNextPassesAgainstTheCallersCost) {
   BatchSpeculator<> spec(BatchConfig{.max_sequences = 2, .cost = VerifyCost::knee(256)},
-                         MatchConfig{.cap = 256, .count_window = 64});
+                         MatchConfig{.index_capacity = 256, .count_window = 64});
   std::vector<Token> prompt;
   for (Token t = 0; t < 64; ++t) prompt.push_back(t % 8);
   DecodeOptions options;
@@ -452,7 +454,7 @@ TEST(BatchSpeculator, UseCostPlansTheNextPassesAgainstTheCallersCost) {
 
 TEST(BatchSpeculator, TheTokenBudgetCapsThePass) {
   BatchSpeculator<> spec(BatchConfig{.max_sequences = 3, .max_pass_tokens = 10},
-                         MatchConfig{.cap = 64, .count_window = 32, .min_confidence = 0});
+                         MatchConfig{.index_capacity = 64, .count_window = 32, .min_confidence = 0});
   const std::vector<SequenceId> ids{10, 20, 30};
   DecodeOptions options;
   options.max_drafts = 8;
@@ -468,7 +470,8 @@ TEST(BatchSpeculator, TheTokenBudgetCapsThePass) {
 // extra_tokens is the engine's number: one near SIZE_MAX must not wrap the pass's token count
 // into "no budget" and let the drafts run past the drafts buffer.
 TEST(BatchSpeculator, HugeExtraTokensNeverLetTheDraftsOverflowTheirBuffer) {
-  BatchSpeculator<> spec(BatchConfig{.max_sequences = 1}, MatchConfig{.cap = 64, .count_window = 32, .min_confidence = 0});
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 1},
+                         MatchConfig{.index_capacity = 64, .count_window = 32, .min_confidence = 0});
   const std::vector<SequenceId> ids{5};
   DecodeOptions options;
   options.max_drafts = 8;
@@ -490,7 +493,8 @@ TEST(BatchSpeculator, HugeExtraTokensNeverLetTheDraftsOverflowTheirBuffer) {
 
 TEST(BatchSpeculator, FinishAppendsTheOutputToTheCorpusAndCancelDoesNot) {
   SharedCorpus corpus(SharedCorpus::min_bytes());
-  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2, .max_record_tokens = 3}, MatchConfig{.cap = 64}, &corpus);
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2, .max_record_tokens = 3}, MatchConfig{.index_capacity = 64},
+                         &corpus);
   const std::vector<SequenceId> ids{1, 2};
   spec.begin(1, {5, 6});
   spec.begin(2, {7, 8});
@@ -521,7 +525,7 @@ TEST(BatchSpeculator, FinishAppendsTheOutputToTheCorpusAndCancelDoesNot) {
 }
 
 TEST(BatchSpeculator, BadCallsNameWhatIsWrongAndChangeNothing) {
-  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2}, MatchConfig{.cap = 64});
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2}, MatchConfig{.index_capacity = 64});
   spec.begin(1, {1, 2, 3, 1, 2, 3});
   EXPECT_THAT(invalid_argument_message([&] { spec.begin(1, {4}); }), HasSubstr("sequence 1 is already running"));
   EXPECT_THAT(invalid_argument_message([&] { spec.begin(2, std::span<const Token>{}); }), HasSubstr("prompt is empty"));
@@ -582,7 +586,7 @@ TEST(BatchSpeculator, BadCallsNameWhatIsWrongAndChangeNothing) {
               HasSubstr("max_pass_tokens = 1 is invalid"));
   DecodeOptions too_many;
   too_many.max_drafts = kMaxDraftsPerPass + 1;
-  BatchSpeculator<> one(BatchConfig{.max_sequences = 1}, MatchConfig{.cap = 64});
+  BatchSpeculator<> one(BatchConfig{.max_sequences = 1}, MatchConfig{.index_capacity = 64});
   EXPECT_THAT(invalid_argument_message([&] { one.begin(1, {1}, too_many); }), HasSubstr("max_drafts = 1025"));
 }
 
@@ -601,7 +605,7 @@ TEST(BatchSpeculator, ARecordLimitBeyondAnyCorpusIsRefusedNamingIt) {
 
 // Model tokens outside the offsets were ignored: offsets start at 0 and end at the count.
 TEST(BatchSpeculator, AcceptRefusesModelTokensTheOffsetsLeaveOut) {
-  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2}, MatchConfig{.cap = 64});
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 2}, MatchConfig{.index_capacity = 64});
   spec.begin(1, {1, 2, 3});
   spec.begin(2, {4, 5});
   const std::vector<SequenceId> both{1, 2};
@@ -621,7 +625,7 @@ TEST(BatchSpeculator, AcceptRefusesModelTokensTheOffsetsLeaveOut) {
 }
 
 TEST(BatchSpeculator, AFinishedSequenceIsNotSteppedAgain) {
-  BatchSpeculator<> spec(BatchConfig{.max_sequences = 1}, MatchConfig{.cap = 64});
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 1}, MatchConfig{.index_capacity = 64});
   DecodeOptions options;
   options.max_new_tokens = 1;
   spec.begin(4, {1, 2}, options);
@@ -657,7 +661,7 @@ TEST(BatchSpeculator, ADrafterThatThrowsLeavesTheSequencesAsTheyWere) {
 TEST(BatchSpeculator, SteadyStateStepsDoNotAllocate) {
   SharedCorpus corpus(SharedCorpus::bytes_for(4096));
   BatchSpeculator<> spec(BatchConfig{.max_sequences = 8, .cost = VerifyCost::knee(16)},
-                         MatchConfig{.cap = 256, .count_window = 64}, &corpus);
+                         MatchConfig{.index_capacity = 256, .count_window = 64}, &corpus);
   std::vector<SequenceId> ids;
   std::vector<Token> prompt;
   for (Token t = 0; t < 40; ++t) prompt.push_back(t % 5);
@@ -701,7 +705,7 @@ TEST(BatchSpeculator, SteadyStateStepsDoNotAllocate) {
 }
 
 TEST(BatchSpeculator, MemoryIsFixedByThePoolAndReported) {
-  const MatchConfig drafter{.cap = 1024, .count_window = 256};
+  const MatchConfig drafter{.index_capacity = 1024, .count_window = 256};
   BatchSpeculator<> spec(BatchConfig{.max_sequences = 5}, drafter);
   const std::size_t one = MatchDrafter(drafter).memory_bytes();
   EXPECT_GE(spec.memory_bytes(), 5 * one);
@@ -732,7 +736,7 @@ TEST(BatchSpeculator, DefaultDraftersGateOnlyWithoutACost) {
   BatchSpeculator<> costed(config);
   costed.begin(1, {1, 2});
   EXPECT_EQ(costed.drafter(1).config().min_confidence, 0.0);
-  EXPECT_EQ(costed.drafter(1).config().cap, MatchConfig{}.cap);
+  EXPECT_EQ(costed.drafter(1).config().index_capacity, MatchConfig{}.index_capacity);
 }
 
 // ---- Trees ---------------------------------------------------------------------------------------
@@ -781,7 +785,7 @@ void serve_trees(TreeRun& run, std::uint64_t seed, std::size_t pool, std::size_t
   const std::size_t k = 1 + rng() % 8;
   TopKTable table(kVocab, k);
   TreeConfig tree_config;
-  tree_config.chain = MatchConfig{.cap = 256, .count_window = 64, .min_confidence = 0};
+  tree_config.chain = MatchConfig{.index_capacity = 256, .count_window = 64, .min_confidence = 0};
   tree_config.max_children = 1 + rng() % 8;
   tree_config.carry_over = rng() % 2 == 0;
   tree_config.top_k = k;

@@ -194,7 +194,7 @@ TEST(CApiErrors, FreeingNullDoesNothingAndQueriesOfNullAreZero) {
 TEST(CApiConfigs, DefaultsAreTheCppDefaults) {
   const MatchConfig match;
   const ngramspec_match_config c = ngramspec_match_config_default();
-  EXPECT_EQ(c.cap, match.cap);
+  EXPECT_EQ(c.cap, match.index_capacity);
   EXPECT_EQ(c.copy_min_match, match.copy_min_match);
   EXPECT_EQ(c.count_max_order, match.count_max_order);
   EXPECT_EQ(c.count_window, match.count_window);
@@ -213,7 +213,7 @@ TEST(CApiConfigs, DefaultsAreTheCppDefaults) {
   EXPECT_EQ(b.max_record_tokens, batch.max_record_tokens);
   EXPECT_EQ(b.cost, nullptr);
   EXPECT_NE(b.default_drafter, 0);
-  EXPECT_EQ(b.drafter.cap, match.cap);
+  EXPECT_EQ(b.drafter.cap, match.index_capacity);
   EXPECT_EQ(b.drafter.min_confidence, match.min_confidence);
 
   const DecodeOptions options;
@@ -315,7 +315,7 @@ TEST(CApiMatchDrafter, BadArgumentsAreReportedAndChangeNothing) {
   bad.push_back({defaults, "cap = 1 is invalid"});
   bad.back().config.cap = 1;
   bad.push_back({defaults, "cap = 16777217 is invalid"});
-  bad.back().config.cap = MatchDrafter::kMaxCap + 1;
+  bad.back().config.cap = MatchDrafter::kMaxIndexCapacity + 1;
   bad.push_back({defaults, "copy_min_match = 0 is invalid"});
   bad.back().config.copy_min_match = 0;
   bad.push_back({defaults, "count_max_order = 5 is invalid"});
@@ -453,7 +453,7 @@ TEST(CApiProperty, TheDraftersDraftExactlyWhatTheCppOnesDo) {
     SharedCorpus cpp_corpus(corpus_bytes);
     const CorpusPtr c_corpus = make_corpus(corpus_bytes);
     MatchConfig cpp_mc;
-    cpp_mc.cap = mc.cap;
+    cpp_mc.index_capacity = mc.cap;
     cpp_mc.copy_min_match = mc.copy_min_match;
     cpp_mc.count_max_order = mc.count_max_order;
     cpp_mc.count_window = mc.count_window;
@@ -1177,7 +1177,7 @@ void serve_through_c(std::uint64_t seed, std::size_t& finished_total, std::size_
   cpp_config.max_record_tokens = config.max_record_tokens;
   if (config.cost != nullptr) cpp_config.cost = VerifyCost::parse(config.cost);
   MatchConfig cpp_drafter;
-  cpp_drafter.cap = config.drafter.cap;
+  cpp_drafter.index_capacity = config.drafter.cap;
   cpp_drafter.count_window = config.drafter.count_window;
   cpp_drafter.copy_min_match = config.drafter.copy_min_match;
   cpp_drafter.min_confidence = config.drafter.min_confidence;
@@ -2366,7 +2366,7 @@ TEST(CApiCorpusFile, DraftersWithAFileDraftExactlyWhatTheCppOnesDo) {
     SharedCorpus cpp_live(SharedCorpus::bytes_for(256));
     const CorpusPtr c_live = make_corpus(SharedCorpus::bytes_for(256));
     MatchConfig cpp_mc;
-    cpp_mc.cap = mc.cap;
+    cpp_mc.index_capacity = mc.cap;
     cpp_mc.copy_min_match = mc.copy_min_match;
     cpp_mc.count_window = mc.count_window;
     cpp_mc.min_confidence = mc.min_confidence;

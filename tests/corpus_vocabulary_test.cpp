@@ -219,7 +219,7 @@ TEST(CorpusFileVocabularyProperty, DraftsAreTheUnboundedDraftsCutAtTheirFirstFor
     const MappedCorpus file(path);
     MatchConfig config;
     config.min_confidence = rng() % 2 == 0 ? 0.0 : 0.03;
-    config.cap = 64;
+    config.index_capacity = 64;
     config.count_window = 64;
     MatchDrafter unbounded(config, nullptr, &file);
     config.vocab_size = vocab;

@@ -26,6 +26,7 @@
 #include "support/mock_models.hpp"
 #include "support/reference_match.hpp"
 #include "support/test_drafters.hpp"
+#include "support/thrown_message.hpp"
 #include "support/token_text.hpp"
 
 namespace ngramspec {
@@ -40,13 +41,13 @@ using test::tokens_string;
 
 static_assert(Drafter<MatchDrafter>);
 
-MatchConfig make_config(std::size_t cap, std::size_t copy_min_match, std::size_t draft_count,
+MatchConfig make_config(std::size_t index_capacity, std::size_t copy_min_match, std::size_t max_drafts,
                         std::size_t count_max_order = 3) {
   MatchConfig config;
   config.min_confidence = 0;  // ungated: what the naive reference below describes
-  config.cap = cap;
+  config.index_capacity = index_capacity;
   config.copy_min_match = copy_min_match;
-  config.draft_count = draft_count;
+  config.max_drafts = max_drafts;
   config.count_max_order = count_max_order;
   return config;
 }
@@ -57,8 +58,9 @@ MatchConfig with_gate(MatchConfig config, double min_confidence) {
 }
 
 std::string config_string(const MatchConfig& config) {
-  return "{cap " + std::to_string(config.cap) + ", copy_min_match " + std::to_string(config.copy_min_match) +
-         ", draft_count " + std::to_string(config.draft_count) + ", count_max_order " +
+  return "{index_capacity " + std::to_string(config.index_capacity) + ", copy_min_match " +
+         std::to_string(config.copy_min_match) + ", max_drafts " + std::to_string(config.max_drafts) +
+         ", count_max_order " +
          std::to_string(config.count_max_order) + ", min_confidence " + std::to_string(config.min_confidence) + "}";
 }
 
@@ -114,18 +116,66 @@ TEST(MatchDrafterConfig, InvalidFieldsAreNamedWithTheirValue) {
     }
     return std::string("no exception");
   };
-  EXPECT_THAT(message(make_config(3, 3, 4)), HasSubstr("cap = 3"));
-  EXPECT_THAT(message(make_config(0, 3, 4)), HasSubstr("cap = 0"));
-  EXPECT_THAT(message(make_config(MatchDrafter::kMaxCap + 1, 3, 4)),
-              HasSubstr("cap = " + std::to_string(MatchDrafter::kMaxCap + 1)));
+  EXPECT_THAT(message(make_config(3, 3, 4)), HasSubstr("index_capacity = 3"));
+  EXPECT_THAT(message(make_config(0, 3, 4)), HasSubstr("index_capacity = 0"));
+  EXPECT_THAT(message(make_config(MatchDrafter::kMaxIndexCapacity + 1, 3, 4)),
+              HasSubstr("index_capacity = " + std::to_string(MatchDrafter::kMaxIndexCapacity + 1)));
   EXPECT_THAT(message(make_config(16, 0, 4)), HasSubstr("copy_min_match = 0"));
-  EXPECT_THAT(message(make_config(16, 3, 0)), HasSubstr("draft_count = 0"));
+  EXPECT_THAT(message(make_config(16, 3, 0)), HasSubstr("max_drafts = 0"));
   EXPECT_THAT(message(make_config(16, 3, 4, 1)), HasSubstr("count_max_order = 1"));
   EXPECT_THAT(message(make_config(16, 3, 4, MatchDrafter::kMaxCountOrder + 1)),
               HasSubstr("count_max_order = " + std::to_string(MatchDrafter::kMaxCountOrder + 1)));
   EXPECT_EQ(message(make_config(4, 1, 1, 2)), "no exception");
   EXPECT_EQ(message(make_config(4, 1, 1, MatchDrafter::kMaxCountOrder)), "no exception");
   EXPECT_EQ(message(MatchConfig{}), "no exception");
+}
+
+// cap and draft_count, the former names of index_capacity and max_drafts, configure a drafter as
+// the current names do: the same memory and drafts, the value read back under both names; set to
+// values that disagree, the two are refused by name, and a value refused is named as it was set.
+TEST(MatchDrafterConfig, FormerNamesConfigureAsTheCurrentOnes) {
+  for (std::uint64_t seed = 0; seed < 60; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::size_t capacity = 4 + rng() % 300;
+    const std::size_t max_drafts = 1 + rng() % 12;
+    const double gate = rng() % 2 == 0 ? 0.0 : 0.03;
+    SCOPED_TRACE("seed " + std::to_string(seed) + " capacity " + std::to_string(capacity) + " max_drafts " +
+                 std::to_string(max_drafts) + " gate " + std::to_string(gate));
+    MatchDrafter current(MatchConfig{.index_capacity = capacity, .max_drafts = max_drafts, .min_confidence = gate});
+    MatchDrafter former(MatchConfig{.cap = capacity, .draft_count = max_drafts, .min_confidence = gate});
+    MatchDrafter both(MatchConfig{.index_capacity = capacity,
+                                  .cap = capacity,
+                                  .max_drafts = max_drafts,
+                                  .draft_count = max_drafts,
+                                  .min_confidence = gate});
+    for (const MatchDrafter* drafter : {&current, &former, &both}) {
+      EXPECT_EQ(drafter->memory_bytes(), current.memory_bytes());
+      EXPECT_EQ(drafter->config().index_capacity, capacity);
+      EXPECT_EQ(drafter->config().cap, capacity);
+      EXPECT_EQ(drafter->config().max_drafts, max_drafts);
+      EXPECT_EQ(drafter->config().draft_count, max_drafts);
+      // What a drafter reads back configures the same drafter again.
+      EXPECT_EQ(MatchDrafter(drafter->config()).memory_bytes(), current.memory_bytes());
+    }
+    for (const Token token : random_stream(rng, 1 + rng() % 600)) {
+      current.update(token);
+      former.update(token);
+      both.update(token);
+      const std::size_t room = rng() % 20;
+      ASSERT_EQ(drafts(former, room), drafts(current, room)) << "room " << room;
+      ASSERT_EQ(drafts(both, room), drafts(current, room)) << "room " << room;
+    }
+  }
+  const auto refusal = [](const MatchConfig& config) {
+    return test::invalid_argument_message([&] { MatchDrafter drafter(config); });
+  };
+  EXPECT_THAT(refusal(MatchConfig{.index_capacity = 128, .cap = 64}),
+              HasSubstr("cap = 64 and index_capacity = 128 disagree"));
+  EXPECT_THAT(refusal(MatchConfig{.max_drafts = 4, .draft_count = 8}),
+              HasSubstr("draft_count = 8 and max_drafts = 4 disagree"));
+  EXPECT_THAT(refusal(MatchConfig{.cap = 3}), HasSubstr("cap = 3 is invalid"));
+  EXPECT_THAT(refusal(MatchConfig{.draft_count = 0}), HasSubstr("draft_count = 0 is invalid"));
+  EXPECT_THAT(refusal(MatchConfig{.index_capacity = 3}), HasSubstr("index_capacity = 3 is invalid"));
 }
 
 TEST(MatchDrafterConfig, InvalidMinConfidenceIsNamedWithItsValue) {
@@ -542,7 +592,7 @@ TEST(MatchDrafterProperty, WithACorpusOnlyAnEmptyMatchDraftsFromIt) {
       if (with.match_length() == 0) {
         // From the corpus when it has a draft; else, as without it, from the counts.
         std::vector<Token> expected =
-            corpus_drafts(corpus, std::span<const Token>(stream).first(i + 1), std::min(room, config.draft_count));
+            corpus_drafts(corpus, std::span<const Token>(stream).first(i + 1), std::min(room, config.max_drafts));
         if (expected.empty()) expected = drafts(without, room);
         ASSERT_EQ(got, expected) << "room " << room;
         from_corpus += got.size();
@@ -722,7 +772,7 @@ TEST(MatchDrafterProperty, EstimatesComeWithTheSameDraftsAndAreChances) {
   for (int trial = 0; trial < 60; ++trial) {
     const std::vector<Token> stream = random_stream(rng, 600);
     corpus.append(std::span<const Token>(stream).first(50));
-    MatchConfig config{.cap = 64 + rng() % 512, .copy_min_match = 1 + rng() % 3};
+    MatchConfig config{.index_capacity = 64 + rng() % 512, .copy_min_match = 1 + rng() % 3};
     config.min_confidence = trial % 3 == 0 ? 0.0 : 0.01 * static_cast<double>(rng() % 40);
     MatchDrafter drafter(config, trial % 2 == 0 ? &corpus : nullptr);
     for (std::size_t i = 0; i < stream.size(); ++i) {
@@ -836,7 +886,7 @@ TEST(MatchDrafterProperty, LongCopiesAreEstimatedByTheLengthOfTheirMatch) {
 }
 
 TEST(MatchDrafter, EstimatesAreHighOnRepeatsAndLowOnNoise) {
-  MatchDrafter drafter(MatchConfig{.cap = 4096, .min_confidence = 0});
+  MatchDrafter drafter(MatchConfig{.index_capacity = 4096, .min_confidence = 0});
   std::vector<Token> out(4);
   std::vector<float> probabilities(4);
   for (int lap = 0; lap < 20; ++lap) {

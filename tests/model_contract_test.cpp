@@ -198,9 +198,9 @@ Scenario random_scenario(std::uint64_t seed) {
   const std::vector<NGramConfig> configs = ngram_configs();
   s.ngram = configs[pick(rng, 0, configs.size() - 1)];
   // Small caps keep the per-generation reset (O(cap)) cheap; the tiny ones overflow the index.
-  s.match.cap = pick(rng, 1, 3) == 1 ? pick(rng, MatchDrafter::kMaxCountOrder, 12) : 256;
+  s.match.index_capacity = pick(rng, 1, 3) == 1 ? pick(rng, MatchDrafter::kMaxCountOrder, 12) : 256;
   s.match.copy_min_match = pick(rng, 1, 4);
-  s.match.draft_count = pick(rng, 1, 12);
+  s.match.max_drafts = pick(rng, 1, 12);
   s.match.count_max_order = pick(rng, 2, 4);
   return s;
 }
@@ -429,13 +429,13 @@ void expect_drafter_learns_extreme_cycle(D drafter, std::size_t draft_count) {
 }
 
 TEST(ModelContractTest, NGramPredictorTakesEveryThirtyTwoBitId) {
-  expect_drafter_learns_extreme_cycle(NGramPredictor(NGramConfig{.min_order = 2, .max_order = 4, .draft_count = 6}),
+  expect_drafter_learns_extreme_cycle(NGramPredictor(NGramConfig{.min_order = 2, .max_order = 4, .max_drafts = 6}),
                                       6);
 }
 
 TEST(ModelContractTest, MatchDrafterTakesEveryThirtyTwoBitId) {
   MatchConfig config;
-  config.draft_count = 6;
+  config.max_drafts = 6;
   expect_drafter_learns_extreme_cycle(MatchDrafter(config), 6);
 }
 

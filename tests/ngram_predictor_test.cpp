@@ -26,19 +26,19 @@ using test::ReferenceNGram;
 // Never a token of any stream below, so a write past the returned count shows.
 constexpr Token kSentinel = 0xdeadbeefU;
 
-NGramConfig make_config(std::size_t min_order, std::size_t max_order, std::size_t draft_count, std::size_t window) {
+NGramConfig make_config(std::size_t min_order, std::size_t max_order, std::size_t max_drafts, std::size_t window) {
   NGramConfig config;
   config.min_order = min_order;
   config.max_order = max_order;
-  config.draft_count = draft_count;
+  config.max_drafts = max_drafts;
   config.window = window;
   return config;
 }
 
 std::string config_string(const NGramConfig& config) {
   std::ostringstream text;
-  text << "{min_order " << config.min_order << ", max_order " << config.max_order << ", draft_count "
-       << config.draft_count << ", window " << config.window << "}";
+  text << "{min_order " << config.min_order << ", max_order " << config.max_order << ", max_drafts "
+       << config.max_drafts << ", window " << config.window << "}";
   return text.str();
 }
 
@@ -184,7 +184,7 @@ TEST(NGramPredictor, EmptyOutputSpanDraftsNothing) {
   EXPECT_EQ(one[0], kSentinel);
 }
 
-TEST(NGramPredictor, WritesAtMostDraftCountTokens) {
+TEST(NGramPredictor, WritesAtMostMaxDraftsTokens) {
   NGramPredictor predictor(make_config(2, 3, 3, 64));
   predictor.update(std::vector<Token>{1, 2, 3, 1, 2, 3, 1});
   std::vector<Token> out(8, kSentinel);
@@ -293,7 +293,7 @@ struct Shadowed {
   }
   void expect_consistent(const char* name, int step) const {
     SCOPED_TRACE(std::string(name) + " step " + std::to_string(step));
-    const std::size_t out_size = predictor.config().draft_count;
+    const std::size_t out_size = predictor.config().max_drafts;
     EXPECT_EQ(drafts(predictor, out_size), drafts(reference, out_size));
     EXPECT_EQ(predictor.size(), fresh.size());
     EXPECT_EQ(predictor.tokens_seen(), reference.tokens_seen());
@@ -385,11 +385,37 @@ TEST(NGramPredictor, RejectsInvalidConfigNamingFieldAndValue) {
   expect_rejected(make_config(5, 4, 4, 512), "max_order", 4);
   expect_rejected(make_config(2, NGramPredictor::kMaxSupportedOrder + 1, 4, 512), "max_order",
                   NGramPredictor::kMaxSupportedOrder + 1);
-  expect_rejected(make_config(2, 4, 0, 512), "draft_count", 0);
+  expect_rejected(make_config(2, 4, 0, 512), "max_drafts", 0);
   expect_rejected(make_config(2, 4, 4, 3), "window", 3);
   expect_rejected(make_config(2, 8, 4, 7), "window", 7);
   expect_rejected(make_config(2, 4, 4, 0), "window", 0);
   expect_rejected(make_config(2, 4, 4, NGramPredictor::kMaxWindow + 1), "window", NGramPredictor::kMaxWindow + 1);
+}
+
+// draft_count, the former name of max_drafts, limits the drafts as max_drafts does and reads back
+// under both names; the two set to values that disagree are refused by name, and a value refused
+// is named as it was set.
+TEST(NGramPredictor, DraftCountIsTheFormerNameOfMaxDrafts) {
+  for (std::uint64_t seed = 0; seed < 40; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const std::size_t max_drafts = 1 + rng() % 10;
+    NGramPredictor current(NGramConfig{.max_drafts = max_drafts, .window = 64});
+    NGramPredictor former(NGramConfig{.draft_count = max_drafts, .window = 64});
+    EXPECT_EQ(former.config().max_drafts, max_drafts);
+    EXPECT_EQ(former.config().draft_count, max_drafts);
+    EXPECT_EQ(current.config().draft_count, max_drafts);
+    EXPECT_EQ(NGramPredictor(former.config()).config().max_drafts, max_drafts);
+    for (int i = 0; i < 200; ++i) {
+      const auto token = static_cast<Token>(rng() % 3);
+      current.update(token);
+      former.update(token);
+      ASSERT_EQ(drafts(former, 16), drafts(current, 16));
+      ASSERT_LE(drafts(former, 16).size(), max_drafts);
+    }
+  }
+  expect_rejected(NGramConfig{.max_drafts = 4, .draft_count = 8}, "draft_count = 8 and max_drafts = 4 disagree", 8);
+  expect_rejected(NGramConfig{.draft_count = 0}, "draft_count = 0 is invalid", 0);
 }
 
 TEST(NGramPredictor, AcceptsBoundaryConfigs) {
@@ -402,7 +428,7 @@ TEST(NGramPredictor, AcceptsBoundaryConfigs) {
       NGramPredictor predictor(config);
       EXPECT_EQ(predictor.config().min_order, config.min_order);
       EXPECT_EQ(predictor.config().max_order, config.max_order);
-      EXPECT_EQ(predictor.config().draft_count, config.draft_count);
+      EXPECT_EQ(predictor.config().max_drafts, config.max_drafts);
       EXPECT_EQ(predictor.config().window, config.window);
     });
   }
@@ -688,9 +714,9 @@ Script minimize(Script script) {
       --candidate.config.window;
       if (!keep_if_failing(candidate)) break;
     }
-    while (script.config.draft_count > 1) {
+    while (script.config.max_drafts > 1) {
       Script candidate = script;
-      --candidate.config.draft_count;
+      --candidate.config.max_drafts;
       if (!keep_if_failing(candidate)) break;
     }
   }
@@ -706,7 +732,7 @@ Script random_script(std::uint64_t seed, StreamKind kind) {
   config.max_order = pick(config.min_order, 8);
   // The smallest window is the sharpest edge; give it a fair share.
   config.window = rng() % 8 == 0 ? config.max_order : pick(config.max_order, 64);
-  config.draft_count = pick(1, 10);
+  config.max_drafts = pick(1, 10);
   // Small vocabularies make contexts repeat and continuations tie.
   const std::size_t vocabulary = pick(2, 20);
   StreamSource source(kind, vocabulary, pick(1, 2 * config.window), seed ^ 0x9e3779b97f4a7c15ULL);

@@ -820,7 +820,7 @@ TEST(RejectionSampling, DraftsDrawnFromTheModelsOwnDistributionAreAccepted) {
   config.draw_recycled = true;
   config.max_children = 3;
   config.successor_slots = 16;
-  config.chain.cap = 64;
+  config.chain.index_capacity = 64;
   config.chain.count_window = 64;
   return config;
 }

@@ -625,7 +625,7 @@ TEST(SamplingSeedIdentity, SpeculativeEqualsPlainForTheSameSeed) {
       return result;
     };
     check("ngram", NGramPredictor());
-    check("ngram(2-3, 8 drafts)", NGramPredictor(NGramConfig{.min_order = 2, .max_order = 3, .draft_count = 8}));
+    check("ngram(2-3, 8 drafts)", NGramPredictor(NGramConfig{.min_order = 2, .max_order = 3, .max_drafts = 8}));
     check("argmax oracle", OracleDrafter(argmax_rule(c.logits)));
     check("random", RandomDrafter(seed, static_cast<Token>(c.logits.vocab), 1 + seed % 7));
     // Knows the seed, so it proposes exactly what will be sampled, except ~15% of the time.

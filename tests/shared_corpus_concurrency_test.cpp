@@ -284,7 +284,7 @@ TEST(SharedCorpusConcurrency, DecodersShareOneCorpusAndEachAppendsItsOutputs) {
       std::mt19937_64 rng(700 + t);
       CountingModel model;
       MatchConfig config;
-      config.draft_count = 8;
+      config.max_drafts = 8;
       SpeculativeDecoder decoder(model, MatchDrafter(config, &corpus));
       for (int r = 0; r < kRequests && errors[t].empty(); ++r) {
         const std::vector<Token> prompt = {static_cast<Token>(rng() % 61), static_cast<Token>(rng() % 61)};

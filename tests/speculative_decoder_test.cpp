@@ -722,7 +722,7 @@ namespace {
 // A named drafter is borrowed: what it learns shows in the caller's object, and nothing is copied.
 TEST(SpeculativeDecoderOwnership, ANamedDrafterIsBorrowedATemporaryIsOwned) {
   GreedyModel model(kCounter, 8);
-  MatchDrafter drafter(MatchConfig{.cap = 64});
+  MatchDrafter drafter(MatchConfig{.index_capacity = 64});
   SpeculativeDecoder borrowing(model, drafter);
   EXPECT_TRUE(borrowing.borrows_drafter());
   EXPECT_EQ(&borrowing.drafter(), &drafter);
@@ -730,7 +730,7 @@ TEST(SpeculativeDecoderOwnership, ANamedDrafterIsBorrowedATemporaryIsOwned) {
   EXPECT_EQ(result.tokens.size(), DecodeOptions{}.max_new_tokens);
   EXPECT_EQ(drafter.tokens_seen(), 3 + result.tokens.size());
 
-  SpeculativeDecoder owning(model, MatchDrafter(MatchConfig{.cap = 64}));
+  SpeculativeDecoder owning(model, MatchDrafter(MatchConfig{.index_capacity = 64}));
   EXPECT_FALSE(owning.borrows_drafter());
   static_assert(std::is_same_v<decltype(owning), SpeculativeDecoder<GreedyModel, MatchDrafter>>);
   SpeculativeDecoder defaulted(model);
@@ -784,7 +784,7 @@ TEST(SpeculativeDecoderCost, AFlatCostSendsEverythingAndASteepOneOnlyLikelyDraft
   DecodeOptions options;
   options.max_new_tokens = 200;
   options.max_drafts = 8;
-  SpeculativeDecoder decoder(model, MatchDrafter(MatchConfig{.cap = 256, .min_confidence = 0}));
+  SpeculativeDecoder decoder(model, MatchDrafter(MatchConfig{.index_capacity = 256, .min_confidence = 0}));
   const DecodeResult plain = decoder.generate(prompt, options);
   decoder.set_verify_cost(VerifyCost::knee(64));
   const DecodeResult flat = decoder.generate(prompt, options);

@@ -175,8 +175,8 @@ TEST(SpeculativeDecoderDeduction, DeducesModelAndDrafterTypes) {
   SpeculativeDecoder oracle(model, OracleDrafter(AffineRule{}));
   static_assert(std::is_same_v<decltype(oracle), SpeculativeDecoder<GreedyModel, OracleDrafter>>);
 
-  SpeculativeDecoder configured(model, NGramPredictor(NGramConfig{.min_order = 2, .max_order = 3, .draft_count = 2}));
-  EXPECT_EQ(configured.drafter().config().draft_count, 2U);
+  SpeculativeDecoder configured(model, NGramPredictor(NGramConfig{.min_order = 2, .max_order = 3, .max_drafts = 2}));
+  EXPECT_EQ(configured.drafter().config().max_drafts, 2U);
   EXPECT_EQ(std::as_const(configured).drafter().config().max_order, 3U);
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -41,8 +42,28 @@ void expect_valid(const DraftTree& tree, std::size_t max_nodes, std::size_t max_
   }
 }
 
+// The class numbering DraftTree::source_classes() reports and class_estimate() reads: the spine,
+// the text's rank-0 continuations after 1 / 2 / 3 tokens, then the top-k ranks.
+static_assert(TreeDrafter::kSpineClass == 0 && TreeDrafter::text_class(1, 0) == 1 &&
+              TreeDrafter::text_class(2, 0) == 5 && TreeDrafter::text_class(3, 0) == 9 &&
+              TreeDrafter::top_k_class(0) == 13 &&
+              TreeDrafter::top_k_class(TopKTable::kMaxK - 1) < TreeDrafter::kClasses);
+
+// Which source a node's class names: 0 the spine, 1 the text, 2 the model's top-k (ranks below
+// `top_k`); fails on any other class.
+std::size_t source_of(std::uint8_t source_class, std::size_t top_k) {
+  if (source_class == TreeDrafter::kSpineClass) return 0;
+  for (std::size_t order = 1; order <= TreeDrafter::kOrders; ++order) {
+    if (source_class == TreeDrafter::text_class(order, 0)) return 1;
+  }
+  EXPECT_GE(source_class, TreeDrafter::top_k_class(0));
+  EXPECT_LT(source_class, TreeDrafter::top_k_class(top_k));
+  return 2;
+}
+
 TEST(TreeDrafter, TreesAreValidBestFirstAndWithinTheirLimits) {
   std::mt19937_64 rng(3);
+  std::array<std::size_t, 3> sources{};  // nodes seen of each source_of()
   for (int trial = 0; trial < 40; ++trial) {
     TreeConfig config;
     config.vocab_size = 32000;
@@ -63,6 +84,7 @@ TEST(TreeDrafter, TreesAreValidBestFirstAndWithinTheirLimits) {
       if (depth == 0) {
         ASSERT_TRUE(tree.empty());
       }
+      for (const std::uint8_t c : tree.source_classes()) ++sources[source_of(c, config.top_k)];
       // A pass: the model's token is the stream's next one at the root and made up elsewhere.
       const Token truth = stream.next();
       fed.assign(1, 0);
@@ -75,6 +97,7 @@ TEST(TreeDrafter, TreesAreValidBestFirstAndWithinTheirLimits) {
       drafter.update(truth);
     }
   }
+  for (const std::size_t seen : sources) EXPECT_GT(seen, 0U);  // every source reached the trees
 }
 
 TEST(TreeDrafter, RecycledTopKFillsTheTreeWhereTheTextHasNothing) {

@@ -75,7 +75,8 @@ Generation timed_generation(Transformer& model, std::span<const Token> prompt, s
 /// The MatchDrafter generate() drafts with for `model`: its tables sized by the context the model holds.
 [[nodiscard]] inline MatchDrafter make_text_drafter(const Transformer& model) {
   MatchConfig config;
-  config.cap = std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
+  config.index_capacity =
+      std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxIndexCapacity);
   return MatchDrafter(config);
 }
 
@@ -159,8 +160,8 @@ inline Generation generate_best_of(Transformer& model, std::span<const Token> pr
   config.draw_recycled =
       recycle != 0 && sampling.temperature > 0.0f && sampling.mode == SamplingMode::rejection;
   config.draw_seed = sampling.seed ^ 0x5bd1e9955bd1e995ULL;
-  config.chain.cap =
-      std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
+  config.chain.index_capacity =
+      std::clamp<std::size_t>(model.config().seq_len, MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxIndexCapacity);
   config.vocab_size = recycle == 0 ? 0 : model.vocab_size();
   config.top_k = recycle == 0 ? config.top_k : recycle;
   config.carry_over = carry_over;

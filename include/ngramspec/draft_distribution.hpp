@@ -145,7 +145,7 @@ concept DistributionDrafter =
       { cd.predict(out, probabilities, q) } -> std::convertible_to<std::size_t>;
     };
 
-/// A tree drafter that says what each node was drawn from: `predict_tree(tree, max_nodes,
+/// A tree drafter that says what each node was drawn from: `predict_tree(tree, max_drafts,
 /// max_depth, min_path_probability, q)` builds the tree as predict_tree does and replaces q's
 /// entries with one per node, by index.
 template <class D>

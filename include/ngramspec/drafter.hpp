@@ -36,7 +36,7 @@ concept EstimatingDrafter = Drafter<D> && requires(const D& cd, std::span<Token>
   { cd.predict(out, probabilities) } -> std::convertible_to<std::size_t>;
 };
 
-/// A drafter that also drafts trees (TreeDrafter): `predict_tree(tree, max_nodes, max_depth,
+/// A drafter that also drafts trees (TreeDrafter): `predict_tree(tree, max_drafts, max_depth,
 /// min_path_probability)` fills a DraftTree best-first (path probabilities non-increasing, so
 /// any prefix is a tree; none below min_path_probability),
 /// and `observe_pass(tree, fed, model_tokens, kept, top)` hears how a verified pass went;

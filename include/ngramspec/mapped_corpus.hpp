@@ -70,8 +70,8 @@ class MappedCorpus {
   /// Reads every byte: each section's checksum, then the structure (records in order and
   /// consistent with the start bits, every table entry pointing at its n-gram's latest
   /// occurrence, probe runs within the recorded bound). Throws CorpusFileError naming the
-  /// section and what is wrong. Looks every n-gram up, so it takes seconds per GiB (about 10 s
-  /// for a GiB of distinct 3-grams on the machine measured).
+  /// section and what is wrong. Looks every n-gram up, so it takes seconds per GiB
+  /// (docs/BENCHMARKS.md#corpus-files measures it).
   void verify() const;
   /// The checksums alone: every byte read once, at memory speed (what a merge checks in its
   /// inputs). Throws CorpusFileError naming the section whose checksum does not match.

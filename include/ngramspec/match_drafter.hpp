@@ -25,25 +25,37 @@ enum class CorpusPreference {
 };
 
 /// Configuration of a MatchDrafter; validated once, by the constructor.
+///
+/// `cap` and `draft_count` are the former names of index_capacity and max_drafts, kept so that
+/// code written against them compiles: the constructor takes the value of a former name that
+/// differs from its default when the current name is left at its default, refuses the two set
+/// to different values (std::invalid_argument naming both), and keeps the value under both names
+/// in config(). Set the current names in new code, by name: each former name sits right after
+/// its current one, so values listed by position land on the former names.
 struct MatchConfig {
-  std::size_t cap = 8192;           ///< most tokens the match index holds (the first `cap` of the sequence)
+  /// Most tokens the match index holds: the sequence's first index_capacity tokens are copied
+  /// from, later ones only move the match. Its tables are sized by it, so set it to the longest
+  /// context served.
+  std::size_t index_capacity = 8192;
+  std::size_t cap = 8192;           ///< former name of index_capacity
   std::size_t copy_min_match = 2;   ///< copy after the match when it is at least this long; counts below
   /// Most tokens one predict() proposes, beyond the room its caller gives. Unlimited by default,
   /// so that the caller's limit (DecodeOptions::max_drafts for the decoders) is the one setting.
-  std::size_t draft_count = std::numeric_limits<std::size_t>::max();
+  std::size_t max_drafts = std::numeric_limits<std::size_t>::max();
+  std::size_t draft_count = std::numeric_limits<std::size_t>::max();  ///< former name of max_drafts
   std::size_t count_max_order = 3;  ///< longest n-gram of the counts for short matches: 2..kMaxCountOrder
-  /// The counts slide over the last min(count_window, cap) tokens; 0: the cap. Short
-  /// contexts are local: on the Spec-Bench streams 2048 predicts as well as the whole context.
+  /// The counts slide over the last min(count_window, index_capacity) tokens; 0: index_capacity.
+  /// Short contexts are local: a window predicts about as well as the whole context
+  /// (docs/BENCHMARKS.md#acceptance compares windows).
   std::size_t count_window = 2048;
   /// The gate, in [0, 1): drafting stops before the estimated chance that every draft so far
-  /// is accepted falls below it. The default drops the drafts least likely to be accepted: on
-  /// recorded LLM output 28 % of the rejected drafts at k = 4 and 71 % at k = 16, for 2 % and
-  /// 5 % of the accepted ones (docs/BENCHMARKS.md), and nearly all drafts on text nothing
-  /// predicts. 0 drafts draft_count whenever there is something to draft; raise it when
+  /// is accepted falls below it. The default drops many of the rejected drafts for few of the
+  /// accepted ones (docs/BENCHMARKS.md#acceptance measures both), and nearly all drafts on text
+  /// nothing predicts. 0 drafts max_drafts whenever there is something to draft; raise it when
   /// rejected drafts cost (a verify pass that grows with the batch).
   double min_confidence = 0.03;
-  /// Which corpus drafts when both a live corpus and a corpus file match (docs/BENCHMARKS.md
-  /// measures the three on recorded streams).
+  /// Which corpus drafts when both a live corpus and a corpus file match
+  /// (docs/BENCHMARKS.md#corpus-files measures the three on recorded streams).
   CorpusPreference corpus_preference = CorpusPreference::longer_match;
   /// Tokens in the model's vocabulary (0: unknown, the default). When known, a draft is cut at
   /// its first token not below it (a corpus file built from another tokenizer, or damaged, can
@@ -78,12 +90,12 @@ struct MatchConfig {
 /// orders 2 to count_max_order over the last count_window tokens: the most frequent
 /// continuation of the longest seen context, chained. Frequency only pays for short matches
 /// (a match of one token); after a longer one, what followed its most recent occurrence is
-/// the better guess (docs/BENCHMARKS.md measures each choice).
+/// the better guess (docs/BENCHMARKS.md#acceptance measures each choice).
 ///
-/// Beyond the cap the index keeps the first `cap` tokens (where a prompt's copyable text
-/// is) and stops growing: later tokens still move the match (compared against a ring of
-/// the last kMaxVerify tokens) but are never copied from, and a copy stops at the end of
-/// the index; when that leaves it shorter than the room, the counts (which slide with the
+/// Beyond index_capacity the index keeps the first index_capacity tokens (where a prompt's
+/// copyable text is) and stops growing: later tokens still move the match (compared against a
+/// ring of the last kMaxVerify tokens) but are never copied from, and a copy stops at the end
+/// of the index; when that leaves it shorter than the room, the counts (which slide with the
 /// sequence over their own window) draft instead if they draft more.
 ///
 /// Cost: update() is O(1): three FNV steps, shared with the counts (the index and the counts
@@ -92,16 +104,16 @@ struct MatchConfig {
 /// 3 · kMaxVerify comparisons; plus NGramPredictor's update over the count window and one
 /// first draft to score (a lookup, not a chain; none when the predict() just before drafted
 /// from the counts or a corpus, as it keeps its first draft for this). The table slots are
-/// prefetched before the
-/// gate's scoring and the counts' update, so at long contexts their cache misses overlap that
-/// work, and tables of 2 MiB or more (a cap of 131,072 tokens) sit in huge pages where the
-/// system has them, so random probes do not also miss the TLB. predict() is O(draft_count).
-/// The tables are sized by the cap, not by the context seen: a cap far above the contexts an
-/// engine serves costs memory and cache misses, so set it to the longest context it serves.
-/// Memory is fixed at construction: at most kIndexBytesPerToken per cap token, plus
-/// kCountBytesPerToken per count-window token (and kMaxBytesPerTokenPerOrder more with
-/// count_max_order 4), plus under 4 KiB; memory_bytes() reports it. update() and predict()
-/// never allocate, nor does reset() (O(cap)).
+/// prefetched before the gate's scoring and the counts' update, so at long contexts their cache
+/// misses overlap that work, and tables of 2 MiB or more (an index_capacity of 131,072 tokens)
+/// sit in huge pages where the system has them, so random probes do not also miss the TLB.
+/// predict() is O(max_drafts). The tables are sized by index_capacity, not by the context seen:
+/// a capacity far above the contexts an engine serves costs memory and cache misses, so set it
+/// to the longest context it serves. Memory is fixed at construction: at most
+/// kIndexBytesPerToken per token of index_capacity, plus kCountBytesPerToken per count-window
+/// token (and kMaxBytesPerTokenPerOrder more with count_max_order 4), plus under 4 KiB;
+/// memory_bytes() reports it. update() and predict() never allocate, nor does reset()
+/// (O(index_capacity)).
 ///
 /// With a SharedCorpus, a sequence whose last token it has never seen before (L = 0) drafts
 /// from the corpus instead: what followed the most recent occurrence there of its last 3, 2
@@ -119,7 +131,7 @@ struct MatchConfig {
 /// per class on recorded streams (docs/ALGORITHM.md), scaled per sequence by how its own
 /// first drafts have fared against them over about the last 128 tokens (update() checks
 /// what predict() would have drafted first against the token that came): a long copied
-/// match drafts up to draft_count (16 or more pays), a contested short one little or
+/// match drafts up to max_drafts (long drafts pay there), a contested short one little or
 /// nothing, and text that nothing predicts (random tokens) soon drafts nothing at all. A
 /// gated chain of counts stops at 64 drafts.
 ///
@@ -133,18 +145,20 @@ class MatchDrafter {
   static_assert((kMaxVerify & (kMaxVerify - 1)) == 0, "the ring of recent tokens is indexed by a mask");
   /// Longest suffix looked up when re-anchoring.
   static constexpr std::size_t kAnchorOrder = 3;
-  /// Largest cap accepted.
-  static constexpr std::size_t kMaxCap = NGramPredictor::kMaxWindow;
+  /// Largest index_capacity accepted.
+  static constexpr std::size_t kMaxIndexCapacity = NGramPredictor::kMaxWindow;
+  /// Former name of kMaxIndexCapacity.
+  static constexpr std::size_t kMaxCap = kMaxIndexCapacity;
   /// Longest count_max_order accepted.
   static constexpr std::size_t kMaxCountOrder = 4;
-  /// Bytes per cap token of the index: the token (4 B) and three tables of at most 4 slots
-  /// of 8 B (96 B).
+  /// Bytes per token of index_capacity: the token (4 B) and three tables of at most 4 slots of
+  /// 8 B (96 B).
   static constexpr std::size_t kIndexBytesPerToken = 100;
   /// Bytes per count-window token of the counts with count_max_order 3: two orders of at most
   /// 4 slots of 48 B and 8 B of links each, and 29 B of ring, flags and hashes.
   static constexpr std::size_t kCountBytesPerToken = 444;
-  /// Bound on memory_bytes() per cap token with count_max_order 3 whatever the count window
-  /// (the rest is under 4 KiB).
+  /// Bound on memory_bytes() per token of index_capacity with count_max_order 3 whatever the
+  /// count window (the rest is under 4 KiB).
   static constexpr std::size_t kMaxBytesPerToken = kIndexBytesPerToken + kCountBytesPerToken;
   /// What each further order of the counts adds per count-window token.
   static constexpr std::size_t kMaxBytesPerTokenPerOrder = 208;
@@ -164,7 +178,7 @@ class MatchDrafter {
   /// Observes several tokens in order.
   void update(std::span<const Token> tokens) noexcept;
 
-  /// Writes up to min(out.size(), draft_count) drafts to `out`; returns how many.
+  /// Writes up to min(out.size(), max_drafts) drafts to `out`; returns how many.
   [[nodiscard]] std::size_t predict(std::span<Token> out) const noexcept;
   /// The same drafts (limited also by probabilities.size()), and for each, in
   /// `probabilities[j]`, the estimated chance that drafts 0..j are all accepted: the running
@@ -183,7 +197,7 @@ class MatchDrafter {
   [[nodiscard]] const MappedCorpus* corpus_file() const noexcept { return file_; }
   /// Tokens observed since construction or the last reset().
   [[nodiscard]] std::uint64_t tokens_seen() const noexcept { return seen_; }
-  /// Tokens in the match index: min(tokens_seen(), cap).
+  /// Tokens in the match index: min(tokens_seen(), index_capacity).
   [[nodiscard]] std::size_t indexed() const noexcept { return indexed_; }
   /// Length L of the current match (0: none).
   [[nodiscard]] std::size_t match_length() const noexcept { return length_; }
@@ -234,7 +248,7 @@ class MatchDrafter {
   MatchConfig config_;
   const SharedCorpus* corpus_ = nullptr;
   const MappedCorpus* file_ = nullptr;
-  std::vector<Token> tokens_;                                  // the index: the first `cap` tokens
+  std::vector<Token> tokens_;                                  // the index: the first index_capacity tokens
   std::array<Token, kMaxVerify> recent_{};                     // ring of the last kMaxVerify tokens
   // [n - 1]: the most recent end (position after it) of each indexed n-gram of n tokens, keyed
   // by the FNV-1a hash of its tokens, as the counts key their contexts.

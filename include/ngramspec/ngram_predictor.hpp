@@ -15,12 +15,19 @@
 namespace ngramspec {
 
 /// Configuration of an NGramPredictor; validated once, by the constructor.
+///
+/// `draft_count` is the former name of max_drafts, kept so that code written against it
+/// compiles: the constructor takes its value when it differs from the default and max_drafts is
+/// left at the default, refuses the two set to different values (std::invalid_argument naming
+/// both), and keeps the value under both names in config(). Set max_drafts in new code, by name:
+/// draft_count sits right after it, so values listed by position land on it (window's among them).
 struct NGramConfig {
   std::size_t min_order = 2;    ///< shortest n-gram, counting the predicted token (2 = bigram)
   std::size_t max_order = 4;    ///< longest n-gram (4 = three tokens of context)
   /// Most tokens one predict() proposes, beyond the room its caller gives. Unlimited by default,
   /// so that the caller's limit (DecodeOptions::max_drafts for the decoders) is the one setting.
-  std::size_t draft_count = std::numeric_limits<std::size_t>::max();
+  std::size_t max_drafts = std::numeric_limits<std::size_t>::max();
+  std::size_t draft_count = std::numeric_limits<std::size_t>::max();  ///< former name of max_drafts
   std::size_t window = 512;     ///< sliding window of recent tokens whose n-grams are counted
 };
 
@@ -47,7 +54,7 @@ struct DraftEvidence {
 /// context's winning continuation leaves the window and might have lost its lead, the
 /// context's occurrences in the window are walked to find the new winner (O(occurrences),
 /// only then: a bound on the runner-up's count rules most such cases out). predict() is
-/// O(draft_count · orders) probes. Neither allocates: every table is sized by the window at
+/// O(max_drafts · orders) probes. Neither allocates: every table is sized by the window at
 /// construction, so memory is fixed (memory_bytes()) however long the stream.
 ///
 /// Two economies keep repetitive and fresh text cheap without changing any prediction. An
@@ -75,7 +82,7 @@ class NGramPredictor {
   /// Observes several tokens in order (a prompt, or the tokens one verify pass accepted).
   void update(std::span<const Token> tokens) noexcept;
 
-  /// Writes up to min(out.size(), draft_count) drafted tokens to `out`; returns how many.
+  /// Writes up to min(out.size(), max_drafts) drafted tokens to `out`; returns how many.
   [[nodiscard]] std::size_t predict(std::span<Token> out) const noexcept;
   /// The same drafts, and for each the counts behind it in `evidence` (which must have at
   /// least as many elements as out; the drafts are limited by the shorter of the two).

@@ -183,10 +183,13 @@ typedef enum ngramspec_corpus_preference {
 /* ---- MatchDrafter: whole-context copies and n-gram counts (the default drafter) ------------------- */
 
 typedef struct ngramspec_match_config {
-  size_t cap;             /* most tokens the match index holds (default 8192) */
+  union {
+    size_t index_capacity; /* most tokens the match index holds: the sequence's first ones (default 8192) */
+    size_t cap;            /* the former name of index_capacity, the same field */
+  };
   size_t copy_min_match;  /* copy after a match of at least this many tokens (default 2) */
   size_t count_max_order; /* longest n-gram of the counts, 2..4 (default 3) */
-  size_t count_window;    /* the counts slide over this many tokens; 0: the cap (default 2048) */
+  size_t count_window;    /* the counts slide over this many tokens; 0: index_capacity (default 2048) */
   double min_confidence;  /* the gate, in [0, 1) (default 0.03; 0: no gate) */
 } ngramspec_match_config;
 

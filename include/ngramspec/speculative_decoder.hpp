@@ -58,7 +58,7 @@ namespace ngramspec {
 ///
 /// The default drafter is MatchDrafter with its defaults: whole-context copies and local
 /// n-gram counts, the best acceptance of the drafters here on recorded LLM output
-/// (docs/BENCHMARKS.md); any Drafter can take its place.
+/// (docs/BENCHMARKS.md#acceptance); any Drafter can take its place.
 ///
 /// Trees: when the drafter drafts them (TreeDraftingDrafter: TreeDrafter) and the model
 /// verifies them (TreeTargetModel), each pass verifies a tree of up to max_drafts nodes instead

@@ -39,9 +39,9 @@ struct TreeConfig {
   bool carry_over = false;
   /// Whether the model's top-1 after every token a pass carried also counts as a continuation of
   /// that token in the text's counts (NASD's enrichment of its n-gram storage with the target's
-  /// top-k). Off by default: on stories260K it adds 0.07 tokens a pass at 64 nodes and nothing
-  /// at 16 to what the recycled top-k gives (docs/BENCHMARKS.md, "Trees on a real model"), for
-  /// a count update per pass entry, and it needs the top-k the recycling asks for.
+  /// top-k). Off by default: it adds little to what the recycled top-k gives
+  /// (docs/BENCHMARKS.md#trees measures it), for a count update per pass entry, and it needs the
+  /// top-k the recycling asks for.
   bool enrich_counts = false;
   /// Whether the model's candidates are drawn from the distribution the table recorded with
   /// them (a TopKTable with probabilities, filled by SamplingModel::set_distribution_table)
@@ -90,10 +90,30 @@ class TreeDrafter {
   static constexpr std::size_t kMaxChildren = 16;
   /// Longest spine taken from the chain.
   static constexpr std::size_t kMaxSpine = 64;
-  /// Calibration classes: 0 the spine, 1 / 5 / 9 the text after 1 / 2 / 3 tokens of context,
-  /// 13 .. 44 the top-k rank.
-  static constexpr std::size_t kClasses = 48;
+  /// Longest context of the text's alternatives, in tokens.
+  static constexpr std::size_t kOrders = 3;
+  /// Continuations kept per context of the text: its ranks.
+  static constexpr std::size_t kSlotsPerContext = 4;
+
+  /// The calibration classes, by which DraftTree::source_classes() says where each node came
+  /// from and class_estimate() reads the estimates: the spine first, then the text by context
+  /// order and rank (text_class), then the model's top-k by rank (top_k_class); kClasses in all.
   static constexpr std::uint8_t kSpineClass = 0;
+  /// The first text class, that of rank 0 after a context of 1 token.
+  static constexpr std::size_t kFirstTextClass = 1;
+  /// The first top-k class, that of rank 0: after every text class.
+  static constexpr std::size_t kFirstTopKClass = kFirstTextClass + kOrders * kSlotsPerContext;
+  /// Classes in all: room for every top-k rank.
+  static constexpr std::size_t kClasses = 48;
+  static_assert(kFirstTopKClass + TopKTable::kMaxK <= kClasses, "a class for every top-k rank");
+  /// The class of the text's rank-`rank` continuation after a context of `order` (1 .. kOrders) tokens.
+  [[nodiscard]] static constexpr std::uint8_t text_class(std::size_t order, std::size_t rank) noexcept {
+    return static_cast<std::uint8_t>(kFirstTextClass + (order - 1) * kSlotsPerContext + rank);
+  }
+  /// The class of the model's rank-`rank` top-k candidate.
+  [[nodiscard]] static constexpr std::uint8_t top_k_class(std::size_t rank) noexcept {
+    return static_cast<std::uint8_t>(kFirstTopKClass + rank);
+  }
 
   /// Throws std::invalid_argument naming the field and its value when `config` is invalid (and
   /// CorpusFileError as MatchDrafter's constructor does, for a file of another vocabulary).
@@ -119,21 +139,21 @@ class TreeDrafter {
     return chain_.predict(out, probabilities);
   }
 
-  /// Clears `tree` and fills it best-first with up to min(max_nodes, tree.capacity()) nodes
+  /// Clears `tree` and fills it best-first with up to min(max_drafts, tree.capacity()) nodes
   /// of depth below max_depth (the longest path holds max_depth drafts), stopping at the first
   /// node whose path probability is below `min_path_probability` (what a pass's cost makes a
   /// node worth; the decoders pass it so as not to build what the planner would cut). Returns
   /// the size.
-  std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
+  std::size_t predict_tree(DraftTree& tree, std::size_t max_drafts, std::size_t max_depth,
                            float min_path_probability = 0.0f) noexcept;
   /// DistributionTreeDrafter: as above, and q's entries replaced by one per node: what a drawn
   /// candidate (TreeConfig::draw_recycled) was drawn from (its row's tokens not taken before it
   /// at its node, by their recorded probabilities), one-hot for the rest. A node's presence
   /// never depends on its own drawn token (its estimate is its draw rank's), which is what
   /// keeps rejection sampling exact; so the decoders must not cut such a tree by what follows
-  /// a node (they cut it by min_path_probability alone). q must have room for max_nodes entries
+  /// a node (they cut it by min_path_probability alone). q must have room for max_drafts entries
   /// of top_k tokens (reserve()) for the call to allocate nothing.
-  std::size_t predict_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth, float min_path_probability,
+  std::size_t predict_tree(DraftTree& tree, std::size_t max_drafts, std::size_t max_depth, float min_path_probability,
                            DraftDistributions& q);
 
   /// Learns from a verified tree pass: `fed` the pass's tokens (the root, then the tree's
@@ -175,8 +195,6 @@ class TreeDrafter {
   [[nodiscard]] std::size_t memory_bytes() const noexcept;
 
  private:
-  static constexpr std::size_t kOrders = 3;
-  static constexpr std::size_t kSlotsPerContext = 4;
   // Continuations of one context: up to 4 tokens, most frequent first.
   struct Successors {
     std::uint64_t key = 0;
@@ -193,11 +211,14 @@ class TreeDrafter {
     // before it); kNotDrawn when it was not drawn.
     std::uint32_t excluded = kNotDrawn;
   };
+  // Context::spine of a node off the spine: its children are off it too (the root's -1 says
+  // that its next spine token is the first).
+  static constexpr std::int32_t kOffSpine = -2;
   // A node's last (up to) 3 tokens, oldest first, and how many are known.
   struct Context {
     std::array<Token, kOrders> tokens;
     std::uint32_t known;
-    std::int32_t spine;  // index of the spine token this node is, or -1 (the root: -1 too)
+    std::int32_t spine;  // index of the spine token this node is; -1 for the root, kOffSpine off the spine
     // Where its candidates are (locate()): the longest seen context's counts and the model's row.
     const Successors* text;
     std::uint32_t text_order;
@@ -205,12 +226,12 @@ class TreeDrafter {
     const Token* row;
     const float* row_probabilities;  // the row's, when it has them and draw_recycled is on; else nullptr
   };
-  // A heap entry in one integer, so that comparing and moving entries is one instruction: the
-  // path probability's bits on top (a non-negative float orders as its bits do), then the
-  // parent (tree index + 1, 0 for the root) and the child (index in the parent's candidate
-  // list, or kExpand: expand the parent). On a tie a candidate comes before an expansion, and
-  // a later child before an earlier one.
-  using Frontier = std::uint64_t;
+  // One entry of predict_tree's heap, in one integer, so that comparing and moving entries is
+  // one instruction: the path probability's bits on top (a non-negative float orders as its
+  // bits do), then the parent (tree index + 1, 0 for the root) and the child (index in the
+  // parent's candidate list, or kExpand: expand the parent). On a tie a candidate comes before
+  // an expansion, and a later child before an earlier one.
+  using HeapEntry = std::uint64_t;
   static constexpr std::uint32_t kExpand = 0xff;
 
   void learn(Token token) noexcept;
@@ -227,7 +248,7 @@ class TreeDrafter {
   // positions not yet taken; drops those the row has no token left for. Returns the new n.
   std::size_t draw_row(const Context& context, std::size_t owner, std::size_t depth, Candidate* out,
                        std::size_t n) const noexcept;
-  std::size_t build_tree(DraftTree& tree, std::size_t max_nodes, std::size_t max_depth, float min_path_probability,
+  std::size_t build_tree(DraftTree& tree, std::size_t max_drafts, std::size_t max_depth, float min_path_probability,
                          DraftDistributions* q);
   void reset_learning() noexcept;
 
@@ -252,7 +273,7 @@ class TreeDrafter {
   std::size_t built_ = 0;                         // nodes of the last tree built
   std::vector<Candidate> candidates_;             // per node (and the root), kMaxChildren each
   std::vector<std::uint8_t> candidate_counts_;
-  std::vector<Frontier> heap_;
+  std::vector<HeapEntry> heap_;
   std::vector<std::uint8_t> on_path_;             // observe_pass: per pass entry
   std::uint64_t trees_built_ = 0;                 // numbers each tree's draws apart
 };

@@ -25,8 +25,8 @@ namespace ngramspec {
 /// - flat: every pass costs the same whatever it carries (a table of one point).
 /// - knee(N): flat up to N tokens, then linear through the origin (a pass of 2N tokens costs
 ///   twice one of N). The shape of a pass that is memory-bound until its arithmetic catches up
-///   with streaming the weights: a GPU serving an 8B model in bf16 stays flat up to roughly
-///   250-300 tokens a pass.
+///   with streaming the weights, as a GPU serving a large model is up to a few hundred tokens
+///   a pass (docs/BENCHMARKS.md#serving-and-verify-cost measures such curves).
 /// - table(points): measured points, linear between them and beyond the last point with the
 ///   slope of the last two (flat before the first). What an engine times at start-up;
 ///   measure_verify_cost() below does the timing.

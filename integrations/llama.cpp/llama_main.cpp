@@ -352,7 +352,8 @@ int run(const LlamaOptions& o) {
   drafter.vocab_size = engine.vocab_size();
   // Tables sized to the context a sequence can hold, not to the default cap: a drafter per
   // sequence, and their memory is what every update walks.
-  drafter.cap = std::clamp<std::size_t>(engine.context(), MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxCap);
+  drafter.index_capacity =
+      std::clamp<std::size_t>(engine.context(), MatchDrafter::kMaxCountOrder, MatchDrafter::kMaxIndexCapacity);
   BatchSpeculator<MatchDrafter> speculator(batch, drafter, corpus.get(), file.get());
   // With --draft-model: ngramspec drafts with each draft model (ModelDrafter, drawing its drafts
   // as the run samples, so that each draft's q is the draft model's distribution).

@@ -16,6 +16,9 @@ from ._native import MatchConfig, NgramConfig, lib
 
 __all__ = ["MatchDrafter", "NGramPredictor"]
 
+# MatchConfig::index_capacity's default (test_drafters checks it is the library's).
+_DEFAULT_INDEX_CAPACITY = 8192
+
 
 class _Drafter(Closable):
     """What both drafters share: a native handle, update/predict/reset, and freeing."""
@@ -142,25 +145,32 @@ class MatchDrafter(_Drafter):
     _reset = staticmethod(lib.ngramspec_match_drafter_reset)
     _memory = staticmethod(lib.ngramspec_match_drafter_memory_bytes)
 
-    def __init__(self, *, cap: int = 8192, copy_min_match: int = 2, count_max_order: int = 3,
-                 count_window: int = 2048, min_confidence: float = 0.03,
+    def __init__(self, *, index_capacity: int = _DEFAULT_INDEX_CAPACITY, copy_min_match: int = 2,
+                 count_max_order: int = 3, count_window: int = 2048, min_confidence: float = 0.03,
                  corpus: SharedCorpus | None = None, corpus_file: MappedCorpus | None = None,
                  corpus_preference: CorpusPreferenceName = "longer_match", vocab_size: int = 0,
-                 tokenizer_fingerprint: int = 0) -> None:
-        """A drafter whose match index holds at most `cap` tokens; it copies after a match of at least
-        `copy_min_match` tokens, else counts n-grams of orders 2..`count_max_order` (2 to 4) over the
-        last `count_window` tokens (0: the cap), and drafts only while the estimated chance of
-        acceptance is at least `min_confidence` (in [0, 1); 0: no gate). With `corpus` it also
+                 tokenizer_fingerprint: int = 0, cap: int | None = None) -> None:
+        """A drafter whose match index holds at most `index_capacity` tokens (the sequence's first);
+        it copies after a match of at least `copy_min_match` tokens, else counts n-grams of orders
+        2..`count_max_order` (2 to 4) over the last `count_window` tokens (0: index_capacity), and
+        drafts only while the estimated chance of acceptance is at least `min_confidence` (in
+        [0, 1); 0: no gate). With `corpus` it also
         copies from earlier requests' outputs, and with `corpus_file` from a corpus file; when both
         match, `corpus_preference` chooses: ``"longer_match"`` (the longer match; the live corpus on
         a tie), ``"live"`` or ``"file"``. `vocab_size`: the model's vocabulary (0, the default:
         unknown); drafts are cut at their first token not below it, the tokens cut counted in
         :attr:`out_of_vocabulary`, and a `corpus_file` that records another vocabulary size is
         refused. `tokenizer_fingerprint` (0, the default: unset): a number naming the tokenizer; a
-        `corpus_file` that records another is refused. Raises ValueError (the library's message) for
-        an invalid setting, :class:`CorpusFileError` naming the file and both values for a file of
-        another vocabulary."""
-        config = match_config(cap=cap, copy_min_match=copy_min_match, count_max_order=count_max_order,
+        `corpus_file` that records another is refused. `cap` (None, the default: not given) is the
+        former name of `index_capacity`, still accepted: it gives the value when `index_capacity` is
+        left at its default, and the two given different values are a ValueError. Raises ValueError
+        (the library's message) for an invalid setting, :class:`CorpusFileError` naming the file and
+        both values for a file of another vocabulary."""
+        # The former name gives the value unless index_capacity is off its default too.
+        capacity: dict[str, Any] = {"index_capacity": index_capacity}
+        if cap is not None:
+            capacity = {"cap": cap} if index_capacity == _DEFAULT_INDEX_CAPACITY else {**capacity, "cap": cap}
+        config = match_config(**capacity, copy_min_match=copy_min_match, count_max_order=count_max_order,
                               count_window=count_window, min_confidence=min_confidence)
         preference = preference_arg(corpus_preference)
         vocab = size_arg(vocab_size, "vocab_size")
@@ -212,14 +222,27 @@ class NGramPredictor(_Drafter):
         self._start(out.value)
 
 
-_MATCH_KEYS = ("cap", "copy_min_match", "count_max_order", "count_window", "min_confidence")
+_MATCH_KEYS = ("index_capacity", "copy_min_match", "count_max_order", "count_window", "min_confidence")
+# Former names still accepted, and the settings they name.
+_MATCH_FORMER_KEYS = {"cap": "index_capacity"}
 
 
 def match_config(**settings: Any) -> MatchConfig:
-    """An ngramspec_match_config: the library's defaults with `settings` (MatchDrafter's keywords) over them."""
-    unknown = sorted(set(settings) - set(_MATCH_KEYS))
+    """An ngramspec_match_config: the library's defaults with `settings` (MatchDrafter's keywords) over them.
+    A former name (``cap`` for ``index_capacity``) stands for its setting; the two given different
+    values are a ValueError naming both."""
+    unknown = sorted(set(settings) - set(_MATCH_KEYS) - set(_MATCH_FORMER_KEYS))
     if unknown:
-        raise TypeError(f"unknown MatchDrafter setting {unknown[0]!r}; the settings are {', '.join(_MATCH_KEYS)}")
+        raise TypeError(f"unknown MatchDrafter setting {unknown[0]!r}; the settings are {', '.join(_MATCH_KEYS)} "
+                        f"(and {', '.join(f'{old} for {new}' for old, new in _MATCH_FORMER_KEYS.items())})")
+    for former, key in _MATCH_FORMER_KEYS.items():
+        if former not in settings:
+            continue
+        value = size_arg(settings.pop(former), former)
+        if key in settings and settings[key] != value:
+            raise ValueError(f"MatchDrafter: {former} = {value} and {key} = {settings[key]!r} disagree: "
+                             f"{former} is the former name of {key}; give one of them")
+        settings[key] = value
     config = lib.ngramspec_match_config_default()
     for key, value in settings.items():
         if key == "min_confidence":

@@ -44,7 +44,7 @@ class MatchConfig(Structure):
     """ngramspec_match_config."""
 
     _fields_ = [
-        ("cap", c_size_t),
+        ("index_capacity", c_size_t),  # also named cap in C: an anonymous union of the two
         ("copy_min_match", c_size_t),
         ("count_max_order", c_size_t),
         ("count_window", c_size_t),

@@ -118,7 +118,7 @@ def test_an_empty_pass() -> None:
 
 
 def test_a_large_batch_grows_the_buffers() -> None:
-    spec = BatchSpeculator(max_sequences=100, drafter={"cap": 256, "count_window": 256})  # small drafters
+    spec = BatchSpeculator(max_sequences=100, drafter={"index_capacity": 256, "count_window": 256})  # small drafters
     ids = list(range(1000, 1100))
     for seq in ids:
         spec.begin(seq, CYCLE * 2, max_new_tokens=50, max_drafts=16)
@@ -207,7 +207,7 @@ def test_bad_configurations_are_value_errors_with_the_library_message() -> None:
         BatchSpeculator(drafter={"colour": 1})
     with pytest.raises(TypeError):
         BatchSpeculator(cost=256)  # type: ignore[arg-type]
-    BatchSpeculator(cost="knee:64", drafter={"min_confidence": 0.1, "cap": 4096})
+    BatchSpeculator(cost="knee:64", drafter={"min_confidence": 0.1, "index_capacity": 4096})
 
 
 def test_bad_calls_are_value_errors_with_the_library_message() -> None:

@@ -278,7 +278,7 @@ def test_a_batch_drafts_from_the_file_and_finishes_into_the_live_corpus(tmp_path
             expected.append(last)
         accepted = {}
         for with_file in (False, True):
-            spec = BatchSpeculator(max_sequences=2, cost="knee:16", drafter={"min_confidence": 0, "cap": 64},
+            spec = BatchSpeculator(max_sequences=2, cost="knee:16", drafter={"min_confidence": 0, "index_capacity": 64},
                                    corpus=live, corpus_file=mapped if with_file else None,
                                    corpus_preference="file")
             assert spec.corpus is live and spec.corpus_file is (mapped if with_file else None)

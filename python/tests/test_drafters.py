@@ -127,13 +127,35 @@ def test_tokens_that_do_not_fit_are_value_errors() -> None:
 def test_the_defaults_are_the_librarys() -> None:
     defaults = lib.ngramspec_match_config_default()
     drafter_defaults = ngramspec.MatchDrafter.__init__.__kwdefaults__
-    for field in ("cap", "copy_min_match", "count_max_order", "count_window"):
+    for field in ("index_capacity", "copy_min_match", "count_max_order", "count_window"):
         assert drafter_defaults[field] == getattr(defaults, field), field
     assert drafter_defaults["min_confidence"] == pytest.approx(defaults.min_confidence)
     ngram_defaults = lib.ngramspec_ngram_config_default()
     predictor_defaults = ngramspec.NGramPredictor.__init__.__kwdefaults__
     for field in ("min_order", "max_order", "window"):
         assert predictor_defaults[field] == getattr(ngram_defaults, field), field
+
+
+def test_cap_is_the_former_name_of_index_capacity() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        capacity = int(rng.integers(4, 300))
+        tokens = rng.integers(0, 6, size=int(rng.integers(1, 600))).astype(np.uint32)
+        by_name = ngramspec.MatchDrafter(index_capacity=capacity, min_confidence=0)
+        by_former = ngramspec.MatchDrafter(cap=capacity, min_confidence=0)
+        by_both = ngramspec.MatchDrafter(index_capacity=capacity, cap=capacity, min_confidence=0)
+        assert by_former.memory_bytes == by_name.memory_bytes == by_both.memory_bytes, capacity
+        for drafter in (by_name, by_former, by_both):
+            drafter.update(tokens)
+        assert list(by_former.predict(8)) == list(by_name.predict(8)) == list(by_both.predict(8))
+        batch_by_name = ngramspec.BatchSpeculator(max_sequences=1, drafter={"index_capacity": capacity})
+        batch_by_former = ngramspec.BatchSpeculator(max_sequences=1, drafter={"cap": capacity})
+        assert batch_by_former.memory_bytes == batch_by_name.memory_bytes, capacity
+    assert ngramspec.MatchDrafter(cap=64).memory_bytes < ngramspec.MatchDrafter().memory_bytes  # it is not ignored
+    with pytest.raises(ValueError, match="cap = 64 and index_capacity = 128 disagree"):
+        ngramspec.MatchDrafter(index_capacity=128, cap=64)
+    with pytest.raises(ValueError, match="cap = 64 and index_capacity = 128 disagree"):
+        ngramspec.BatchSpeculator(max_sequences=1, drafter={"index_capacity": 128, "cap": 64})
 
 
 def test_bad_settings_are_value_errors_with_the_library_message() -> None:

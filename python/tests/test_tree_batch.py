@@ -31,7 +31,7 @@ def serve(seed: int, *, tree: bool | dict, cost: str | None, pool: int, total: i
     sequences that ran into their max_context)."""
     rng = random.Random(seed)
     spec = BatchSpeculator(max_sequences=pool, cost=cost, tree=tree,
-                           drafter={"cap": 256, "count_window": 64, "min_confidence": 0.0})
+                           drafter={"index_capacity": 256, "count_window": 64, "min_confidence": 0.0})
     k = spec.top_k
     lanes: dict[int, dict] = {}
     started = finished = nodes_verified = context_full = 0

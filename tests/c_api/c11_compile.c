@@ -38,6 +38,12 @@ static int drafter(void) {
   ngramspec_match_config config = ngramspec_match_config_default();
 
   config.min_confidence = 0;
+  /* cap is the former name of index_capacity: the same field. */
+  EXPECT(config.index_capacity == 8192 && config.cap == 8192);
+  config.cap = 64;
+  EXPECT(config.index_capacity == 64);
+  config.index_capacity = 128;
+  EXPECT(config.cap == 128);
   CHECK(ngramspec_match_drafter_create(&config, NULL, &match));
   CHECK(ngramspec_match_drafter_update(match, prompt, sizeof prompt / sizeof prompt[0]));
   CHECK(ngramspec_match_drafter_predict(match, drafts, 4, probabilities, &count));

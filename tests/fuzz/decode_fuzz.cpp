@@ -115,7 +115,7 @@ Scenario decode_scenario(FuzzInput& in) {
   s.ngram.min_order = in.in_range(2, 3);
   s.ngram.max_order = in.in_range(s.ngram.min_order, 6);
   s.ngram.window = in.in_range(s.ngram.max_order, 64);
-  s.ngram.draft_count = in.in_range(1, 12);
+  s.ngram.max_drafts = in.in_range(1, 12);
   s.stop_after_chunks = in.byte() % 2 == 0 ? 0 : in.in_range(1, 16);
   const std::uint8_t fault = in.byte();
   s.forward_fault = fault % 4 == 0 ? fault / 4 % 8 + 1 : 0;

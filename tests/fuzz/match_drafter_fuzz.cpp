@@ -1,7 +1,8 @@
 // Fuzz target: MatchDrafter against the naive NaiveMatch (and, with a corpus, NaiveCorpus).
 //
-// The input decodes into a configuration (a cap of 4..300 tokens, so scripts cross it often;
-// copy_min_match 1..8, draft_count 1..20, count_max_order 2..4, a count window of 0 or 4..cap),
+// The input decodes into a configuration (an index_capacity of 4..300 tokens, so scripts cross it
+// often; copy_min_match 1..8, max_drafts 1..20, count_max_order 2..4, a count window of 0 or
+// 4..index_capacity),
 // whether a SharedCorpus is consulted, a token alphabet (small ids, ids at the top of the range,
 // or scattered 32-bit ids with 0xFFFFFFFF among them) and a script of update(token),
 // update(span), predict, reset, and corpus appends and clears. After every step the ungated
@@ -30,7 +31,7 @@ namespace {
 
 // Most tokens one update(span) or corpus append takes in the script.
 constexpr std::size_t kMaxRun = 24;
-// Most slots one predict is given: more than the largest draft_count.
+// Most slots one predict is given: more than the largest max_drafts.
 constexpr std::size_t kMaxRoom = 24;
 constexpr Token kFiller = 0xABABABABU;
 // The gates beside the ungated drafter, lowest first; the middle one is the input's.
@@ -51,9 +52,9 @@ struct Scenario {
 
 void print_scenario(const Scenario& s, std::size_t step) {
   std::fprintf(stderr,
-               "config: cap %zu, copy_min_match %zu, draft_count %zu, count_max_order %zu, count_window %zu; "
+               "config: index_capacity %zu, copy_min_match %zu, max_drafts %zu, count_max_order %zu, count_window %zu; "
                "corpus %s (%zu tokens); gates %g %g %g; script step %zu\n",
-               s.config.cap, s.config.copy_min_match, s.config.draft_count, s.config.count_max_order,
+               s.config.index_capacity, s.config.copy_min_match, s.config.max_drafts, s.config.count_max_order,
                s.config.count_window, s.with_corpus ? "yes" : "no", s.corpus_tokens, s.gates[0], s.gates[1],
                s.gates[2], step);
 }
@@ -155,7 +156,9 @@ class Run {
   void check_state() {
     const std::size_t seen = naive_.sequence().size();
     if (drafter_.tokens_seen() != seen) fail("tokens_seen() differs from the tokens observed");
-    if (drafter_.indexed() != std::min(seen, s_.config.cap)) fail("indexed() is not min(tokens_seen(), cap)");
+    if (drafter_.indexed() != std::min(seen, s_.config.index_capacity)) {
+      fail("indexed() is not min(tokens_seen(), index_capacity)");
+    }
     if (drafter_.match_length() != naive_.length()) fail("match_length() differs from NaiveMatch's");
     if (drafter_.match_end() != naive_.end()) fail("match_end() differs from NaiveMatch's");
     for (const auto& gated : gated_) {
@@ -166,14 +169,14 @@ class Run {
     if (drafter_.memory_bytes() != memory_) fail("memory_bytes() changed after construction");
   }
 
-  // predict() with `room` slots: filler past them shows a write beyond min(room, draft_count).
+  // predict() with `room` slots: filler past them shows a write beyond min(room, max_drafts).
   std::size_t predict(const MatchDrafter& drafter, std::size_t room, std::array<Token, kMaxRoom + 4>& out) {
     out.fill(kFiller);
     const std::size_t n = drafter.predict(std::span<Token>(out.data(), room));
-    const std::size_t limit = std::min(room, s_.config.draft_count);
-    if (n > limit) fail("predict returned more than min(room, draft_count)");
+    const std::size_t limit = std::min(room, s_.config.max_drafts);
+    if (n > limit) fail("predict returned more than min(room, max_drafts)");
     for (std::size_t i = limit; i < out.size(); ++i) {
-      if (out[i] != kFiller) fail("predict wrote past min(room, draft_count)");
+      if (out[i] != kFiller) fail("predict wrote past min(room, max_drafts)");
     }
     return n;
   }
@@ -187,7 +190,7 @@ class Run {
       const std::vector<Token>& sequence = naive_.sequence();
       const std::size_t context = std::min(sequence.size(), MatchDrafter::kCorpusContext);
       const Drafted from_corpus =
-          naive_corpus_.draft(std::span<const Token>(sequence).last(context), std::min(room, s_.config.draft_count));
+          naive_corpus_.draft(std::span<const Token>(sequence).last(context), std::min(room, s_.config.max_drafts));
       if (from_corpus.count > 0) expected_ = from_corpus.tokens;
     }
     if (n != expected_.size() || !std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n),
@@ -239,11 +242,11 @@ class Run {
 
 void run(FuzzInput& in) {
   Scenario s;
-  s.config.cap = in.in_range(4, 300);
+  s.config.index_capacity = in.in_range(4, 300);
   s.config.copy_min_match = in.in_range(1, 8);
-  s.config.draft_count = in.in_range(1, 20);
+  s.config.max_drafts = in.in_range(1, 20);
   s.config.count_max_order = in.in_range(2, 4);
-  s.config.count_window = in.flag() ? 0 : in.in_range(4, s.config.cap);
+  s.config.count_window = in.flag() ? 0 : in.in_range(4, s.config.index_capacity);
   s.config.min_confidence = 0;  // the reference is the ungated drafter
   s.with_corpus = in.flag();
   s.corpus_tokens = SharedCorpus::kMinTokens << in.in_range(0, 1);

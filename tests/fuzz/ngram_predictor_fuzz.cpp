@@ -31,8 +31,8 @@ void print_tokens(const char* name, std::span<const Token> tokens) {
 
 [[noreturn]] void mismatch(const NGramConfig& config, std::size_t step, const ReferenceNGram& reference,
                            std::span<const Token> got, std::span<const Token> expected) {
-  std::fprintf(stderr, "config: orders %zu..%zu, draft_count %zu, window %zu; script step %zu\n", config.min_order,
-               config.max_order, config.draft_count, config.window, step);
+  std::fprintf(stderr, "config: orders %zu..%zu, max_drafts %zu, window %zu; script step %zu\n", config.min_order,
+               config.max_order, config.max_drafts, config.window, step);
   print_tokens("observed since reset", reference.history());
   print_tokens("predictor", got);
   print_tokens("reference", expected);
@@ -44,7 +44,7 @@ void run(FuzzInput& in) {
   config.min_order = in.in_range(2, 4);
   config.max_order = in.in_range(config.min_order, NGramPredictor::kMaxSupportedOrder);
   config.window = in.in_range(config.max_order, 64);
-  config.draft_count = in.in_range(1, 10);
+  config.max_drafts = in.in_range(1, 10);
   // Few distinct tokens, so n-grams repeat; sometimes at the top of the id range, where a hash or a
   // sentinel that assumes small ids would break.
   const Token vocab = static_cast<Token>(in.in_range(1, 8));
@@ -78,12 +78,12 @@ void run(FuzzInput& in) {
       case 4:
       case 5:
       case 6: {
-        // Room from none to more than draft_count; filler shows a write past the count.
+        // Room from none to more than max_drafts; filler shows a write past the count.
         const std::size_t room = (op >> 3) % (kMaxRun + 1);
         std::fill(std::begin(got), std::end(got), Token{0xABABABABU});
         const std::size_t n = predictor.predict(std::span<Token>(got, room));
         const std::size_t m = reference.predict(std::span<Token>(expected, room));
-        if (n > room || n > config.draft_count) fuzz_fail("predict returned more than it had room for");
+        if (n > room || n > config.max_drafts) fuzz_fail("predict returned more than it had room for");
         for (std::size_t i = n; i < kMaxRun + 4; ++i) {
           if (got[i] != 0xABABABABU) fuzz_fail("predict wrote past the drafts it returned");
         }

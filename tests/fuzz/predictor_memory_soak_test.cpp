@@ -77,8 +77,8 @@ TEST_P(PredictorMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
   const SoakCase& c = GetParam();
   SCOPED_TRACE("orders " + std::to_string(c.config.min_order) + ".." + std::to_string(c.config.max_order) +
                ", window " + std::to_string(c.config.window) + ", " + std::to_string(c.tokens) + " tokens");
-  // Room for the drafts a decoder would ask for (the default draft_count is unlimited).
-  std::vector<Token> drafts(std::min<std::size_t>(c.config.draft_count, 16));  // allocated first: `before` excludes it
+  // Room for the drafts a decoder would ask for (the default max_drafts is unlimited).
+  std::vector<Token> drafts(std::min<std::size_t>(c.config.max_drafts, 16));  // allocated first: `before` excludes it
   const std::size_t before = heap_in_use();
   NGramPredictor predictor(c.config);
   const std::size_t constructed = heap_in_use() - before;
@@ -117,8 +117,8 @@ TEST_P(PredictorMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
 INSTANTIATE_TEST_SUITE_P(
     Configs, PredictorMemorySoak,
     ::testing::Values(SoakCase{NGramConfig{}, 1'000'000},
-                      SoakCase{NGramConfig{.min_order = 2, .max_order = 6, .draft_count = 8, .window = 8192}, 300'000},
-                      SoakCase{NGramConfig{.min_order = 3, .max_order = 8, .draft_count = 10, .window = 16}, 200'000}),
+                      SoakCase{NGramConfig{.min_order = 2, .max_order = 6, .max_drafts = 8, .window = 8192}, 300'000},
+                      SoakCase{NGramConfig{.min_order = 3, .max_order = 8, .max_drafts = 10, .window = 16}, 200'000}),
     [](const ::testing::TestParamInfo<SoakCase>& info) { return case_name(info.param); });
 
 
@@ -134,20 +134,20 @@ class MatchDrafterMemorySoak : public ::testing::TestWithParam<MatchSoakCase> {}
 
 TEST_P(MatchDrafterMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
   const MatchSoakCase& c = GetParam();
-  SCOPED_TRACE(std::string(c.name) + ": cap " + std::to_string(c.config.cap) + ", count window " +
+  SCOPED_TRACE(std::string(c.name) + ": index_capacity " + std::to_string(c.config.index_capacity) + ", count window " +
                std::to_string(c.config.count_window) + ", " + std::to_string(c.tokens) + " tokens");
-  // Room for the drafts a decoder would ask for (the default draft_count is unlimited).
-  std::vector<Token> drafts(std::min<std::size_t>(c.config.draft_count, 16));  // allocated first: `before` excludes it
+  // Room for the drafts a decoder would ask for (the default max_drafts is unlimited).
+  std::vector<Token> drafts(std::min<std::size_t>(c.config.max_drafts, 16));  // allocated first: `before` excludes it
   const std::size_t before = heap_in_use();
   MatchDrafter drafter(c.config);
   const std::size_t constructed = heap_in_use() - before;
   const std::size_t reported = drafter.memory_bytes();
   expect_heap_matches_memory_bytes(constructed, reported, "drafter");
 
-  // The index keeps the first `cap` tokens, so they open with laps of an ascending cycle, which the
+  // The index keeps the first index_capacity tokens, so they open with laps of an ascending cycle, which the
   // stream's cycles (0, 1, ..., p - 1) match later: copies from the frozen index keep happening.
-  const std::size_t opening = c.config.cap / 2;
-  MixedStream stream(c.config.cap * 17 + drafts.size());
+  const std::size_t opening = c.config.index_capacity / 2;
+  MixedStream stream(c.config.index_capacity * 17 + drafts.size());
   std::size_t drafted = 0;
   std::size_t longest_match_past_cap = 0;
   std::size_t allocations = 0;
@@ -156,11 +156,13 @@ TEST_P(MatchDrafterMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
     for (std::size_t i = 1; i <= c.tokens; ++i) {
       drafter.update(i <= opening ? static_cast<Token>(i % 64) : stream.next());
       if (i % 3 == 0) drafted += drafter.predict(drafts);
-      if (i > c.config.cap) longest_match_past_cap = std::max(longest_match_past_cap, drafter.match_length());
+      if (i > c.config.index_capacity) {
+        longest_match_past_cap = std::max(longest_match_past_cap, drafter.match_length());
+      }
       if (i % 100'000 == 0) {
         // From construction on, not only after a warm-up: the index and the counts are sized up front.
         ASSERT_EQ(heap_in_use(), before + constructed) << "after " << i << " tokens";
-        ASSERT_EQ(drafter.indexed(), std::min(i, c.config.cap)) << "after " << i << " tokens";
+        ASSERT_EQ(drafter.indexed(), std::min(i, c.config.index_capacity)) << "after " << i << " tokens";
       }
     }
     allocations = counter.count();
@@ -170,7 +172,7 @@ TEST_P(MatchDrafterMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
   EXPECT_EQ(drafter.memory_bytes(), reported);
   EXPECT_EQ(drafter.tokens_seen(), c.tokens);
   // The stream must run far past the cap (the frozen index) and make the drafter copy and draft.
-  EXPECT_GE(c.tokens, 8 * c.config.cap);
+  EXPECT_GE(c.tokens, 8 * c.config.index_capacity);
   EXPECT_GE(longest_match_past_cap, 16U);
   EXPECT_GE(drafted, c.tokens / 10);
 }
@@ -178,10 +180,10 @@ TEST_P(MatchDrafterMemorySoak, HeapIsMemoryBytesAndNeverGrows) {
 INSTANTIATE_TEST_SUITE_P(
     Configs, MatchDrafterMemorySoak,
     ::testing::Values(MatchSoakCase{"defaults", MatchConfig{}, 1'000'000},
-                      MatchSoakCase{"cap1024", MatchConfig{.cap = 1024}, 1'000'000},
+                      MatchSoakCase{"cap1024", MatchConfig{.index_capacity = 1024}, 1'000'000},
                       MatchSoakCase{"cap4096_order4_window0_ungated",
-                                    MatchConfig{.cap = 4096,
-                                                .draft_count = 12,
+                                    MatchConfig{.index_capacity = 4096,
+                                                .max_drafts = 12,
                                                 .count_max_order = 4,
                                                 .count_window = 0,
                                                 .min_confidence = 0},

@@ -20,12 +20,13 @@ class NaiveMatch {
       : config_(config),
         counts_(NGramConfig{.min_order = 2,
                             .max_order = config.count_max_order,
-                            .draft_count = config.draft_count,
-                            .window = config.count_window == 0 ? config.cap
-                                                               : std::min(config.count_window, config.cap)}) {}
+                            .max_drafts = config.max_drafts,
+                            .window = config.count_window == 0
+                                          ? config.index_capacity
+                                          : std::min(config.count_window, config.index_capacity)}) {}
 
   void update(Token token) {
-    const std::size_t indexed_before = std::min(sequence_.size(), config_.cap);
+    const std::size_t indexed_before = std::min(sequence_.size(), config_.index_capacity);
     const bool extends = length_ > 0 && end_ < indexed_before && sequence_[end_] == token;
     sequence_.push_back(token);
     counts_.update(token);
@@ -37,7 +38,7 @@ class NaiveMatch {
     // The most recent earlier end p (p <= N - 1, inside the index) of the last n tokens,
     // longest n of 3, 2, 1 first; then the common suffix measured up to kMaxVerify.
     const std::size_t size = sequence_.size();
-    const std::size_t last_end = std::min(size - 1, config_.cap);
+    const std::size_t last_end = std::min(size - 1, config_.index_capacity);
     length_ = 0;
     end_ = 0;
     for (std::size_t n = std::min<std::size_t>(3, size); n >= 1; --n) {
@@ -61,14 +62,14 @@ class NaiveMatch {
 
   /// What an ungated MatchDrafter without a corpus drafts with `room` slots.
   [[nodiscard]] std::vector<Token> predict(std::size_t room) const {
-    const std::size_t n = std::min(room, config_.draft_count);
+    const std::size_t n = std::min(room, config_.max_drafts);
     std::vector<Token> out(n);
     if (n == 0 || sequence_.empty()) return {};
     if (length_ == 0 || length_ < config_.copy_min_match) {
       out.resize(counts_.predict(out));
       return out;
     }
-    const std::size_t indexed = std::min(sequence_.size(), config_.cap);
+    const std::size_t indexed = std::min(sequence_.size(), config_.index_capacity);
     std::vector<Token> extended = sequence_;
     out.clear();
     for (std::size_t from = end_; out.size() < n; ++from) {
@@ -97,7 +98,7 @@ class NaiveMatch {
   [[nodiscard]] std::size_t longest_match() const {
     std::size_t best = 0;
     if (sequence_.empty()) return 0;
-    for (std::size_t p = 1; p <= std::min(sequence_.size() - 1, config_.cap); ++p) {
+    for (std::size_t p = 1; p <= std::min(sequence_.size() - 1, config_.index_capacity); ++p) {
       best = std::max(best, common_suffix(p, sequence_.size()));
     }
     return best;

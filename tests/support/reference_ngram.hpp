@@ -18,7 +18,7 @@ namespace ngramspec::test {
 /// It shares nothing with the predictor but the rules: it keeps every token it is given,
 /// recounts the window's n-grams from scratch on every call and compares contexts by their
 /// tokens, not by a hash. It exists to be obviously right, so it is slow: predict() costs
-/// O(tokens seen + draft_count · orders · window · max_order). Expects a config that
+/// O(tokens seen + max_drafts · orders · window · max_order). Expects a config that
 /// NGramPredictor accepts; it does not check.
 class ReferenceNGram {
  public:
@@ -30,7 +30,7 @@ class ReferenceNGram {
 
   /// Same contract as NGramPredictor::predict.
   [[nodiscard]] std::size_t predict(std::span<Token> out) const {
-    const std::size_t limit = std::min(out.size(), config_.draft_count);
+    const std::size_t limit = std::min(out.size(), config_.max_drafts);
     // The stream as it would read if every draft so far were accepted; the counts stay those
     // of the observed window.
     std::vector<Token> tentative = history_;

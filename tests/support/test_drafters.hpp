@@ -286,10 +286,10 @@ class AnyDrafter {
 [[nodiscard]] inline std::vector<NGramConfig> ngram_configs() {
   return {
       NGramConfig{},
-      NGramConfig{.min_order = 2, .max_order = 2, .draft_count = 1, .window = 8},
-      NGramConfig{.min_order = 3, .max_order = 8, .draft_count = 16, .window = 64},
-      NGramConfig{.min_order = 2, .max_order = 5, .draft_count = 64, .window = 4096},
-      NGramConfig{.min_order = 2, .max_order = 3, .draft_count = 8, .window = 3},
+      NGramConfig{.min_order = 2, .max_order = 2, .max_drafts = 1, .window = 8},
+      NGramConfig{.min_order = 3, .max_order = 8, .max_drafts = 16, .window = 64},
+      NGramConfig{.min_order = 2, .max_order = 5, .max_drafts = 64, .window = 4096},
+      NGramConfig{.min_order = 2, .max_order = 3, .max_drafts = 8, .window = 3},
   };
 }
 
@@ -379,14 +379,14 @@ struct DecodeCase {
     s += "} max_context=" + std::to_string(options.max_context) + " speculate=" + (options.speculate ? "1" : "0") +
          " max_drafts=" + std::to_string(options.max_drafts) + " drafter=" + to_string(drafter);
     if (drafter == DrafterKind::ngram || drafter == DrafterKind::liar_ngram) {
-      s += "(orders " + std::to_string(ngram.min_order) + ".." + std::to_string(ngram.max_order) + ", draft_count " +
-           std::to_string(ngram.draft_count) + ", window " + std::to_string(ngram.window) + ")";
+      s += "(orders " + std::to_string(ngram.min_order) + ".." + std::to_string(ngram.max_order) + ", max_drafts " +
+           std::to_string(ngram.max_drafts) + ", window " + std::to_string(ngram.window) + ")";
     }
     if (drafter == DrafterKind::match_corpus || drafter == DrafterKind::match_gate) {
-      s += "(cap " + std::to_string(match.cap) + ", copy_min_match " + std::to_string(match.copy_min_match) +
-           ", draft_count " + std::to_string(match.draft_count) + ", count_max_order " +
-           std::to_string(match.count_max_order) + ", min_confidence " + std::to_string(match.min_confidence) +
-           (drafter == DrafterKind::match_corpus || seed % 2 == 1 ? ", corpus)" : ")");
+      s += "(index_capacity " + std::to_string(match.index_capacity) + ", copy_min_match " +
+           std::to_string(match.copy_min_match) + ", max_drafts " + std::to_string(match.max_drafts) +
+           ", count_max_order " + std::to_string(match.count_max_order) + ", min_confidence " +
+           std::to_string(match.min_confidence) + (drafter == DrafterKind::match_corpus || seed % 2 == 1 ? ", corpus)" : ")");
     }
     return s;
   }
@@ -445,9 +445,9 @@ struct DecodeCase {
   };
   if (match_pick(0, 4) == 0) c.drafter = match_pick(0, 1) == 0 ? DrafterKind::match_corpus : DrafterKind::match_gate;
   static constexpr double kGates[] = {0.02, 0.1, 0.3, 0.6, 0.9};
-  c.match.cap = match_pick(0, 1) == 0 ? match_pick(4, 40) : 4096;
+  c.match.index_capacity = match_pick(0, 1) == 0 ? match_pick(4, 40) : 4096;
   c.match.copy_min_match = match_pick(1, 4);
-  c.match.draft_count = match_pick(1, 16);
+  c.match.max_drafts = match_pick(1, 16);
   c.match.count_max_order = match_pick(2, MatchDrafter::kMaxCountOrder);
   c.match.min_confidence = c.drafter == DrafterKind::match_gate ? kGates[match_pick(0, std::size(kGates) - 1)] : 0;
   return c;

@@ -131,7 +131,7 @@ DrafterEntry::Serve tree_server(const MatchConfig& config, std::shared_ptr<const
     serving.prices.assign(request.prices.begin(), request.prices.end());
     TreeConfig tree;  // the defaults; vocab_size 0: recordings hold no top-k to recycle
     tree.chain = config;
-    tree.chain.draft_count = request.k;
+    tree.chain.max_drafts = request.k;
     if (request.policy != Policy::gate) tree.chain.min_confidence = 0;
     std::optional<SharedCorpus> corpus;
     if (corpus_bytes != 0) corpus.emplace(corpus_bytes);
@@ -207,20 +207,21 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     const std::size_t min_order = parameters.count("min", defaults.min_order);
     const std::size_t max_order = parameters.count("max", defaults.max_order);
     parameters.finish();
-    NGramConfig config{min_order, max_order, 4, full ? max_order : window};
+    NGramConfig config{.min_order = min_order, .max_order = max_order, .max_drafts = 4,
+                       .window = full ? max_order : window};
     NGramPredictor{config};  // validates now, so a bad configuration fails before any replay
     std::string display = "ngram(w=" + (full ? std::string("full") : std::to_string(window)) + "," +
                           std::to_string(min_order) + "-" + std::to_string(max_order) + ")";
     return drafter_entry(display, [config, full](const TokenStream& stream, std::size_t k, const SharedCorpus*, bool) {
       NGramConfig c = config;
-      c.draft_count = k;
+      c.max_drafts = k;
       if (full) c.window = std::max(c.max_order, stream.prompt.size() + stream.output.size());
       return NGramPredictor(c);
     });
   }
   if (name == "match") {
     MatchConfig config;
-    config.cap = parameters.count("cap", config.cap);
+    config.index_capacity = parameters.count("cap", config.index_capacity);
     config.copy_min_match = parameters.count("copy_min", config.copy_min_match);
     config.count_max_order = parameters.count("count_max", config.count_max_order);
     config.count_window = parameters.count("count_window", config.count_window);
@@ -242,14 +243,14 @@ DrafterEntry make_drafter(const std::string& spec, const DrafterDefaults& defaul
     }
     char gate[32];
     std::snprintf(gate, sizeof gate, "%g", config.min_confidence);
-    std::string display = "match(cap=" + std::to_string(config.cap) + ",copy_min=" +
+    std::string display = "match(cap=" + std::to_string(config.index_capacity) + ",copy_min=" +
                           std::to_string(config.copy_min_match) + ",2-" + std::to_string(config.count_max_order);
     if (config.count_window != 0) display += ",count_window=" + std::to_string(config.count_window);
     display += std::string(",gate=") + gate;
     const std::shared_ptr<const MappedCorpus> file = use_file ? defaults.corpus_file : nullptr;
     const auto make = [config, file](const TokenStream&, std::size_t k, const SharedCorpus* corpus, bool gated) {
       MatchConfig c = config;
-      c.draft_count = k;
+      c.max_drafts = k;
       if (!gated) c.min_confidence = 0;
       return MatchDrafter(c, corpus, file.get());
     };

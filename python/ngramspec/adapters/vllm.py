@@ -61,8 +61,9 @@ Settings are class attributes; subclass to change them (vLLM constructs the clas
         drafter_settings = {"min_confidence": 0.0}   # MatchDrafter keywords; this one: no gate
         corpus_bytes = 0                             # no corpus of earlier outputs
 
-MatchDrafter copies from the first ``cap`` tokens of a request (8192 by default, about 0.9 MiB a
-request); for longer contexts set ``drafter_settings = {"cap": 32768}`` (100 bytes a token more).
+MatchDrafter copies from the first ``index_capacity`` tokens of a request (8192 by default, about
+0.9 MiB a request); for longer contexts set ``drafter_settings = {"index_capacity": 32768}`` (100
+bytes a token more; ``"cap"``, its former name, is still accepted).
 
 The proposer needs no GPU and imports neither vLLM nor torch (a torch tensor handed in is read
 through ``.numpy()``). One thread calls it, as the model runner does. A call costs about 9 µs a
@@ -121,8 +122,9 @@ class NgramspecProposer:
     for a row that sampled nothing this step or has reached ``max_model_len``.
     """
 
-    #: MatchDrafter keyword settings (cap, copy_min_match, count_max_order, count_window,
-    #: min_confidence); those left out take MatchDrafter's defaults.
+    #: MatchDrafter keyword settings (index_capacity, copy_min_match, count_max_order, count_window,
+    #: min_confidence; cap, the former name of index_capacity, still accepted); those left out take
+    #: MatchDrafter's defaults.
     drafter_settings: Mapping[str, Any] = {}
     #: Bytes of the corpus of finished requests' outputs; 0: no corpus.
     corpus_bytes: int = 64 << 20
