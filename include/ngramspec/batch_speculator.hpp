@@ -345,6 +345,9 @@ class BatchSpeculator {
   [[nodiscard]] const D& drafter(SequenceId id) const {
     return const_cast<BatchSpeculator*>(this)->pool_.known("ngramspec::BatchSpeculator::drafter", id).drafter;
   }
+  /// The same, to set it up for its request after begin() (a drawing drafter's seed, which
+  /// rejection sampling needs afresh per request: docs/SAMPLING.md).
+  [[nodiscard]] D& drafter(SequenceId id) { return pool_.known("ngramspec::BatchSpeculator::drafter", id).drafter; }
   /// Sequences running.
   [[nodiscard]] std::size_t size() const noexcept { return pool_.size(); }
   [[nodiscard]] const BatchConfig& config() const noexcept { return config_; }

@@ -146,6 +146,9 @@ class BestOfDrafter {
   /// The source of the last predict() (none before any, or when neither drafted).
   [[nodiscard]] Source last_source() const noexcept { return source_; }
   [[nodiscard]] const BestOfConfig& config() const noexcept { return config_; }
+  /// The two drafters (to set a drawing drafter's seed per request, say).
+  [[nodiscard]] First& first() noexcept { return *first_; }
+  [[nodiscard]] Second& second() noexcept { return *second_; }
 
  private:
   // A pass of `drafts` drafts: its cost in one-token passes, drafting included.

@@ -91,20 +91,40 @@ class Samplers {
   Samplers(const Engine& engine, const SamplingOptions& options) : options_(options) {
     for (std::size_t i = 0; i < engine.sequences(); ++i) samplers_.emplace_back(options, engine.vocab_size());
   }
-  void start(std::size_t slot, std::size_t request) {
-    SamplingOptions o = options_;
-    o.seed = options_.seed + request;
-    samplers_[slot].set_options(o);
-  }
+  void start(std::size_t slot, std::size_t request) { samplers_[slot].set_options(for_request(request)); }
   // The token at absolute position `position` from the logits of the token before it.
   Token choose(std::size_t slot, std::span<const float> logits, std::size_t position) {
     return samplers_[slot].choose(logits, position);
+  }
+  // The same with the draft `draft` after the row, drawn from entry `entry` of `q`, verified by
+  // rejection sampling (SamplingMode::rejection): the draft itself when accepted.
+  Token verify(std::size_t slot, std::span<const float> logits, std::size_t position, Token draft, std::size_t entry,
+               const DraftDistributions& q) {
+    const TokenSampler::Draft d{draft, static_cast<std::uint32_t>(entry)};
+    return samplers_[slot].verify(logits, position, std::span<const TokenSampler::Draft>(&d, 1), q);
+  }
+  // A drawing drafter's options for request `request`: the run's, seeded as the request's sampler is
+  // (the drafter's draws use streams of their own), so that every request draws its drafts afresh.
+  [[nodiscard]] SamplingOptions for_request(std::size_t request) const {
+    SamplingOptions o = options_;
+    o.seed = options_.seed + request;
+    return o;
   }
 
  private:
   SamplingOptions options_;
   std::vector<TokenSampler> samplers_;
 };
+
+// Gives a drawing drafter (ModelDrafter, or one inside a BestOfDrafter) the options of its request.
+template <class D>
+void seed_drafter(D& drafter, const SamplingOptions& options) {
+  if constexpr (requires { drafter.set_sampling(options); }) {
+    drafter.set_sampling(options);
+  } else if constexpr (requires { drafter.second().set_sampling(options); }) {
+    drafter.second().set_sampling(options);
+  }
+}
 
 }  // namespace detail
 
@@ -215,13 +235,19 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
   std::vector<std::size_t> offsets(n + 1);
   std::vector<Token> model_tokens(n * (max_drafts + 1));
   std::vector<std::size_t> model_offsets(n + 1);
-  std::vector<StepOutcome> steps(n);
+  std::vector<StepOutcome> steps;
+  steps.resize(n);  // not steps(n): there GCC 12 at -O3 sees an allocation of an impossible size
   if (shape != nullptr && (n != 1 || shape->entry == nullptr || shape->streak == nullptr || shape->drafts > max_drafts)) {
     throw std::invalid_argument("a fixed pass shape needs one sequence, both costs and at most max_drafts = " +
                                 std::to_string(max_drafts) + " drafts; it has " + std::to_string(shape->drafts));
   }
   std::vector<Token> fed;
   fed.reserve(max_drafts + 1);
+  // The rejection mode: drafts come with what they were drawn from, and each row verifies its draft
+  // by rejection sampling (TokenSampler::verify); a drawing drafter is seeded afresh per request.
+  const bool rejection = settings.sampling.mode == SamplingMode::rejection && settings.sampling.temperature > 0.0f;
+  std::vector<DraftDistributions> q(rejection ? n : 0);
+  for (DraftDistributions& d : q) d.reserve(max_drafts);
   const BatchStats before = speculator.stats();
   bool after_drafts = false;  // the pass before carried drafts (and so the fixed shape)
 
@@ -235,6 +261,7 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
       samplers.start(s, next);
       engine.clear_sequence(s);
       speculator.begin(next, prompts[next], options);
+      if (rejection) detail::seed_drafter(speculator.drafter(next), samplers.for_request(next));
       ++next;
     }
     std::size_t running = 0;
@@ -247,7 +274,12 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
 
     const std::span<const SequenceId> pass_ids(ids.data(), running);
     if (shape != nullptr) speculator.use_cost(after_drafts ? shape->streak : shape->entry);
-    speculator.propose(pass_ids, drafts, std::span<std::size_t>(offsets).first(running + 1));
+    if (rejection) {
+      speculator.propose(pass_ids, drafts, std::span<std::size_t>(offsets).first(running + 1),
+                         std::span<DraftDistributions>(q).first(running));
+    } else {
+      speculator.propose(pass_ids, drafts, std::span<std::size_t>(offsets).first(running + 1));
+    }
     after_drafts = false;
     engine.clear_pass();
     for (std::size_t i = 0; i < running; ++i) {
@@ -287,7 +319,20 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
       const std::size_t rows = slot.prefilled ? slot.fed : 1;
       const std::size_t first_position = slot.prefilled ? slot.cache + 1 : slot.fed;
       for (std::size_t r = 0; r < rows; ++r) {
-        model_tokens[made++] = samplers.choose(slot_of[i], engine.logits(slot.first_row + r), first_position + r);
+        const std::span<const float> row = engine.logits(slot.first_row + r);
+        if (!rejection || r + 1 == rows) {
+          model_tokens[made++] = samplers.choose(slot_of[i], row, first_position + r);
+          continue;
+        }
+        // Row r verifies draft r. After a rejection the rows beyond are not read: the step ends
+        // at the rejected draft whatever they hold, so they repeat the row's token.
+        const Token draft = drafts[offsets[i] + r];
+        const Token token = samplers.verify(slot_of[i], row, first_position + r, draft, r, q[i]);
+        model_tokens[made++] = token;
+        if (token != draft) {
+          for (++r; r < rows; ++r) model_tokens[made++] = token;
+          break;
+        }
       }
       model_offsets[i + 1] = made;
     }

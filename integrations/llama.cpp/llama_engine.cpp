@@ -47,8 +47,9 @@ struct Engine::Pass {
 Engine::Engine(const EngineConfig& config) {
   init_backend_once();
   g_verbose = config.verbose;
-  if (config.sequences == 0 || config.sequences > 256) {
-    throw std::runtime_error("--parallel " + std::to_string(config.sequences) + " is invalid: 1 to 256 sequences");
+  if (config.sequences == 0 || config.sequences > EngineConfig::kMaxParallel) {
+    throw std::runtime_error("--parallel " + std::to_string(config.sequences) + " is invalid: 1 to " +
+                             std::to_string(EngineConfig::kMaxParallel) + " sequences");
   }
   std::error_code error;
   if (!std::filesystem::is_regular_file(config.model, error)) {

@@ -24,7 +24,9 @@ namespace ngramspec::llama_cpp {
 struct EngineConfig {
   std::string model;              ///< GGUF file
   int threads = 0;                ///< CPU threads; 0: every core
-  std::size_t sequences = 1;      ///< sequences decoded together (their KV cache is held at once)
+  /// Most sequences one engine decodes together.
+  static constexpr std::size_t kMaxParallel = 256;
+  std::size_t sequences = 1;      ///< sequences decoded together (their KV cache is held at once): 1 .. kMaxParallel
   std::size_t context = 0;        ///< tokens each sequence may hold; 0: the model's training context
   std::size_t max_pass_tokens = 0;  ///< most tokens one pass carries; 0: sequences x context
   bool verbose = false;           ///< llama.cpp's own log lines (errors are always shown)

@@ -239,8 +239,9 @@ void print_run(const char* label, const RunResult& r) {
               static_cast<unsigned long long>(r.out_of_vocabulary));
 }
 
-std::string run_json(const std::string& name, const RunResult& r, double seconds, double plain_seconds, bool identical,
-                     const std::string& divergences = {}) {
+// `identical`: "true", "false", or "null" where the run is not compared (the rejection mode's drafted runs).
+std::string run_json(const std::string& name, const RunResult& r, double seconds, double plain_seconds,
+                     const char* identical, const std::string& divergences = {}) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "{\"drafter\": %s, \"generated\": %llu, \"passes\": %llu, \"drafted\": %llu, \"accepted\": %llu, "
@@ -251,7 +252,7 @@ std::string run_json(const std::string& name, const RunResult& r, double seconds
                 static_cast<unsigned long long>(r.accepted), r.mean_accepted_length(), seconds,
                 seconds > 0 ? static_cast<double>(r.generated) / seconds : 0.0, seconds > 0 ? plain_seconds / seconds : 0.0,
                 r.seconds > 0 ? (r.seconds - r.decode_seconds) / r.seconds : 0.0,
-                static_cast<unsigned long long>(r.out_of_vocabulary), identical ? "true" : "false");
+                static_cast<unsigned long long>(r.out_of_vocabulary), identical);
   std::string json = buf;
   if (divergences.empty()) return json;  // a run compared with nothing
   json.pop_back();
@@ -314,6 +315,7 @@ int curve_mode(const LlamaOptions& o) {
 }
 
 int run(const LlamaOptions& o) {
+  const bool rejection = o.sampling.mode == SamplingMode::rejection && o.sampling.temperature > 0;
   if (!o.curve.empty()) return curve_mode(o);
   // The prompts first: a bad --prompts file is refused before the model is loaded.
   const std::vector<std::string> texts = read_prompts(o);
@@ -416,7 +418,7 @@ int run(const LlamaOptions& o) {
     if (o.json) {
       std::printf("{\"model\": %s, \"cost\": %s, \"runs\": [%s], \"outputs\": [", json_string(engine.description()).c_str(),
                   json_string(cost.cost ? cost.cost->spec() : "none").c_str(),
-                  run_json(single_name, r, r.seconds, r.seconds, true).c_str());
+                  run_json(single_name, r, r.seconds, r.seconds, "true").c_str());
       for (std::size_t i = 0; i < r.outputs.size(); ++i) {
         std::printf("%s{\"prompt\": %s, \"text\": %s, \"tokens\": [", i ? ", " : "", json_string(texts[i]).c_str(),
                     json_string(engine.detokenize(r.outputs[i])).c_str());
@@ -505,11 +507,18 @@ int run(const LlamaOptions& o) {
       RunResult r = c.run();
       c.seconds.push_back(r.seconds);
       const bool reference = &c == &contenders[0] && c.seconds.size() == 1;
-      if (!reference && !c.differing && r.outputs != contenders[0].first.outputs) c.differing = r.outputs;
+      // In the rejection mode a drafted run keeps the model's distribution, not the seed's text: only
+      // plain decoding's runs are compared (with its first).
+      const bool compared = !rejection || &c == &contenders[0];
+      if (!reference && compared && !c.differing && r.outputs != contenders[0].first.outputs) c.differing = r.outputs;
       if (c.seconds.size() == 1) c.first = std::move(r);
     }
   }
   for (Contender& c : contenders) c.identical = !c.differing && !contenders[0].differing;
+  // What the identity column says of a run: "yes", "no", or "n/a" for a drafted run in the rejection mode.
+  const auto compared = [&](const Contender& c) { return !rejection || &c == &contenders[0]; };
+  const auto identity = [&](const Contender& c) { return !compared(c) ? "n/a" : c.identical ? "yes" : "no"; };
+  const auto json_identity = [&](const Contender& c) { return !compared(c) ? "null" : c.identical ? "true" : "false"; };
   const bool greedy = !(o.sampling.temperature > 0);
   const bool reproduced = locate_divergences(contenders, engine, prompts, settings);
   const double plain_seconds = median(contenders[0].seconds);
@@ -524,7 +533,7 @@ int run(const LlamaOptions& o) {
     for (std::size_t i = 0; i < contenders.size(); ++i) {
       std::printf("%s%s", i ? ", " : "",
                   run_json(contenders[i].name, contenders[i].first, median(contenders[i].seconds), plain_seconds,
-                           contenders[i].identical, divergences_json(contenders[i].divergences, greedy)).c_str());
+                           json_identity(contenders[i]), divergences_json(contenders[i].divergences, greedy)).c_str());
     }
     std::printf("], \"identical\": %s, \"plain_reproduced\": %s}\n", all_identical ? "true" : "false",
                 reproduced ? "true" : "false");
@@ -538,7 +547,7 @@ int run(const LlamaOptions& o) {
     const Contender& spec = contenders[1];
     print_run("plain", plain.first);
     print_run("ngramspec", spec.first);
-    std::printf("identical: %s\n", spec.identical ? "yes" : "no");
+    std::printf("identical: %s\n", identity(spec));
     print_divergences(plain, greedy, reproduced);
     print_divergences(spec, greedy, reproduced);
     std::printf("plain %.1f tokens/s, ngramspec %.1f tokens/s, mean accepted length %.2f\n",
@@ -554,7 +563,7 @@ int run(const LlamaOptions& o) {
     std::printf("| %s | %llu | %llu | %.2f | %.1f | %.2fx | %s |\n", c.name.c_str(),
                 static_cast<unsigned long long>(c.first.drafted), static_cast<unsigned long long>(c.first.accepted),
                 c.first.mean_accepted_length(), static_cast<double>(c.first.generated) / s, plain_seconds / s,
-                c.identical ? "yes" : "no");
+                identity(c));
   }
   std::printf("\ntokens/s and speedup: medians of %zu rounds, each running every drafter in a rotated order\n",
               o.repeats);

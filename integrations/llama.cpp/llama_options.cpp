@@ -97,6 +97,11 @@ const char* llama_usage() noexcept {
          "  --temperature T    sample (default 0: greedy); --top-k K, --top-p P, --min-p P filter, --seed S keys\n"
          "                     the randomness per position (prompt i uses seed S + i), so the same seed gives the\n"
          "                     same text with and without drafting (those four need a temperature above 0)\n"
+         "  --sampling-mode M  with --temperature: exact (default: each token is plain sampling's for the seed,\n"
+         "                     a draft accepted when it is that token) or rejection (each draft accepted with\n"
+         "                     probability min(1, p/q) for the q it was drawn from: the model's distribution,\n"
+         "                     not the seed's text; more drafts accepted from a draft model; --check and\n"
+         "                     --compare then report identity as n/a)\n"
          "  --ignore-eos       do not stop at the model's end-of-generation tokens\n"
          "  --no-speculate     plain decoding\n"
          "  --corpus MIB       a SharedCorpus of MIB MiB: each prompt drafts from the outputs of earlier ones\n"
@@ -202,6 +207,9 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       o.sampling.min_p = parse_real(flag, value());
     } else if (flag == "--seed") {
       o.sampling.seed = parse_count(flag, value(), 0, std::numeric_limits<std::uint64_t>::max());
+    } else if (flag == "--sampling-mode") {
+      o.sampling.mode = choice<SamplingMode>(flag, value(), {{"exact", SamplingMode::exact},
+                                                             {"rejection", SamplingMode::rejection}});
     } else if (flag == "--ignore-eos") {
       o.ignore_eos = true;
     } else if (flag == "--no-speculate") {
@@ -262,9 +270,10 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
     }
   };
   if (!o.curve.empty()) {
-    refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--max-drafts", "--k", "--cost", "--print-cost", "--pass-shape", "--temperature",
-                 "--top-k", "--top-p", "--min-p", "--seed", "--ignore-eos", "--no-speculate", "--check", "--compare",
-                 "--corpus", "--corpus-file", "--json", "--draft-model", "--draft-layers"},
+    refuse_with({"--prompt", "--prompts", "--n", "--parallel", "--max-drafts", "--k", "--cost", "--print-cost",
+                 "--pass-shape", "--temperature", "--top-k", "--top-p", "--min-p", "--seed", "--sampling-mode",
+                 "--ignore-eos", "--no-speculate", "--check", "--compare", "--corpus", "--corpus-file", "--json",
+                 "--draft-model", "--draft-layers", "--best-of", "--draft-cost"},
                 "does nothing with --curve, which only times passes (its options: --threads, --ctx, --flash-attn, --curve-at, "
                 "--curve-tokens, --repeats, --verbose)");
   } else {
@@ -325,7 +334,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   validate(o.sampling);
   // Greedy decoding takes the most likely token: a filter or a seed would change nothing.
   if (o.sampling.temperature == 0) {
-    refuse_with({"--top-k", "--top-p", "--min-p", "--seed"},
+    refuse_with({"--top-k", "--top-p", "--min-p", "--seed", "--sampling-mode"},
                 "applies to sampling only: it needs --temperature above 0 (0 is greedy decoding)");
   }
   return o;

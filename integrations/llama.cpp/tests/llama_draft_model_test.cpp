@@ -367,6 +367,40 @@ TEST(DraftModelProgram, CheckWithTheBestOfTextAndDraftModelIsIdentical) {
   }
 }
 
+// --sampling-mode rejection: each draft accepted with probability min(1, p/q) for the q it was drawn
+// from. With the whole model as its own draft model q is p on its support, so far more drafts are
+// accepted than in the exact mode, where a drawn draft must equal the seed's own draw; the runs are
+// not compared with plain decoding's text (identical: null), and the program succeeds.
+TEST(DraftModelProgram, TheRejectionModeAcceptsTheWholeModelsDraftsMoreOften) {
+  REQUIRE_MODEL();
+  const auto rate = [](const std::string& mode, int& status) {
+    const std::string out = run_program("--model " + kModel + " --prompts " + NGRAMSPEC_PROMPTS_FILE +
+                                            " --n 48 --threads 1 --check --repeats 1 --cost none --temperature 1"
+                                            " --seed 3 --sampling-mode " + mode + " --draft-model " +
+                                            draft_gguf(kBlocks) + " --json",
+                                        status);
+    const std::size_t run = out.find("{\"drafter\": \"ngramspec draft-model draft5.gguf\"");
+    EXPECT_NE(run, std::string::npos) << out;
+    if (run == std::string::npos) return std::pair<double, std::string>{0.0, out};
+    const auto field = [&](const std::string& name) {
+      const std::size_t at = out.find("\"" + name + "\": ", run);
+      return at == std::string::npos ? 0.0 : std::stod(out.substr(at + name.size() + 4));
+    };
+    const std::size_t identical = out.find("\"identical\": ", run);
+    return std::pair<double, std::string>{field("accepted") / std::max(1.0, field("drafted")),
+                                          out.substr(identical + 13, 4)};
+  };
+  int status = 0;
+  const auto [exact, exact_identical] = rate("exact", status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(exact_identical, "true");
+  const auto [rejection, rejection_identical] = rate("rejection", status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(rejection_identical, "null");
+  EXPECT_GT(rejection, 0.7);
+  EXPECT_GT(rejection, exact + 0.2) << "exact " << exact << ", rejection " << rejection;
+}
+
 // write_first_blocks (--draft-layers) writes, for every depth, a draft that llama.cpp loads with
 // that many blocks and that decodes as make_draft_gguf.py's file of the same depth does; what it
 // cannot do it refuses by name, leaving no file.
@@ -479,6 +513,9 @@ TEST(DraftModelProgram, RefusesDraftModelsItCannotUseNamingThem) {
       {"--prompt hi --draft-layers 1 --best-of --draft-cost -1",
        "--draft-cost -1: is negative; a drafted token costs 0 or more passes"},
       {"--prompt hi --draft-layers 1 --best-of --draft-cost inf", "--draft-cost inf: is not a finite number"},
+      {"--prompt hi --sampling-mode rejection", "--sampling-mode applies to sampling only: it needs --temperature above 0"},
+      {"--prompt hi --temperature 1 --sampling-mode bogus",
+       "--sampling-mode 'bogus' is invalid: give exact or rejection"},
   };
   for (const auto& [args, message] : cases) {
     out = run_program("--model /nonexistent/model.gguf " + args, status);
