@@ -60,8 +60,8 @@ struct GenerateOptions {
   /// The default --k with --cost none, where the drafter's gate alone sizes the drafts.
   static constexpr std::size_t kDefaultKWithoutCost = 4;
   /// The default --recycle in the rejection mode, where trees draw from the rows' distributions: the most
-  /// a row keeps (TopKTable::kMaxK); at temperature 1 on stories260K it gives 64-node trees 1.96 tokens a
-  /// pass against 1.80 with 8 (docs/BENCHMARKS.md).
+  /// a row keeps (TopKTable::kMaxK), the widest rows covering the most of each distribution
+  /// (docs/BENCHMARKS.md#sampling compares it with 8).
   static constexpr std::size_t kRejectionRecycle = 32;
 };
 

@@ -66,9 +66,9 @@ MatchDrafter copies from the first ``index_capacity`` tokens of a request (8192 
 bytes a token more; ``"cap"``, its former name, is still accepted).
 
 The proposer needs no GPU and imports neither vLLM nor torch (a torch tensor handed in is read
-through ``.numpy()``). One thread calls it, as the model runner does. A call costs about 9 µs a
-row on a 2-core machine (2.2 ms at batch 256 with 1k-token contexts), and a new request the time
-its drafter takes to read the row (0.7 ms for 1k tokens, its first drafter allocation included).
+through ``.numpy()``). One thread calls it, as the model runner does. A call's work grows with the
+rows it proposes for, and a new request's with the row its drafter reads first (its drafter's first
+allocation included).
 """
 
 from __future__ import annotations
