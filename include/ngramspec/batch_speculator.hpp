@@ -321,7 +321,7 @@ class BatchSpeculator {
   /// std::invalid_argument for an unknown id; exceptions from the corpus's append propagate
   /// with the sequence still running.
   void finish(SequenceId id) {
-    Slot& slot = pool_.known("ngramspec::BatchSpeculator::finish", id);
+    Slot& slot = pool_.slot_of("ngramspec::BatchSpeculator::finish", id);
     if (corpus_ != nullptr) corpus_->append(slot.record);
     pool_.release(id);
     ++stats_.finished;
@@ -330,7 +330,7 @@ class BatchSpeculator {
   /// Ends sequence `id` without adding it to the corpus. Throws std::invalid_argument for an
   /// unknown id.
   void cancel(SequenceId id) {
-    (void)pool_.known("ngramspec::BatchSpeculator::cancel", id);
+    (void)pool_.slot_of("ngramspec::BatchSpeculator::cancel", id);
     pool_.release(id);
     ++stats_.cancelled;
   }
@@ -339,15 +339,15 @@ class BatchSpeculator {
   [[nodiscard]] bool contains(SequenceId id) const noexcept { return pool_.contains(id); }
   /// Where sequence `id` stands; throws std::invalid_argument for an unknown id.
   [[nodiscard]] const SequenceState& state(SequenceId id) const {
-    return const_cast<BatchSpeculator*>(this)->pool_.known("ngramspec::BatchSpeculator::state", id).state;
+    return const_cast<BatchSpeculator*>(this)->pool_.slot_of("ngramspec::BatchSpeculator::state", id).state;
   }
   /// Sequence `id`'s drafter; throws std::invalid_argument for an unknown id.
   [[nodiscard]] const D& drafter(SequenceId id) const {
-    return const_cast<BatchSpeculator*>(this)->pool_.known("ngramspec::BatchSpeculator::drafter", id).drafter;
+    return const_cast<BatchSpeculator*>(this)->pool_.slot_of("ngramspec::BatchSpeculator::drafter", id).drafter;
   }
   /// The same, to set it up for its request after begin() (a drawing drafter's seed, which
   /// rejection sampling needs afresh per request: docs/SAMPLING.md).
-  [[nodiscard]] D& drafter(SequenceId id) { return pool_.known("ngramspec::BatchSpeculator::drafter", id).drafter; }
+  [[nodiscard]] D& drafter(SequenceId id) { return pool_.slot_of("ngramspec::BatchSpeculator::drafter", id).drafter; }
   /// Sequences running.
   [[nodiscard]] std::size_t size() const noexcept { return pool_.size(); }
   [[nodiscard]] const BatchConfig& config() const noexcept { return config_; }
@@ -417,7 +417,7 @@ class BatchSpeculator {
     PassBudget pass{
         .cost = active_cost(), .base_tokens = extra_tokens, .base_expected = static_cast<double>(ids.size())};
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      Slot& slot = pool_.running(where, ids, i, stamp);
+      Slot& slot = pool_.claim_for_call(where, ids, i, stamp);
       if (slot.state.generated == 0) {
         pass.base_tokens = saturating_plus(pass.base_tokens, slot.state.prompt_length);
       } else {
@@ -487,7 +487,7 @@ class BatchSpeculator {
                        std::span<const std::size_t> offsets, const char* entries, Proposed proposed, More more) {
     const std::uint64_t stamp = pool_.next_call();
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      Slot& slot = pool_.running(where, ids, i, stamp);
+      Slot& slot = pool_.claim_for_call(where, ids, i, stamp);
       more(std::as_const(slot), i,
            detail::checked_model_token_count(where, ids[i], offsets, i, model_tokens,
                                              proposed(std::as_const(slot)), entries));

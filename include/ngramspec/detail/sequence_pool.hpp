@@ -121,30 +121,30 @@ class SequencePool {
   void take(std::uint64_t id) noexcept {
     const std::uint32_t index = free_.back();
     free_.pop_back();
-    ids_.find_or_insert(id).slot_plus_one = index + 1;
+    ids_.find_or_insert(id).slot_tag = index + 1;
   }
   /// Sequence `id`'s slot returns to the pool. Precondition: `id` is running.
   void release(std::uint64_t id) noexcept {
     Entry* entry = ids_.find(id);
-    const std::uint32_t index = entry->slot_plus_one - 1;
+    const std::uint32_t index = entry->slot_tag - 1;
     ids_.erase(*entry);
     free_.push_back(index);
   }
 
   [[nodiscard]] bool contains(std::uint64_t id) const noexcept { return ids_.find(id) != nullptr; }
   /// Sequence `id`'s slot; throws std::invalid_argument naming `where` when it is not running.
-  [[nodiscard]] Slot& known(const char* where, std::uint64_t id) {
+  [[nodiscard]] Slot& slot_of(const char* where, std::uint64_t id) {
     const Entry* entry = ids_.find(id);
     if (entry == nullptr) throw std::invalid_argument(std::string(where) + ": " + sequence_name(id) + " is not running");
-    return slots_[entry->slot_plus_one - 1];
+    return slots_[entry->slot_tag - 1];
   }
 
-  /// Starts a call that names sequences; returns its stamp, for running().
+  /// Starts a call that names sequences; returns its stamp, for claim_for_call().
   [[nodiscard]] std::uint64_t next_call() noexcept { return ++calls_; }
   /// ids[i]'s slot, checked: running, not finished, not named before in the call of `stamp`;
   /// it becomes the call's slot i. Throws std::invalid_argument naming `where` otherwise.
-  Slot& running(const char* where, std::span<const std::uint64_t> ids, std::size_t i, std::uint64_t stamp) {
-    Slot& slot = known(where, ids[i]);
+  Slot& claim_for_call(const char* where, std::span<const std::uint64_t> ids, std::size_t i, std::uint64_t stamp) {
+    Slot& slot = slot_of(where, ids[i]);
     if (slot.state.finished) {
       throw std::invalid_argument(std::string(where) + ": " + sequence_name(ids[i]) + " (ids[" + std::to_string(i) +
                                   "]) is finished (" + to_string(slot.state.stop_reason) +
@@ -158,7 +158,7 @@ class SequencePool {
     call_slots_[i] = &slot;
     return slot;
   }
-  /// The call's slot i, found by running().
+  /// The call's slot i, found by claim_for_call().
   [[nodiscard]] Slot& of_call(std::size_t i) const noexcept { return *call_slots_[i]; }
 
   /// Sequences running.
@@ -174,8 +174,8 @@ class SequencePool {
  private:
   struct Entry {
     std::uint64_t key = 0;
-    std::uint32_t slot_plus_one = 0;
-    [[nodiscard]] bool empty() const noexcept { return slot_plus_one == 0; }
+    std::uint32_t slot_tag = 0;  // the slot's index + 1; 0: an empty entry
+    [[nodiscard]] bool empty() const noexcept { return slot_tag == 0; }
   };
 
   std::vector<Slot> slots_;
