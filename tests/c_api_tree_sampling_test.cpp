@@ -26,6 +26,8 @@
 #include "support/allocation_counter.hpp"
 #include "support/c_api_checks.hpp"
 #include "support/chi_square.hpp"
+#include "support/last_token_target.hpp"
+#include "support/tree_walk.hpp"
 
 namespace ngramspec::test {
 namespace {
@@ -35,7 +37,7 @@ struct BatchFree {
 };
 using BatchPtr = std::unique_ptr<ngramspec_batch, BatchFree>;
 
-constexpr std::size_t kVocab = 5;
+constexpr std::size_t kVocab = kTargetVocab;
 constexpr std::size_t kTopK = 4;
 constexpr std::size_t kBatch = 8;
 constexpr std::size_t kMaxDrafts = 6;
@@ -65,32 +67,10 @@ ngramspec_sequence_options sequence_options(std::size_t max_new_tokens) {
   return o;
 }
 
-/// The target's logits after token `last`: log weights 2 .. 6, no row uniform.
-float target_logit(Token last, Token t) {
-  return static_cast<float>(std::log(2.0 + static_cast<double>((3 * last + 2 * t + t * t * (last + 2)) % 5)));
-}
-
 std::array<float, kVocab> target_row(Token last) {
   std::array<float, kVocab> row{};
   for (Token t = 0; t < kVocab; ++t) row[t] = target_logit(last, t);
   return row;
-}
-
-/// The target's sampling distribution after `last`: its weights at the temperature, the top_k
-/// most likely kept (ties to the lower id), renormalized (the test's options use no other filter).
-std::array<double, kVocab> target_distribution(Token last, const SamplingOptions& o) {
-  std::array<double, kVocab> w{};
-  for (Token t = 0; t < kVocab; ++t) w[t] = std::exp(static_cast<double>(target_logit(last, t)) / o.temperature);
-  std::array<Token, kVocab> order{};
-  for (Token t = 0; t < kVocab; ++t) order[t] = t;
-  std::stable_sort(order.begin(), order.end(), [&](Token a, Token b) { return w[a] > w[b]; });
-  if (o.top_k != 0) {
-    for (std::size_t i = o.top_k; i < kVocab; ++i) w[order[i]] = 0.0;
-  }
-  double total = 0.0;
-  for (const double x : w) total += x;
-  for (double& x : w) x /= total;
-  return w;
 }
 
 // ---- The config --------------------------------------------------------------------------------
@@ -360,22 +340,12 @@ Outcome engine_runs(const SamplingOptions& base, EngineQ engine_q) {
           top.insert(top.end(), top_tokens.begin(), top_tokens.end());
           top_probabilities.insert(top_probabilities.end(), top_p.begin(), top_p.end());
         }
-        std::size_t e = 0;
-        for (std::size_t depth = 0;; ++depth) {
-          std::vector<TokenSampler::Draft> children;
-          std::vector<std::size_t> child_entries;
-          for (std::size_t j = 0; j < nodes; ++j) {
-            if (static_cast<std::size_t>(parents[begin + j] + 1) != e) continue;
-            children.push_back({tokens[begin + j], static_cast<std::uint32_t>(j)});
-            child_entries.push_back(j + 1);
-          }
-          const Token token = sampler.verify(target_row(token_of(e)), s.size() + depth, children, q);
-          model_tokens[e0 + e] = token;
-          std::size_t c = 0;
-          while (c < children.size() && children[c].token != token) ++c;
-          if (c == children.size()) break;
-          e = child_entries[c];
-        }
+        walk_tree(
+            sampler, std::span<const Token>(tokens).subspan(begin, nodes),
+            std::span<const std::int32_t>(parents).subspan(begin, nodes), s.size(),
+            [&](std::size_t e) { return target_row(token_of(e)); },
+            [](std::size_t j) { return static_cast<std::uint32_t>(j); }, q,
+            std::span<Token>(model_tokens).subspan(e0, nodes + 1));
         model_offsets.push_back(model_tokens.size());
       }
       std::vector<ngramspec_step> steps(running.size());
@@ -411,16 +381,6 @@ Outcome engine_runs(const SamplingOptions& base, EngineQ engine_q) {
   }
   EXPECT_C_OK(ngramspec_batch_stats_get(batch.get(), &out.stats));
   return out;
-}
-
-std::vector<double> first_two_probabilities(const SamplingOptions& options) {
-  std::vector<double> p(kVocab * kVocab);
-  const std::array<double, kVocab> first = target_distribution(0, options);
-  for (Token a = 0; a < kVocab; ++a) {
-    const std::array<double, kVocab> second = target_distribution(a, options);
-    for (Token b = 0; b < kVocab; ++b) p[a * kVocab + b] = first[a] * second[b];
-  }
-  return p;
 }
 
 TEST(CApiTreeSamplingProperty, AnEngineLoopOverDrawnTreesKeepsTheTargetsDistribution) {
