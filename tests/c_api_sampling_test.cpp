@@ -26,6 +26,7 @@
 #include "support/allocation_counter.hpp"
 #include "support/c_api_checks.hpp"
 #include "support/chi_square.hpp"
+#include "support/last_token_target.hpp"
 
 namespace ngramspec::test {
 namespace {
@@ -332,32 +333,9 @@ TEST(CApiSamplingProperty, TheExactModeEmitsPlainSamplingsTokens) {
 // prefix, and ngramspec_sampler_verify_chain says what the sequence keeps. Over many requests (the
 // sampler's seed and the drafter's randomness fresh for each) the first two tokens must be
 // distributed as the target's sampling distribution gives them.
-constexpr std::size_t kVocab = 5;
+constexpr std::size_t kVocab = kTargetVocab;
 constexpr std::size_t kRuns = 20000;
 constexpr std::size_t kDrafts = 2;
-
-/// The target's logits after token `last`: log weights 2 .. 6, no row uniform.
-float target_logit(Token last, Token t) {
-  return static_cast<float>(std::log(2.0 + static_cast<double>((3 * last + 2 * t + t * t * (last + 2)) % 5)));
-}
-
-/// The target's sampling distribution after `last` under `o`: its weights at the temperature, the
-/// top_k most likely kept (ties to the lower id), renormalized. (The test's option sets use no other
-/// filter.)
-std::array<double, kVocab> target_distribution(Token last, const ngramspec_sampling_options& o) {
-  std::array<double, kVocab> w{};
-  for (Token t = 0; t < kVocab; ++t) w[t] = std::exp(static_cast<double>(target_logit(last, t)) / o.temperature);
-  std::array<Token, kVocab> order{};
-  for (Token t = 0; t < kVocab; ++t) order[t] = t;
-  std::stable_sort(order.begin(), order.end(), [&](Token a, Token b) { return w[a] > w[b]; });
-  if (o.top_k != 0) {
-    for (std::size_t i = o.top_k; i < kVocab; ++i) w[order[i]] = 0.0;
-  }
-  double total = 0.0;
-  for (const double x : w) total += x;
-  for (double& x : w) x /= total;
-  return w;
-}
 
 /// The draft model's q after `last`: two tokens, unlike the target (which has mass q lacks).
 struct DraftQ {
@@ -424,16 +402,6 @@ FirstTwo first_two_tokens(const ngramspec_sampling_options& options, Declared de
     ++out.counts[sequence[1] * kVocab + sequence[2]];
   }
   return out;
-}
-
-std::vector<double> first_two_probabilities(const ngramspec_sampling_options& options) {
-  std::vector<double> p(kVocab * kVocab);
-  const std::array<double, kVocab> first = target_distribution(0, options);
-  for (Token a = 0; a < kVocab; ++a) {
-    const std::array<double, kVocab> second = target_distribution(a, options);
-    for (Token b = 0; b < kVocab; ++b) p[a * kVocab + b] = first[a] * second[b];
-  }
-  return p;
 }
 
 // With q passed the tokens keep the target's distribution, and more drafts are accepted than when

@@ -23,6 +23,7 @@
 #include "support/chi_square.hpp"
 #include "support/mock_models.hpp"
 #include "support/test_drafters.hpp"
+#include "support/tree_walk.hpp"
 
 namespace ngramspec::test {
 namespace {
@@ -1070,23 +1071,12 @@ template <class D>
           top_probabilities.insert(top_probabilities.end(), top_p.begin(), top_p.begin() + static_cast<std::ptrdiff_t>(k));
         }
       }
-      std::size_t e = 0;
-      for (std::size_t depth = 0;; ++depth) {
-        std::vector<TokenSampler::Draft> children;
-        std::vector<std::size_t> child_entries;
-        for (std::size_t j = 0; j < nodes; ++j) {
-          if (static_cast<std::size_t>(parents[offsets[i] + j] + 1) != e) continue;
-          children.push_back({tokens[offsets[i] + j], entry_of(given, j)});
-          child_entries.push_back(j + 1);
-        }
-        const Token token =
-            s.sampler.verify(row_after(before(e), token_of(e)), s.tokens.size() + depth, children, q_of(given, q, i));
-        model_tokens[e0 + e] = token;
-        std::size_t c = 0;
-        while (c < children.size() && children[c].token != token) ++c;
-        if (c == children.size()) break;
-        e = child_entries[c];
-      }
+      walk_tree(
+          s.sampler, std::span<const Token>(tokens).subspan(offsets[i], nodes),
+          std::span<const std::int32_t>(parents).subspan(offsets[i], nodes), s.tokens.size(),
+          [&](std::size_t e) { return row_after(before(e), token_of(e)); },
+          [&](std::size_t j) { return entry_of(given, j); }, q_of(given, q, i),
+          std::span<Token>(model_tokens).subspan(e0, nodes + 1));
       model_offsets.push_back(model_tokens.size());
     }
     std::vector<StepOutcome> steps(ids.size());

@@ -410,7 +410,8 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* 
 enum { NGRAMSPEC_TREE_ROOT = -1 };
 
 /* A tree batch's drafters (TreeConfig). A versioned struct: struct_size is its size, set by
- * ngramspec_tree_config_default; later versions add fields at the end. */
+ * ngramspec_tree_config_default; later versions add fields at the end, and a struct_size of an earlier
+ * version (up to enrich_counts) is read with the later fields at their defaults. */
 typedef struct ngramspec_tree_config {
   size_t struct_size;     /* sizeof(ngramspec_tree_config) */
   size_t successor_slots; /* continuations kept per context order, a power of two (default 4096) */
@@ -422,6 +423,12 @@ typedef struct ngramspec_tree_config {
                              batch shares and learns from (default 1); zero: one per drafter */
   int carry_over;         /* nonzero: a drafter keeps what it learnt for its next sequence (default 0) */
   int enrich_counts;      /* nonzero: the model's top-1 after each token also counts as text (default 0) */
+  /* Since 0.3 (a struct_size that ends before draw_recycled reads them as their defaults): */
+  int draw_recycled;      /* nonzero: the recycled top-k candidates are drawn from the probabilities that
+                             ngramspec_batch_accept_trees_q records, for rejection verification; the
+                             top-k tables then keep probabilities (default 0) */
+  uint64_t draw_seed;     /* the draws' seed (default 0); they also number every tree a drafter has built,
+                             so sequences that share it still draw afresh */
 } ngramspec_tree_config;
 
 /* TreeConfig's defaults, with struct_size set. */
@@ -429,7 +436,8 @@ NGRAMSPEC_API ngramspec_tree_config ngramspec_tree_config_default(void);
 /* A batch speculator (as ngramspec_batch_create) whose drafters draft trees with `tree` (NULL: the
  * defaults): their chain (spine) is config's MatchDrafter. Every call of ngramspec_batch_* works on
  * it; propose and accept step it with chains (the spine alone). Its top-k tables take
- * vocab_size x (4 x top_k + 1) bytes each (one, or max_sequences with shared_top_k 0): more than
+ * vocab_size x (4 x top_k + 1) bytes each, vocab_size x (8 x top_k + 1) with draw_recycled (one, or
+ * max_sequences with shared_top_k 0): more than
  * the machine's memory is NGRAMSPEC_ERROR_INVALID_ARGUMENT, an allocation that fails
  * NGRAMSPEC_ERROR_OUT_OF_MEMORY. */
 NGRAMSPEC_API ngramspec_status ngramspec_batch_create_tree(const ngramspec_batch_config* config,
@@ -463,6 +471,41 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_accept_trees(ngramspec_batch* bat
                                                             const ngramspec_token* top, size_t n_top,
                                                             ngramspec_step* steps, size_t* kept,
                                                             size_t kept_capacity);
+
+/* Tree batches that draw (tree->draw_recycled), for an engine that verifies each tree by rejection
+ * sampling (docs/SAMPLING.md, "Engines that verify"): ngramspec_batch_propose_trees_q gives each node's
+ * distribution q with the trees, ngramspec_sampler_verify_tree (or the engine's own sampler, row by row)
+ * verifies each sequence's tree with it, and ngramspec_batch_accept_trees_q records the probabilities of
+ * the model's top tokens after every entry, which the next trees' drawn candidates are drawn from.
+ *
+ * ngramspec_batch_propose_trees, and what each node was drawn from, in ngramspec_sampler_verify_chain's
+ * layout over the whole call: node n (of the *n_nodes, sequence by sequence) has the support
+ * q_tokens[q_offsets[n] .. q_offsets[n + 1]) with the probabilities at the same indices of
+ * q_probabilities, empty for a chosen node (one-hot); q_offsets has room for capacity + 1 entries and
+ * gets *n_nodes + 1 of them, q_tokens and q_probabilities room for q_capacity entries, which must be at
+ * least capacity x ngramspec_batch_top_k() (a drawn node's support is the rest of a top-k row); *n_q gets
+ * the support entries written. When any node of the pass was drawn, each tree is cut by its drafter's
+ * estimates alone (BatchSpeculator::propose_trees with q). NGRAMSPEC_ERROR_INVALID_ARGUMENT naming the
+ * argument and its value, nothing written, as ngramspec_batch_propose_trees, and for a q buffer too small.
+ * Allocates nothing once warm. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_propose_trees_q(
+    ngramspec_batch* batch, const ngramspec_sequence_id* ids, size_t n_ids, ngramspec_token* tokens, int32_t* parents,
+    size_t capacity, size_t* offsets, size_t extra_tokens, size_t* n_nodes, size_t* q_offsets,
+    ngramspec_token* q_tokens, float* q_probabilities, size_t q_capacity, size_t* n_q);
+/* ngramspec_batch_accept_trees, and top_probabilities: n_top floats, the probability of each token of top
+ * under the distribution the engine sampled that entry's token from (the sampling distribution p, after
+ * temperature and filters), best first; a row with fewer tokens left by the filters ends in probability 0.
+ * Recorded into the drafters' top-k tables, so that drawn candidates are drawn from p. Besides what
+ * ngramspec_batch_accept_trees refuses, NGRAMSPEC_ERROR_INVALID_ARGUMENT, nothing changed, naming the
+ * sequence and the value for a probability outside [0, 1], a row whose first probability is 0, or a batch
+ * made without draw_recycled (its tables keep no probabilities). */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_accept_trees_q(ngramspec_batch* batch, const ngramspec_sequence_id* ids,
+                                                              size_t n_ids, const ngramspec_token* model_tokens,
+                                                              size_t n_model_tokens, const size_t* offsets,
+                                                              const ngramspec_token* top,
+                                                              const float* top_probabilities, size_t n_top,
+                                                              ngramspec_step* steps, size_t* kept,
+                                                              size_t kept_capacity);
 
 /* Verify costs and the draft planner, for an engine that sizes one sequence's drafts itself (since 0.3):
  * what BatchSpeculator's propose does for each pass when its config has a cost, offered to an engine

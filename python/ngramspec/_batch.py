@@ -146,8 +146,11 @@ class BatchSpeculator(Closable):
         ``max_children`` (1..16, default 8), ``vocab_size`` (the model's vocabulary, to recycle its
         top-k, up to 2**24; 0, the default: none), ``top_k`` (1..32, default 8), ``shared_top_k`` (default
         True: one table that every drafter shares), ``carry_over`` and ``enrich_counts`` (default
-        False; TreeConfig's settings of those names). A tree batch reads `corpus_file` too (its
-        drafters' spine drafts from it).
+        False; TreeConfig's settings of those names), ``draw_recycled`` (default False: the recycled
+        top-k candidates are drawn from the probabilities :meth:`accept_trees` records with
+        `top_probabilities`, for an engine that verifies by rejection sampling; the tables then keep
+        probabilities) and ``draw_seed`` (the draws' seed, default 0). A tree batch reads `corpus_file`
+        too (its drafters' spine drafts from it).
         `vocab_size`: the model's vocabulary (0, the default: unknown; for a tree batch, the tree's
         ``vocab_size`` then, which may not disagree); the drafters cut drafts at their first token
         not below it and count the tokens cut (:attr:`BatchStats.out_of_vocabulary`), and a
@@ -213,6 +216,11 @@ class BatchSpeculator(Closable):
         # Tree passes' buffers: nodes' parents, and the entries kept.
         self._parents = np.empty(256, np.int32)
         self._kept = np.empty(256, np.uintp)
+        # propose_trees(with_q=True)'s: each node's q offsets, and the supports' tokens and probabilities.
+        self._q_offsets = np.empty(257, np.uintp)
+        self._q_tokens = np.empty(0, np.uint32)
+        self._q_probabilities = np.empty(0, np.float32)
+        self._n_q = ctypes.c_size_t(0)
 
     # ---- Sequences -------------------------------------------------------------------------
 
@@ -350,9 +358,7 @@ class BatchSpeculator(Closable):
 
     # ---- Tree passes -----------------------------------------------------------------------
 
-    def propose_trees(self, ids: IdsLike, *, extra_tokens: int = 0) -> tuple[npt.NDArray[np.uint32],
-                                                                               npt.NDArray[np.int32],
-                                                                               npt.NDArray[np.uintp]]:
+    def propose_trees(self, ids: IdsLike, *, extra_tokens: int = 0, with_q: bool = False) -> tuple[Any, ...]:
         """Trees for the next verify pass of the sequences `ids` (a tree batch only).
 
         Returns ``(tokens, parents, offsets)``: sequence ``ids[i]``'s nodes are
@@ -360,9 +366,18 @@ class BatchSpeculator(Closable):
         `parents`, local to the sequence: -1 for a child of the root (the sequence's last token),
         else the index of an earlier node of its range. At most its max_drafts nodes, fewer as its
         max_context fills (a tree pass writes a KV entry per node, so a tree has no more nodes than
-        the longest chain there); none for a sequence with no output yet (its prefill). The arrays
-        are views of buffers this object reuses. Raises ValueError (the library's message) for a
-        chain batch or an id that is unknown, finished or listed twice."""
+        the longest chain there); none for a sequence with no output yet (its prefill).
+
+        `with_q` (default False): also what each node was drawn from, for an engine that verifies
+        by rejection sampling (``tree={"draw_recycled": True, ...}``): returns ``(tokens, parents,
+        offsets, q_offsets, q_tokens, q_probabilities)``, node n of the call (flat, as `tokens`)
+        drawn from the support ``q_tokens[q_offsets[n]:q_offsets[n + 1]]`` (uint32) with the
+        probabilities at the same indices of `q_probabilities` (float32), an empty support for a
+        chosen node (q one-hot on it): :meth:`Sampler.verify_chain`'s layout. When any node of the
+        pass was drawn, each tree is cut by its drafter's estimates alone.
+
+        The arrays are views of buffers this object reuses. Raises ValueError (the library's
+        message) for a chain batch or an id that is unknown, finished or listed twice."""
         ids_array, ids_pointer, n = ids_arg_remembered(ids, self._last_ids)
         if extra_tokens:
             extra_tokens = size_arg(extra_tokens, "extra_tokens")
@@ -376,29 +391,55 @@ class BatchSpeculator(Closable):
             self._offsets = np.empty(max(n + 1, 2 * self._offsets.shape[0]), np.uintp)
             self._offsets_address = self._offsets.ctypes.data
         tokens, parents, offsets = self._drafts, self._parents, self._offsets
-        status = lib.ngramspec_batch_propose_trees(self._live("propose_trees"), ids_pointer, n, self._drafts_address,
-                                                   parents.ctypes.data, tokens.shape[0], self._offsets_address,
-                                                   extra_tokens, self._count_address)
+        if not with_q:
+            status = lib.ngramspec_batch_propose_trees(self._live("propose_trees"), ids_pointer, n,
+                                                       self._drafts_address, parents.ctypes.data, tokens.shape[0],
+                                                       self._offsets_address, extra_tokens, self._count_address)
+            if status:
+                raise_status(status)
+            count = self._count.value
+            return tokens[:count], parents[:count], offsets[: n + 1]
+        if self._q_offsets.shape[0] < tokens.shape[0] + 1:
+            self._q_offsets = np.empty(tokens.shape[0] + 1, np.uintp)
+        q_capacity = tokens.shape[0] * max(1, self.top_k)  # a drawn node's support: the rest of a top-k row
+        if self._q_tokens.shape[0] < q_capacity:
+            self._q_tokens = np.empty(q_capacity, np.uint32)
+            self._q_probabilities = np.empty(q_capacity, np.float32)
+        q_offsets, q_tokens, q_probabilities = self._q_offsets, self._q_tokens, self._q_probabilities
+        status = lib.ngramspec_batch_propose_trees_q(self._live("propose_trees"), ids_pointer, n, self._drafts_address,
+                                                     parents.ctypes.data, tokens.shape[0], self._offsets_address,
+                                                     extra_tokens, self._count_address, q_offsets.ctypes.data,
+                                                     q_tokens.ctypes.data, q_probabilities.ctypes.data,
+                                                     q_tokens.shape[0], ctypes.byref(self._n_q))
         if status:
             raise_status(status)
         count = self._count.value
-        return tokens[:count], parents[:count], offsets[: n + 1]
+        n_q = self._n_q.value
+        return (tokens[:count], parents[:count], offsets[: n + 1], q_offsets[: count + 1], q_tokens[:n_q],
+                q_probabilities[:n_q])
 
     def accept_trees(self, ids: IdsLike, model_tokens: TokensLike, offsets: OffsetsLike,
-                     top: TokensLike | None = None) -> tuple[np.ndarray, npt.NDArray[np.uintp]]:
+                     top: TokensLike | None = None, *,
+                     top_probabilities: npt.ArrayLike | None = None) -> tuple[np.ndarray, npt.NDArray[np.uintp]]:
         """Decides the tree pass for the sequences `ids`: ``model_tokens[offsets[i]:offsets[i + 1]]``
         are the model's tokens after each entry fed for ``ids[i]`` (its root, then its nodes as
         :meth:`propose_trees` gave them: one more than the nodes verified; one for a prefill).
         `top`: None, or the model's :attr:`top_k` best tokens after every entry, flat
         (``len(model_tokens) * top_k`` tokens, row e for model_tokens[e]), which the drafters
         recycle. Tells the drafters how the pass went and feeds them the emitted tokens.
+        `top_probabilities` (default None; needs `top`, and ``draw_recycled`` at construction): the
+        probability of each token of `top` under the distribution the engine sampled that entry's
+        token from (after temperature and filters; a row with fewer tokens left ends in 0), float32,
+        recorded into the drafters' tables so that their drawn candidates are drawn from it.
 
         Returns ``(steps, kept)``: steps as :meth:`accept`'s, and the pass entries each sequence
         keeps, ``kept[offsets[i]:offsets[i] + steps["emitted"][i]]``: it emits
         ``model_tokens[offsets[i] + kept[...]]``, and its KV entry ``kept[offsets[i] + j]`` goes to
         position cache length + j. Both are views of buffers this object reuses. Raises ValueError
         (the library's message), changing nothing, for bad offsets or sizes, a top-k token outside
-        the table's vocabulary, or an unknown, finished or repeated id."""
+        the table's vocabulary, or an unknown, finished or repeated id, and for `top_probabilities`
+        of another length than `top`, a probability outside [0, 1], a row whose first probability is
+        0, or a batch made without ``draw_recycled``."""
         ids_array, ids_pointer, n = ids_arg_remembered(ids, self._last_ids)
         tokens_array, tokens_pointer, n_tokens = tokens_arg_remembered(model_tokens, self._last_tokens, "model_tokens")
         offsets_array, offsets_pointer = offsets_arg_remembered(offsets, n + 1, self._last_offsets)
@@ -406,6 +447,13 @@ class BatchSpeculator(Closable):
             top_array, top_pointer, n_top = None, None, 0
         else:
             top_array, top_pointer, n_top = tokens_arg(top, "top")
+        if top_probabilities is not None:
+            if top is None:
+                raise ValueError("top_probabilities needs top: the probabilities are those of top's tokens")
+            probabilities = np.ascontiguousarray(top_probabilities, dtype=np.float32).reshape(-1)
+            if probabilities.shape[0] != n_top:
+                raise ValueError(f"top_probabilities has {probabilities.shape[0]} values; it needs one per token of "
+                                 f"top, {n_top}")
         steps = self._steps
         if steps.shape[0] < n:
             steps = self._steps = np.empty(max(n, 2 * steps.shape[0]), STEP_DTYPE)
@@ -413,9 +461,15 @@ class BatchSpeculator(Closable):
         kept = self._kept
         if kept.shape[0] < n_tokens:
             kept = self._kept = np.empty(max(n_tokens, 2 * kept.shape[0]), np.uintp)
-        status = lib.ngramspec_batch_accept_trees(self._live("accept_trees"), ids_pointer, n, tokens_pointer, n_tokens,
-                                                  offsets_pointer, top_pointer, n_top, self._steps_address,
-                                                  kept.ctypes.data, kept.shape[0])
+        if top_probabilities is None:
+            status = lib.ngramspec_batch_accept_trees(self._live("accept_trees"), ids_pointer, n, tokens_pointer,
+                                                      n_tokens, offsets_pointer, top_pointer, n_top,
+                                                      self._steps_address, kept.ctypes.data, kept.shape[0])
+        else:
+            status = lib.ngramspec_batch_accept_trees_q(self._live("accept_trees"), ids_pointer, n, tokens_pointer,
+                                                        n_tokens, offsets_pointer, top_pointer,
+                                                        probabilities.ctypes.data, n_top, self._steps_address,
+                                                        kept.ctypes.data, kept.shape[0])
         if status:
             raise_status(status)
         return steps[:n], kept[:n_tokens]
@@ -489,7 +543,7 @@ class BatchSpeculator(Closable):
 
 
 _TREE_SETTINGS = ("successor_slots", "max_children", "vocab_size", "top_k", "shared_top_k", "carry_over",
-                  "enrich_counts")
+                  "enrich_counts", "draw_recycled", "draw_seed")
 
 
 def _tree_config(tree: Any) -> _CTreeConfig | None:
@@ -504,7 +558,7 @@ def _tree_config(tree: Any) -> _CTreeConfig | None:
     for name, value in tree.items():
         if name not in _TREE_SETTINGS:
             raise TypeError(f"unknown tree setting {name!r}; the settings are {', '.join(_TREE_SETTINGS)}")
-        if name in ("shared_top_k", "carry_over", "enrich_counts"):
+        if name in ("shared_top_k", "carry_over", "enrich_counts", "draw_recycled"):
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"tree setting {name} must be a bool, not {type(value).__name__}")
             setattr(config, name, 1 if value else 0)

@@ -109,6 +109,8 @@ class TreeConfig(Structure):
         ("shared_top_k", c_int),
         ("carry_over", c_int),
         ("enrich_counts", c_int),
+        ("draw_recycled", c_int),
+        ("draw_seed", c_uint64),
     ]
 
 
@@ -215,6 +217,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_batch_top_k": (_S, [_P]),
     "ngramspec_batch_propose_trees": (_STATUS, [_P, _P, _S, _P, _P, _S, _P, _S, _P]),
     "ngramspec_batch_accept_trees": (_STATUS, [_P, _P, _S, _P, _S, _P, _P, _S, _P, _P, _S]),
+    "ngramspec_batch_propose_trees_q": (_STATUS, [_P, _P, _S, _P, _P, _S, _P, _S, _P, _P, _P, _P, _S, _P]),
+    "ngramspec_batch_accept_trees_q": (_STATUS, [_P, _P, _S, _P, _S, _P, _P, _P, _S, _P, _P, _S]),
     # Verify costs and the draft planner (experimental)
     "ngramspec_verify_cost_create": (_STATUS, [c_char_p, _P]),
     "ngramspec_verify_cost_free": (None, [_P]),

@@ -188,3 +188,103 @@ def test_every_call_on_a_closed_batch_says_it_is_closed() -> None:
     for name, call in calls.items():
         with pytest.raises(ValueError, match=f"^ngramspec.BatchSpeculator.{name}: the BatchSpeculator is closed$"):
             call()
+
+
+def drawing_rows(vocab: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A target's top k tokens after each token, best first, and their probabilities (the rest of
+    the vocabulary keeps some mass)."""
+    rng = np.random.default_rng(5)
+    top = np.empty((vocab, k), np.uint32)
+    probabilities = np.empty((vocab, k), np.float32)
+    for t in range(vocab):
+        weights = rng.random(vocab) + 0.05
+        weights /= weights.sum()
+        order = np.argsort(-weights, kind="stable")[:k]
+        top[t] = order
+        probabilities[t] = weights[order]
+    return top, probabilities
+
+
+def test_drawn_trees_give_each_node_its_q_from_the_recorded_probabilities() -> None:
+    # Over random passes (a random model answer per entry): each node's q is empty (chosen) or a
+    # support of tokens from the recorded row of its parent's token, with their recorded
+    # probabilities, never one taken before it at its parent; drawn nodes appear once rows are recorded.
+    vocab, k = 16, 4
+    top_rows, p_rows = drawing_rows(vocab, k)
+    spec = BatchSpeculator(max_sequences=3, tree={"vocab_size": vocab, "top_k": k, "draw_recycled": True,
+                                                  "draw_seed": 9, "successor_slots": 64})
+    rng = random.Random(3)
+    drawn = 0
+    for request in range(12):
+        ids = [3 * request + s for s in range(3)]
+        last = {}
+        for seq_id in ids:
+            prompt = [rng.randrange(vocab) for _ in range(rng.randrange(2, 8))]
+            spec.begin(seq_id, prompt, max_new_tokens=20, max_drafts=8)
+            last[seq_id] = prompt[-1]
+        while ids:
+            tokens, parents, offsets, q_offsets, q_tokens, q_probabilities = spec.propose_trees(ids, with_q=True)
+            assert len(q_offsets) == len(tokens) + 1 and q_offsets[0] == 0 and q_offsets[-1] == len(q_tokens)
+            model_tokens: list[int] = []
+            model_offsets = [0]
+            for i, seq_id in enumerate(ids):
+                begin, end = int(offsets[i]), int(offsets[i + 1])
+                taken: dict[int, set[int]] = {}
+                for n in range(begin, end):
+                    up = int(parents[n])
+                    parent_token = last[seq_id] if up == -1 else int(tokens[begin + up])
+                    support = [int(t) for t in q_tokens[q_offsets[n]:q_offsets[n + 1]]]
+                    siblings = taken.setdefault(up, set())
+                    if support:
+                        drawn += 1
+                        assert int(tokens[n]) in support
+                        row = [int(t) for t in top_rows[parent_token]]
+                        assert set(support) <= set(row) and not set(support) & siblings
+                        for t, q in zip(support, q_probabilities[q_offsets[n]:q_offsets[n + 1]]):
+                            assert q == pytest.approx(p_rows[parent_token][row.index(t)])
+                    siblings.add(int(tokens[n]))
+                model_tokens += [rng.randrange(vocab) for _ in range(end - begin + 1)]
+                model_offsets.append(len(model_tokens))
+            fed = []
+            for i, seq_id in enumerate(ids):
+                fed += [last[seq_id]] + [int(t) for t in tokens[offsets[i]:offsets[i + 1]]]
+            top = top_rows[fed].reshape(-1)
+            steps, kept = spec.accept_trees(ids, model_tokens, model_offsets, top,
+                                            top_probabilities=p_rows[fed].reshape(-1))
+            still = []
+            for i, seq_id in enumerate(ids):
+                emitted = int(steps["emitted"][i])
+                start = model_offsets[i]
+                last[seq_id] = model_tokens[start + int(kept[start + emitted - 1])]
+                if steps["finished"][i]:
+                    spec.finish(seq_id)
+                else:
+                    still.append(seq_id)
+            ids = still
+    assert drawn > 50
+
+
+def test_drawing_calls_refuse_bad_arguments_by_name_and_value() -> None:
+    with pytest.raises(TypeError, match="draw_recycled must be a bool"):
+        BatchSpeculator(max_sequences=1, tree={"draw_recycled": 1})
+    with pytest.raises(ValueError, match="tree setting draw_seed = -1 is invalid"):
+        BatchSpeculator(max_sequences=1, tree={"draw_seed": -1})
+    for drawing in (False, True):
+        spec = BatchSpeculator(max_sequences=1, tree={"vocab_size": 32, "top_k": 2, "draw_recycled": drawing})
+        spec.begin(1, [5, 6, 5, 6, 5], max_drafts=8)
+        tokens, parents, offsets, q_offsets, q_tokens, q_probabilities = spec.propose_trees([1], with_q=True)
+        assert len(tokens) == 0 and list(q_offsets) == [0] and len(q_tokens) == len(q_probabilities) == 0
+        with pytest.raises(ValueError, match="top_probabilities has 1 values; it needs one per token of top, 2"):
+            spec.accept_trees([1], [6], [0, 1], [6, 7], top_probabilities=[0.5])
+        with pytest.raises(ValueError, match="top_probabilities needs top"):
+            spec.accept_trees([1], [6], [0, 1], top_probabilities=[0.5, 0.5])
+        if not drawing:
+            with pytest.raises(ValueError, match="sequence 1: its top-k table keeps no probabilities"):
+                spec.accept_trees([1], [6], [0, 1], [6, 7], top_probabilities=[0.5, 0.5])
+            continue
+        for bad, index in (([1.5, 0.0], 0), ([0.5, -0.5], 1), ([0.0, 0.5], 0)):
+            with pytest.raises(ValueError, match=f"sequence 1: top_probabilities\\[{index}\\] = "):
+                spec.accept_trees([1], [6], [0, 1], [6, 7], top_probabilities=bad)
+        # nothing changed: the pass is still pending, and a valid call decides it
+        steps, kept = spec.accept_trees([1], [6], [0, 1], [6, 7], top_probabilities=[0.75, 0.25])
+        assert int(steps["emitted"][0]) == 1

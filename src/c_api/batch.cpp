@@ -1,8 +1,10 @@
 // The C ABI's batches: BatchSpeculator over MatchDrafters (chains) or TreeDrafters (trees).
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
@@ -14,6 +16,7 @@
 #include "ngramspec/batch_speculator.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngramspec.h"
 #include "ngramspec/token.hpp"
@@ -65,6 +68,8 @@ struct ngramspec_batch {
   std::vector<ngramspec::StepOutcome> steps;
   // begin()'s options; its stop tokens keep their capacity from call to call.
   ngramspec::DecodeOptions options;
+  // propose_trees_q's distributions, one per sequence of the call; they keep their memory.
+  std::vector<ngramspec::DraftDistributions> q;
 };
 
 namespace {
@@ -113,8 +118,13 @@ ngramspec_tree_config to_c(const ngramspec::TreeConfig& config) noexcept {
   c.shared_top_k = 1;
   c.carry_over = config.carry_over ? 1 : 0;
   c.enrich_counts = config.enrich_counts ? 1 : 0;
+  c.draw_recycled = config.draw_recycled ? 1 : 0;
+  c.draw_seed = config.draw_seed;
   return c;
 }
+
+// The size of the struct's first version, before draw_recycled and draw_seed.
+constexpr std::size_t kTreeConfigFirstSize = offsetof(ngramspec_tree_config, draw_recycled);
 
 // ngramspec_batch_create, ngramspec_batch_create_file and ngramspec_batch_create_vocab.
 ngramspec_status create_batch(const char* where, const ngramspec_batch_config* config, ngramspec_corpus* corpus,
@@ -136,15 +146,17 @@ ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_conf
                                    const ngramspec_tree_config* tree, ngramspec_corpus* corpus,
                                    const ngramspec_corpus_file* file, ngramspec::CorpusPreference preference,
                                    Vocabulary vocabulary, ngramspec_batch** out) noexcept {
-  const ngramspec_tree_config t = tree != nullptr ? *tree : ngramspec_tree_config_default();
-  // The first version of the struct is the only one: a size that is not its size is another
-  // header's struct, or one never set.
-  if (t.struct_size != sizeof(ngramspec_tree_config)) {
+  // A struct of the first version (an older header's) has its fields up to enrich_counts; the
+  // later ones keep their defaults. Any other size is another header's struct, or one never set.
+  ngramspec_tree_config t = ngramspec_tree_config_default();
+  const std::size_t size = tree != nullptr ? tree->struct_size : sizeof(ngramspec_tree_config);
+  if (size != sizeof(ngramspec_tree_config) && size != kTreeConfigFirstSize) {
     return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
-                "%s: tree->struct_size = %zu is invalid: it must be sizeof(ngramspec_tree_config) = %zu (set it with "
-                "ngramspec_tree_config_default)",
-                where, t.struct_size, sizeof(ngramspec_tree_config));
+                "%s: tree->struct_size = %zu is invalid: it must be sizeof(ngramspec_tree_config) = %zu, or %zu for the "
+                "struct before draw_recycled (set it with ngramspec_tree_config_default)",
+                where, size, sizeof(ngramspec_tree_config), kTreeConfigFirstSize);
   }
+  if (tree != nullptr) std::memcpy(&t, tree, size);
   return guarded(Where{where}, [&] {
     ngramspec::BatchConfig batch;
     ngramspec::TreeConfig drafter;
@@ -163,13 +175,16 @@ ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_conf
     drafter.top_k = t.top_k;
     drafter.carry_over = t.carry_over != 0;
     drafter.enrich_counts = t.enrich_counts != 0;
+    drafter.draw_recycled = t.draw_recycled != 0;
+    drafter.draw_seed = t.draw_seed;
     std::unique_ptr<ngramspec::TopKTable> table;
     if (t.shared_top_k != 0 && t.vocab_size != 0) {
       if (t.top_k == 0 || t.top_k > ngramspec::TopKTable::kMaxK) {
         return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: tree->top_k = %zu is invalid: it must be 1 .. %zu", where,
                     t.top_k, ngramspec::TopKTable::kMaxK);
       }
-      table = std::make_unique<ngramspec::TopKTable>(t.vocab_size, t.top_k);
+      // drawing needs the probabilities accept_trees_q records
+      table = std::make_unique<ngramspec::TopKTable>(t.vocab_size, t.top_k, drafter.draw_recycled);
     } else {
       // each drafter's own table, or none; BatchSpeculator refuses a pool beyond the machine's memory
       drafter.vocab_size = t.vocab_size;
@@ -201,6 +216,74 @@ ngramspec_status check_id_count(const char* where, const ngramspec_batch& batch,
                 n_ids, batch.steps.size());
   }
   return NGRAMSPEC_OK;
+}
+
+// The arguments of ngramspec_batch_propose_trees and _q that both check, and the speculator.
+ngramspec_status check_tree_proposal(const char* where, ngramspec_batch* batch, const ngramspec_sequence_id* ids,
+                                     std::size_t n_ids, const ngramspec_token* tokens, const std::int32_t* parents,
+                                     std::size_t capacity, const std::size_t* offsets, const std::size_t* n_nodes,
+                                     ngramspec_batch::TreeSpeculator*& spec) noexcept {
+  if (batch == nullptr) return null_argument(where, "batch");
+  if (const ngramspec_status bad = tree_speculator(where, *batch, spec); bad != NGRAMSPEC_OK) return bad;
+  if (ids == nullptr && n_ids != 0) return null_array(where, "ids", "n_ids", n_ids);
+  if (const ngramspec_status bad = check_tokens(where, tokens, "tokens", "capacity", capacity); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (const ngramspec_status bad = check_array(where, parents, "parents", "capacity", capacity, sizeof(std::int32_t));
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (offsets == nullptr) return null_argument(where, "offsets");
+  if (n_nodes == nullptr) return null_argument(where, "n_nodes");
+  return check_id_count(where, *batch, n_ids);
+}
+
+// The arguments of ngramspec_batch_accept_trees and _q that both check, and the speculator.
+ngramspec_status check_tree_acceptance(const char* where, ngramspec_batch* batch, const ngramspec_sequence_id* ids,
+                                       std::size_t n_ids, const ngramspec_token* model_tokens,
+                                       std::size_t n_model_tokens, const std::size_t* offsets,
+                                       const ngramspec_token* top, std::size_t n_top, const ngramspec_step* steps,
+                                       const std::size_t* kept, std::size_t kept_capacity,
+                                       ngramspec_batch::TreeSpeculator*& spec) noexcept {
+  if (batch == nullptr) return null_argument(where, "batch");
+  if (const ngramspec_status bad = tree_speculator(where, *batch, spec); bad != NGRAMSPEC_OK) return bad;
+  if (ids == nullptr && n_ids != 0) return null_array(where, "ids", "n_ids", n_ids);
+  if (const ngramspec_status bad = check_tokens(where, model_tokens, "model_tokens", "n_model_tokens", n_model_tokens);
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (offsets == nullptr) return null_argument(where, "offsets");
+  if (const ngramspec_status bad = check_tokens(where, top, "top", "n_top", n_top); bad != NGRAMSPEC_OK) return bad;
+  if (steps == nullptr && n_ids != 0) return null_array(where, "steps", "n_ids", n_ids);
+  if (const ngramspec_status bad = check_array(where, kept, "kept", "kept_capacity", kept_capacity, sizeof(std::size_t));
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  return check_id_count(where, *batch, n_ids);
+}
+
+// accept_trees with top_probabilities (NULL: without), guarded; steps to C.
+ngramspec_status accept_tree_pass(const char* where, ngramspec_batch& batch, ngramspec_batch::TreeSpeculator& spec,
+                                  const ngramspec_sequence_id* ids, std::size_t n_ids,
+                                  const ngramspec_token* model_tokens, std::size_t n_model_tokens,
+                                  const std::size_t* offsets, const ngramspec_token* top,
+                                  const float* top_probabilities, std::size_t n_top, ngramspec_step* steps,
+                                  std::size_t* kept, std::size_t kept_capacity) noexcept {
+  return guarded(Where{where}, [&] {
+    const std::span<ngramspec::StepOutcome> outcomes = std::span<ngramspec::StepOutcome>(batch.steps).first(n_ids);
+    const std::span<const ngramspec::SequenceId> id_span(ids, n_ids);
+    const std::span<const ngramspec::Token> answers(model_tokens, n_model_tokens);
+    const std::span<const std::size_t> offset_span(offsets, n_ids + 1);
+    const std::span<const ngramspec::Token> top_span(top, n_top);
+    const std::span<std::size_t> kept_span(kept, kept_capacity);
+    if (top_probabilities != nullptr) {
+      spec.accept_trees(id_span, answers, offset_span, top_span, std::span<const float>(top_probabilities, n_top),
+                        outcomes, kept_span);
+    } else {
+      spec.accept_trees(id_span, answers, offset_span, top_span, outcomes, kept_span);
+    }
+    for (std::size_t i = 0; i < n_ids; ++i) steps[i] = to_c(outcomes[i]);
+  });
 }
 
 // A step call on one sequence (finish, cancel): `f` with the speculator, guarded.
@@ -388,21 +471,12 @@ size_t ngramspec_batch_top_k(const ngramspec_batch* batch) {
 ngramspec_status ngramspec_batch_propose_trees(ngramspec_batch* batch, const ngramspec_sequence_id* ids, size_t n_ids,
                                                ngramspec_token* tokens, int32_t* parents, size_t capacity,
                                                size_t* offsets, size_t extra_tokens, size_t* n_nodes) {
-  if (batch == nullptr) return null_argument(__func__, "batch");
   ngramspec_batch::TreeSpeculator* spec = nullptr;
-  if (const ngramspec_status bad = tree_speculator(__func__, *batch, spec); bad != NGRAMSPEC_OK) return bad;
-  if (ids == nullptr && n_ids != 0) return null_array(__func__, "ids", "n_ids", n_ids);
-  if (const ngramspec_status bad = check_tokens(__func__, tokens, "tokens", "capacity", capacity);
+  if (const ngramspec_status bad =
+          check_tree_proposal(__func__, batch, ids, n_ids, tokens, parents, capacity, offsets, n_nodes, spec);
       bad != NGRAMSPEC_OK) {
     return bad;
   }
-  if (const ngramspec_status bad = check_array(__func__, parents, "parents", "capacity", capacity, sizeof(int32_t));
-      bad != NGRAMSPEC_OK) {
-    return bad;
-  }
-  if (offsets == nullptr) return null_argument(__func__, "offsets");
-  if (n_nodes == nullptr) return null_argument(__func__, "n_nodes");
-  if (const ngramspec_status bad = check_id_count(__func__, *batch, n_ids); bad != NGRAMSPEC_OK) return bad;
   return guarded(Where{__func__}, [&] {
     *n_nodes = spec->propose_trees(std::span<const ngramspec::SequenceId>(ids, n_ids),
                                    std::span<ngramspec::Token>(tokens, capacity),
@@ -411,34 +485,94 @@ ngramspec_status ngramspec_batch_propose_trees(ngramspec_batch* batch, const ngr
   });
 }
 
+ngramspec_status ngramspec_batch_propose_trees_q(ngramspec_batch* batch, const ngramspec_sequence_id* ids,
+                                                 size_t n_ids, ngramspec_token* tokens, int32_t* parents,
+                                                 size_t capacity, size_t* offsets, size_t extra_tokens,
+                                                 size_t* n_nodes, size_t* q_offsets, ngramspec_token* q_tokens,
+                                                 float* q_probabilities, size_t q_capacity, size_t* n_q) {
+  ngramspec_batch::TreeSpeculator* spec = nullptr;
+  if (const ngramspec_status bad =
+          check_tree_proposal(__func__, batch, ids, n_ids, tokens, parents, capacity, offsets, n_nodes, spec);
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  // capacity + 1 offsets: capacity was checked against PTRDIFF_MAX bytes of tokens, so it cannot wrap
+  if (q_offsets == nullptr) return null_argument(__func__, "q_offsets");
+  if (const ngramspec_status bad = check_tokens(__func__, q_tokens, "q_tokens", "q_capacity", q_capacity);
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (const ngramspec_status bad =
+          check_array(__func__, q_probabilities, "q_probabilities", "q_capacity", q_capacity, sizeof(float));
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (n_q == nullptr) return null_argument(__func__, "n_q");
+  // A drawn node's support is what is left of a top-k row: at most top_k tokens a node.
+  const std::size_t top_k = spec->top_k();
+  if (top_k != 0 && q_capacity / top_k < capacity) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: q_capacity = %zu is too small: it must be at least capacity x ngramspec_batch_top_k() = %zu x "
+                "%zu, the most support entries the nodes can have",
+                __func__, q_capacity, capacity, top_k);
+  }
+  return guarded(Where{__func__}, [&] {
+    if (batch->q.size() < batch->steps.size()) batch->q.resize(batch->steps.size());
+    const std::span<ngramspec::DraftDistributions> q = std::span(batch->q).first(n_ids);
+    const std::size_t made = spec->propose_trees(
+        std::span<const ngramspec::SequenceId>(ids, n_ids), std::span<ngramspec::Token>(tokens, capacity),
+        std::span<std::int32_t>(parents, capacity), std::span<std::size_t>(offsets, n_ids + 1), q, extra_tokens);
+    std::size_t node = 0;
+    std::size_t entries = 0;
+    q_offsets[0] = 0;
+    for (std::size_t i = 0; i < n_ids; ++i) {
+      for (std::size_t j = 0; j < offsets[i + 1] - offsets[i]; ++j) {
+        const std::span<const ngramspec::Token> support = q[i].tokens(j);
+        const std::span<const float> probabilities = q[i].probabilities(j);
+        std::copy(support.begin(), support.end(), q_tokens + entries);
+        std::copy(probabilities.begin(), probabilities.end(), q_probabilities + entries);
+        entries += support.size();
+        q_offsets[++node] = entries;
+      }
+    }
+    *n_q = entries;
+    *n_nodes = made;
+  });
+}
+
 ngramspec_status ngramspec_batch_accept_trees(ngramspec_batch* batch, const ngramspec_sequence_id* ids, size_t n_ids,
                                               const ngramspec_token* model_tokens, size_t n_model_tokens,
                                               const size_t* offsets, const ngramspec_token* top, size_t n_top,
                                               ngramspec_step* steps, size_t* kept, size_t kept_capacity) {
-  if (batch == nullptr) return null_argument(__func__, "batch");
   ngramspec_batch::TreeSpeculator* spec = nullptr;
-  if (const ngramspec_status bad = tree_speculator(__func__, *batch, spec); bad != NGRAMSPEC_OK) return bad;
-  if (ids == nullptr && n_ids != 0) return null_array(__func__, "ids", "n_ids", n_ids);
-  if (const ngramspec_status bad = check_tokens(__func__, model_tokens, "model_tokens", "n_model_tokens", n_model_tokens);
+  if (const ngramspec_status bad = check_tree_acceptance(__func__, batch, ids, n_ids, model_tokens, n_model_tokens,
+                                                         offsets, top, n_top, steps, kept, kept_capacity, spec);
       bad != NGRAMSPEC_OK) {
     return bad;
   }
-  if (offsets == nullptr) return null_argument(__func__, "offsets");
-  if (const ngramspec_status bad = check_tokens(__func__, top, "top", "n_top", n_top); bad != NGRAMSPEC_OK) return bad;
-  if (steps == nullptr && n_ids != 0) return null_array(__func__, "steps", "n_ids", n_ids);
-  if (const ngramspec_status bad = check_array(__func__, kept, "kept", "kept_capacity", kept_capacity, sizeof(size_t));
+  return accept_tree_pass(__func__, *batch, *spec, ids, n_ids, model_tokens, n_model_tokens, offsets, top, nullptr, n_top,
+                          steps, kept, kept_capacity);
+}
+
+ngramspec_status ngramspec_batch_accept_trees_q(ngramspec_batch* batch, const ngramspec_sequence_id* ids,
+                                                size_t n_ids, const ngramspec_token* model_tokens,
+                                                size_t n_model_tokens, const size_t* offsets,
+                                                const ngramspec_token* top, const float* top_probabilities,
+                                                size_t n_top, ngramspec_step* steps, size_t* kept,
+                                                size_t kept_capacity) {
+  ngramspec_batch::TreeSpeculator* spec = nullptr;
+  if (const ngramspec_status bad = check_tree_acceptance(__func__, batch, ids, n_ids, model_tokens, n_model_tokens,
+                                                         offsets, top, n_top, steps, kept, kept_capacity, spec);
       bad != NGRAMSPEC_OK) {
     return bad;
   }
-  if (const ngramspec_status bad = check_id_count(__func__, *batch, n_ids); bad != NGRAMSPEC_OK) return bad;
-  return guarded(Where{__func__}, [&] {
-    const std::span<ngramspec::StepOutcome> outcomes = std::span<ngramspec::StepOutcome>(batch->steps).first(n_ids);
-    spec->accept_trees(std::span<const ngramspec::SequenceId>(ids, n_ids),
-                       std::span<const ngramspec::Token>(model_tokens, n_model_tokens),
-                       std::span<const std::size_t>(offsets, n_ids + 1), std::span<const ngramspec::Token>(top, n_top),
-                       outcomes, std::span<std::size_t>(kept, kept_capacity));
-    for (std::size_t i = 0; i < n_ids; ++i) steps[i] = to_c(outcomes[i]);
-  });
+  if (const ngramspec_status bad =
+          check_array(__func__, top_probabilities, "top_probabilities", "n_top", n_top, sizeof(float));
+      bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  return accept_tree_pass(__func__, *batch, *spec, ids, n_ids, model_tokens, n_model_tokens, offsets, top,
+                          top_probabilities, n_top, steps, kept, kept_capacity);
 }
 
 ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* batch, ngramspec_batch_stats* out) {
