@@ -260,7 +260,7 @@ class TreeDrafter {
   std::size_t successor_mask_ = 0;
   std::array<Token, kOrders> recent_{};  // the last 3 tokens, oldest first
   std::uint64_t seen_ = 0;
-  std::array<float, kClasses> hits_{};
+  alignas(64) std::array<float, kClasses> hits_{};  // on a cache line of its own, the three after it too
   std::array<float, kClasses> trials_{};
   std::array<float, kClasses> expected_{};   // the trials' bases summed
   std::array<float, kClasses> estimates_{};  // hits_ / expected_: the class's scale
