@@ -26,7 +26,8 @@ import sys
 # matches its path under include/ngramspec (an explicit name wins over "*", which puts every other
 # header in its layer).
 LAYERS = [
-    ("foundation", ["token.hpp", "version.hpp", "allocation_error.hpp", "detail/fnv1a.hpp", "detail/prefetch.hpp",
+    ("foundation", ["token.hpp", "version.hpp", "allocation_error.hpp", "argument_error.hpp", "detail/fnv1a.hpp",
+                    "detail/prefetch.hpp",
                     "detail/physical_memory.hpp", "detail/huge_page_allocator.hpp", "detail/open_table.hpp",
                     "detail/last_end_table.hpp", "detail/top_k_select.hpp", "detail/parse_number.hpp"]),
     ("corpus file", ["corpus_file.hpp", "corpus_draft.hpp", "detail/corpus_format.hpp", "detail/suffix_match.hpp",

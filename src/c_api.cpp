@@ -53,30 +53,20 @@ thread_local char t_last_error[kErrorBytes] = "";
 // number converted, a length in bytes, garbage. It is refused before any element is read.
 constexpr std::size_t kLargestArrayBytes = static_cast<std::size_t>(PTRDIFF_MAX);
 
-// What a C++ argument error says, less the C++ function it names, which the C function replaces:
-// BatchSpeculator names its member ("ngramspec::BatchSpeculator::propose: "), the step functions
-// name only the library ("ngramspec: "). `needs_subject`: the message does not name the sequence
-// it is about (the step functions' do not; BatchSpeculator's and the other classes' need none).
-std::string_view argument_problem(std::string_view message, bool& needs_subject) noexcept {
-  constexpr std::string_view kSpeculator = "ngramspec::BatchSpeculator::";
-  constexpr std::string_view kLibrary = "ngramspec: ";
-  needs_subject = false;
-  if (message.starts_with(kSpeculator)) {
-    if (const std::size_t colon = message.find(": "); colon != std::string_view::npos) return message.substr(colon + 2);
-  } else if (message.starts_with(kLibrary)) {
-    needs_subject = true;
-    return message.substr(kLibrary.size());
-  }
-  return message;
-}
-
-// NGRAMSPEC_ERROR_INVALID_ARGUMENT with a C++ argument error's message, `subject` ("sequence 7: ")
-// before it when it does not name its sequence.
-ngramspec_status argument_error(const char* function, const char* subject, const char* message) noexcept {
-  bool needs_subject = false;
-  const std::string_view problem = argument_problem(message, needs_subject);
+// A located library error (ArgumentError, DomainError) in C terms: the C function's name, then the
+// detail. A member of BatchSpeculator, which the batch calls wrap one for one, gives way to the C
+// function; a class or setting that threw ("ngramspec::BatchConfig") stays as context before the
+// detail; the library's free functions and settings ("ngramspec") do not name the sequence, so
+// `subject` ("sequence 7: ") goes first.
+template <class Error>
+ngramspec_status located_error(const char* function, const char* subject, const Error& e) noexcept {
+  constexpr std::string_view kSpeculatorMember = "ngramspec::BatchSpeculator::";
+  const std::string_view where = e.where();
+  const std::string_view shown = where.starts_with(kSpeculatorMember) || where == "ngramspec" || where.empty()
+                                     ? e.detail()
+                                     : std::string_view(e.what());
   return ngramspec::c_api::fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: %s%.*s", function,
-                                needs_subject ? subject : "", static_cast<int>(problem.size()), problem.data());
+                                where == "ngramspec" ? subject : "", static_cast<int>(shown.size()), shown.data());
 }
 
 }  // namespace
@@ -109,10 +99,14 @@ ngramspec_status translate_exception(const Where& where) noexcept {
     return fail(NGRAMSPEC_ERROR_OUT_OF_MEMORY, "%s: %sout of memory", function, subject);
   } catch (const CorpusFileError& e) {  // names the file, the section and the problem
     return fail(NGRAMSPEC_ERROR_CORPUS_FILE, "%s: %s%s", function, subject, e.what());
-  } catch (const std::invalid_argument& e) {
-    return argument_error(function, subject, e.what());
-  } catch (const std::domain_error& e) {  // a row of logits the sampler cannot draw from
-    return argument_error(function, subject, e.what());
+  } catch (const ArgumentError& e) {
+    return located_error(function, subject, e);
+  } catch (const DomainError& e) {  // a row of logits the sampler cannot draw from
+    return located_error(function, subject, e);
+  } catch (const std::invalid_argument& e) {  // not the library's own: as it is
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: %s", function, e.what());
+  } catch (const std::domain_error& e) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: %s", function, e.what());
   } catch (const std::exception& e) {
     return fail(NGRAMSPEC_ERROR_INTERNAL, "%s: %s%s", function, subject, e.what());
   } catch (...) {

@@ -10,13 +10,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 #include <utility>
-#include <new>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/corpus_format.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
 #include "ngramspec/detail/prefetch.hpp"
@@ -265,9 +266,9 @@ class TemporaryFile {
 CorpusBuilder::CorpusBuilder(std::uint64_t max_file_bytes, CorpusVocabulary vocabulary)
     : max_file_bytes_(max_file_bytes), vocabulary_(vocabulary) {
   if (max_file_bytes < min_file_bytes()) {
-    throw std::invalid_argument("ngramspec::CorpusBuilder: max_file_bytes = " + std::to_string(max_file_bytes) +
-                                " is invalid: must be at least " + std::to_string(min_file_bytes()) +
-                                " (the header, the sections' alignment and one token)");
+    throw ArgumentError("ngramspec::CorpusBuilder",
+                        "max_file_bytes = " + std::to_string(max_file_bytes) + " is invalid: must be at least " +
+                            std::to_string(min_file_bytes()) + " (the header, the sections' alignment and one token)");
   }
 }
 
@@ -300,9 +301,10 @@ std::size_t first_outside(std::span<const Token> tokens, std::uint64_t vocab_siz
 void CorpusBuilder::add(std::span<const Token> tokens, std::int64_t stamp) {
   if (tokens.empty()) return;
   if (const std::size_t at = first_outside(tokens, vocabulary_.size); at < tokens.size()) {
-    throw std::invalid_argument("ngramspec::CorpusBuilder::add: token " + std::to_string(tokens[at]) + " at index " +
-                                std::to_string(at) + " of the record is outside the vocabulary of " +
-                                std::to_string(vocabulary_.size) + " tokens");
+    throw ArgumentError("ngramspec::CorpusBuilder::add", "token " + std::to_string(tokens[at]) + " at index " +
+                                                             std::to_string(at) +
+                                                             " of the record is outside the vocabulary of " +
+                                                             std::to_string(vocabulary_.size) + " tokens");
   }
   records_.push_back(Added{tokens_.size(), tokens.size(), stamp});
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
@@ -311,9 +313,10 @@ void CorpusBuilder::add(std::span<const Token> tokens, std::int64_t stamp) {
 void CorpusBuilder::add(const MappedCorpus& file) {
   file.check_vocabulary(vocabulary_);
   if (const std::size_t at = first_outside(file.tokens(), vocabulary_.size); at < file.size()) {
-    throw std::invalid_argument("ngramspec::CorpusBuilder::add: corpus file '" + file.path().string() + "': token " +
-                                std::to_string(file.tokens()[at]) + " at position " + std::to_string(at) +
-                                " is outside the vocabulary of " + std::to_string(vocabulary_.size) + " tokens");
+    throw ArgumentError("ngramspec::CorpusBuilder::add", "corpus file '" + file.path().string() + "': token " +
+                                                             std::to_string(file.tokens()[at]) + " at position " +
+                                                             std::to_string(at) + " is outside the vocabulary of " +
+                                                             std::to_string(vocabulary_.size) + " tokens");
   }
   tokens_.reserve(tokens_.size() + file.size());
   records_.reserve(records_.size() + file.records());

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
 #include "ngramspec/detail/prefetch.hpp"
 #include "ngramspec/detail/renamed_setting.hpp"
@@ -14,8 +15,7 @@ namespace ngramspec {
 namespace {
 
 [[noreturn]] void invalid(const char* field, std::size_t value, const std::string& requirement) {
-  throw std::invalid_argument(std::string("ngramspec::MatchConfig: ") + field + " = " + std::to_string(value) +
-                              " is invalid: " + requirement);
+  throw ArgumentError("ngramspec::MatchConfig", std::string(field) + " = " + std::to_string(value) + " is invalid: " + requirement);
 }
 
 // The counts need a window of at least their longest order.
@@ -48,12 +48,13 @@ MatchConfig validated(MatchConfig config) {
             "must be between 2 and " + std::to_string(MatchDrafter::kMaxCountOrder));
   }
   if (!(config.min_confidence >= 0 && config.min_confidence < 1)) {
-    throw std::invalid_argument("ngramspec::MatchConfig: min_confidence = " + std::to_string(config.min_confidence) +
-                                " is invalid: must be in [0, 1)");
+    throw ArgumentError("ngramspec::MatchConfig",
+                        "min_confidence = " + std::to_string(config.min_confidence) + " is invalid: must be in [0, 1)");
   }
   if (config.vocab_size > (std::uint64_t{1} << 32)) {
-    throw std::invalid_argument("ngramspec::MatchConfig: vocab_size = " + std::to_string(config.vocab_size) +
-                                " is invalid: must be 0 (unknown) or at most 2^32 (tokens are 32-bit)");
+    throw ArgumentError("ngramspec::MatchConfig",
+                        "vocab_size = " + std::to_string(config.vocab_size) +
+                            " is invalid: must be 0 (unknown) or at most 2^32 (tokens are 32-bit)");
   }
   switch (config.corpus_preference) {
     case CorpusPreference::longer_match:

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
 #include "ngramspec/detail/renamed_setting.hpp"
 
@@ -12,8 +13,7 @@ namespace ngramspec {
 namespace {
 
 [[noreturn]] void invalid(const char* field, std::size_t value, const std::string& requirement) {
-  throw std::invalid_argument(std::string("ngramspec::NGramConfig: ") + field + " = " + std::to_string(value) +
-                              " is invalid: " + requirement);
+  throw ArgumentError("ngramspec::NGramConfig", std::string(field) + " = " + std::to_string(value) + " is invalid: " + requirement);
 }
 
 NGramConfig validated(NGramConfig config) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ngramspec/allocation_error.hpp"
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/corpus_builder.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
 #include "ngramspec/detail/physical_memory.hpp"
@@ -21,27 +22,30 @@ namespace {
 constexpr std::size_t kFixedBytes = sizeof(SharedCorpus) + sizeof(std::uint64_t);
 
 std::size_t capacity_for(std::size_t max_bytes) {
-  const std::string value = "ngramspec::SharedCorpus: max_bytes = " + std::to_string(max_bytes);
+  const std::string value = "max_bytes = " + std::to_string(max_bytes);
   if (max_bytes > SharedCorpus::max_bytes()) {
-    throw std::invalid_argument(value + " is invalid: the largest corpus (kMaxTokens = " +
-                                std::to_string(SharedCorpus::kMaxTokens) + " tokens) takes max_bytes() = " +
-                                std::to_string(SharedCorpus::max_bytes()));
+    throw ArgumentError(
+        "ngramspec::SharedCorpus",
+        value + " is invalid: the largest corpus (kMaxTokens = " + std::to_string(SharedCorpus::kMaxTokens) +
+            " tokens) takes max_bytes() = " + std::to_string(SharedCorpus::max_bytes()));
   }
   const std::size_t fits =
       max_bytes > kFixedBytes ? (max_bytes - kFixedBytes) / SharedCorpus::kBytesPerToken : 0;
   if (fits < SharedCorpus::kMinTokens) {
-    throw std::invalid_argument(value + " is invalid: must be at least " + std::to_string(SharedCorpus::min_bytes()) +
-                                " (" + std::to_string(SharedCorpus::kMinTokens) + " tokens of " +
-                                std::to_string(SharedCorpus::kBytesPerToken) + " bytes, and the object)");
+    throw ArgumentError("ngramspec::SharedCorpus",
+                        value + " is invalid: must be at least " + std::to_string(SharedCorpus::min_bytes()) + " (" +
+                            std::to_string(SharedCorpus::kMinTokens) + " tokens of " +
+                            std::to_string(SharedCorpus::kBytesPerToken) + " bytes, and the object)");
   }
   const std::size_t capacity = std::bit_floor(fits);
   // Refused up front: the tables are written as they are made, so a corpus larger than the
   // machine's memory would not fail its allocation but drive the machine out of memory.
   const std::size_t machine = detail::physical_memory_bytes();
   if (machine != 0 && SharedCorpus::bytes_for(capacity) > machine) {
-    throw std::invalid_argument(value + " is invalid: its " + std::to_string(capacity) + " tokens take " +
-                                std::to_string(SharedCorpus::bytes_for(capacity)) +
-                                " bytes, more than this machine's memory (" + std::to_string(machine) + " bytes)");
+    throw ArgumentError("ngramspec::SharedCorpus",
+                        value + " is invalid: its " + std::to_string(capacity) + " tokens take " +
+                            std::to_string(SharedCorpus::bytes_for(capacity)) +
+                            " bytes, more than this machine's memory (" + std::to_string(machine) + " bytes)");
   }
   return capacity;
 }

@@ -1,12 +1,12 @@
 #include "ngramspec/tree_drafter.hpp"
 
-#include "ngramspec/position_random.hpp"
-
 #include <algorithm>
 #include <bit>
 #include <stdexcept>
 #include <string>
 
+#include "ngramspec/argument_error.hpp"
+#include "ngramspec/position_random.hpp"
 
 namespace ngramspec {
 
@@ -48,9 +48,9 @@ MatchConfig spine_config(const TreeConfig& config) {
   TopKTable::check_vocab_size(config.vocab_size);
   MatchConfig chain = config.chain;
   if (chain.vocab_size != 0 && config.vocab_size != 0 && chain.vocab_size != config.vocab_size) {
-    throw std::invalid_argument("ngramspec: TreeConfig::chain.vocab_size = " + std::to_string(chain.vocab_size) +
-                                " and TreeConfig::vocab_size = " + std::to_string(config.vocab_size) +
-                                " disagree; both are the model's vocabulary");
+    throw ArgumentError("ngramspec", "TreeConfig::chain.vocab_size = " + std::to_string(chain.vocab_size) +
+                                         " and TreeConfig::vocab_size = " + std::to_string(config.vocab_size) +
+                                         " disagree; both are the model's vocabulary");
   }
   if (chain.vocab_size == 0) chain.vocab_size = config.vocab_size;
   return chain;
@@ -62,16 +62,16 @@ TreeDrafter::TreeDrafter(TreeConfig config, TopKTable* top_k, const SharedCorpus
     : config_(config), chain_(spine_config(config), corpus, file) {
   const std::size_t slots = config_.successor_slots;
   if (slots == 0 || (slots & (slots - 1)) != 0 || slots > (std::size_t{1} << 24)) {
-    throw std::invalid_argument("ngramspec: TreeConfig::successor_slots = " + std::to_string(slots) +
-                                "; it must be a power of two from 1 to 16777216");
+    throw ArgumentError("ngramspec", "TreeConfig::successor_slots = " + std::to_string(slots) +
+                                         "; it must be a power of two from 1 to 16777216");
   }
   if (config_.max_children == 0 || config_.max_children > kMaxChildren) {
-    throw std::invalid_argument("ngramspec: TreeConfig::max_children = " + std::to_string(config_.max_children) +
-                                "; it must be 1 .. " + std::to_string(kMaxChildren));
+    throw ArgumentError("ngramspec", "TreeConfig::max_children = " + std::to_string(config_.max_children) +
+                                         "; it must be 1 .. " + std::to_string(kMaxChildren));
   }
   if (config_.top_k == 0 || config_.top_k > TopKTable::kMaxK) {
-    throw std::invalid_argument("ngramspec: TreeConfig::top_k = " + std::to_string(config_.top_k) +
-                                "; it must be 1 .. " + std::to_string(TopKTable::kMaxK));
+    throw ArgumentError("ngramspec", "TreeConfig::top_k = " + std::to_string(config_.top_k) + "; it must be 1 .. " +
+                                         std::to_string(TopKTable::kMaxK));
   }
   if (top_k != nullptr) {
     table_ = top_k;
@@ -484,7 +484,7 @@ void TreeDrafter::check_pass(const DraftTree& tree, std::span<const Token> fed, 
                              std::span<const std::size_t> kept, std::span<const Token> top) const {
   const std::size_t n = tree.size();
   const auto refuse = [](const std::string& what) {
-    throw std::invalid_argument("ngramspec: TreeDrafter::observe_pass: " + what);
+    throw ArgumentError("ngramspec", "TreeDrafter::observe_pass: " + what);
   };
   if (fed.size() != n + 1 || model_tokens.size() != n + 1) {
     refuse(std::to_string(fed.size()) + " fed and " + std::to_string(model_tokens.size()) +

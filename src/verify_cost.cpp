@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/parse_number.hpp"
 
 namespace ngramspec {
@@ -19,8 +20,8 @@ std::string number_text(double value) {
 }
 
 [[noreturn]] void bad_spec(std::string_view spec, const std::string& what) {
-  throw std::invalid_argument("ngramspec::VerifyCost: '" + std::string(spec) + "' is not a cost: " + what +
-                              " (expected flat, knee:N or table:TOKENS=COST,TOKENS=COST,...)");
+  throw ArgumentError("ngramspec::VerifyCost", "'" + std::string(spec) + "' is not a cost: " + what +
+                                                   " (expected flat, knee:N or table:TOKENS=COST,TOKENS=COST,...)");
 }
 
 std::size_t parse_count(std::string_view spec, std::string_view text, const char* what) {
@@ -42,10 +43,11 @@ double parse_cost(std::string_view spec, std::string_view text) {
 }  // namespace
 
 VerifyCost VerifyCost::knee(std::size_t flat_tokens, double base) {
-  if (flat_tokens == 0) throw std::invalid_argument("ngramspec::VerifyCost::knee: flat_tokens = 0 is invalid: must be at least 1");
+  if (flat_tokens == 0)
+    throw ArgumentError("ngramspec::VerifyCost::knee", "flat_tokens = 0 is invalid: must be at least 1");
   if (!(std::isfinite(base) && base > 0)) {
-    throw std::invalid_argument("ngramspec::VerifyCost::knee: base = " + number_text(base) +
-                                " is invalid: must be finite and positive");
+    throw ArgumentError("ngramspec::VerifyCost::knee",
+                        "base = " + number_text(base) + " is invalid: must be finite and positive");
   }
   VerifyCost cost;  // normalized: the flat part costs 1
   cost.points_ = {{1, 1.0}};
@@ -57,22 +59,25 @@ VerifyCost VerifyCost::knee(std::size_t flat_tokens, double base) {
 }
 
 VerifyCost VerifyCost::table(std::span<const Point> points) {
-  if (points.empty()) throw std::invalid_argument("ngramspec::VerifyCost::table: no points; it needs at least one");
+  if (points.empty()) throw ArgumentError("ngramspec::VerifyCost::table", "no points; it needs at least one");
   for (std::size_t i = 0; i < points.size(); ++i) {
     const Point& p = points[i];
-    const std::string name = "ngramspec::VerifyCost::table: point " + std::to_string(i) + " (" +
-                             std::to_string(p.tokens) + " tokens, cost " + number_text(p.cost) + ")";
-    if (p.tokens == 0) throw std::invalid_argument(name + " is invalid: tokens must be at least 1");
+    const std::string name =
+        "point " + std::to_string(i) + " (" + std::to_string(p.tokens) + " tokens, cost " + number_text(p.cost) + ")";
+    if (p.tokens == 0)
+      throw ArgumentError("ngramspec::VerifyCost::table", name + " is invalid: tokens must be at least 1");
     if (!(std::isfinite(p.cost) && p.cost > 0)) {
-      throw std::invalid_argument(name + " is invalid: cost must be finite and positive");
+      throw ArgumentError("ngramspec::VerifyCost::table", name + " is invalid: cost must be finite and positive");
     }
     if (i > 0 && p.tokens <= points[i - 1].tokens) {
-      throw std::invalid_argument(name + " is invalid: tokens must increase from point to point (point " +
-                                  std::to_string(i - 1) + " has " + std::to_string(points[i - 1].tokens) + ")");
+      throw ArgumentError("ngramspec::VerifyCost::table",
+                          name + " is invalid: tokens must increase from point to point (point " +
+                              std::to_string(i - 1) + " has " + std::to_string(points[i - 1].tokens) + ")");
     }
     if (i > 0 && p.cost < points[i - 1].cost) {
-      throw std::invalid_argument(name + " is invalid: a pass never costs less for carrying more tokens (point " +
-                                  std::to_string(i - 1) + " costs " + number_text(points[i - 1].cost) + ")");
+      throw ArgumentError("ngramspec::VerifyCost::table",
+                          name + " is invalid: a pass never costs less for carrying more tokens (point " +
+                              std::to_string(i - 1) + " costs " + number_text(points[i - 1].cost) + ")");
     }
   }
   // Normalized so that the one-token pass (the first point's cost) costs 1: only ratios
@@ -84,10 +89,11 @@ VerifyCost VerifyCost::table(std::span<const Point> points) {
   for (std::size_t i = 0; i < points.size(); ++i) {
     const double r = points[i].cost / unit;
     if (!(r <= kMaxCost)) {
-      throw std::invalid_argument("ngramspec::VerifyCost::table: point " + std::to_string(i) + " (" +
-                                  std::to_string(points[i].tokens) + " tokens, cost " + number_text(points[i].cost) +
-                                  ") is invalid: it costs " + number_text(points[i].cost / unit) +
-                                  " times point 0, more than kMaxCost = " + number_text(kMaxCost));
+      throw ArgumentError("ngramspec::VerifyCost::table",
+                          "point " + std::to_string(i) + " (" + std::to_string(points[i].tokens) + " tokens, cost " +
+                              number_text(points[i].cost) + ") is invalid: it costs " +
+                              number_text(points[i].cost / unit) +
+                              " times point 0, more than kMaxCost = " + number_text(kMaxCost));
     }
     cost.points_.push_back({points[i].tokens, r});
   }

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/verify_cost.hpp"
 
@@ -55,19 +56,20 @@ struct BatchStats {
 /// or max_pass_tokens 1 (a pass carries each sequence's last token before any draft).
 inline void validate(const BatchConfig& config) {
   if (config.max_sequences == 0 || config.max_sequences > BatchConfig::kMaxSequences) {
-    throw std::invalid_argument("ngramspec::BatchConfig: max_sequences = " + std::to_string(config.max_sequences) +
-                                " is invalid: must be between 1 and " + std::to_string(BatchConfig::kMaxSequences));
+    throw ArgumentError("ngramspec::BatchConfig", "max_sequences = " + std::to_string(config.max_sequences) +
+                                                      " is invalid: must be between 1 and " +
+                                                      std::to_string(BatchConfig::kMaxSequences));
   }
   if (config.max_record_tokens > SharedCorpus::kMaxTokens) {
-    throw std::invalid_argument("ngramspec::BatchConfig: max_record_tokens = " +
-                                std::to_string(config.max_record_tokens) +
-                                " is invalid: must be at most SharedCorpus::kMaxTokens = " +
-                                std::to_string(SharedCorpus::kMaxTokens) + ", the most a corpus holds");
+    throw ArgumentError("ngramspec::BatchConfig", "max_record_tokens = " + std::to_string(config.max_record_tokens) +
+                                                      " is invalid: must be at most SharedCorpus::kMaxTokens = " +
+                                                      std::to_string(SharedCorpus::kMaxTokens) +
+                                                      ", the most a corpus holds");
   }
   if (config.max_pass_tokens == 1) {
-    throw std::invalid_argument(
-        "ngramspec::BatchConfig: max_pass_tokens = 1 is invalid: must be 0 (no limit) or at least 2, since a pass "
-        "carries each sequence's last token before any draft");
+    throw ArgumentError("ngramspec::BatchConfig",
+                        "max_pass_tokens = 1 is invalid: must be 0 (no limit) or at least 2, since a pass "
+                        "carries each sequence's last token before any draft");
   }
 }
 

@@ -171,8 +171,8 @@ class BatchSpeculator {
   /// sequence that may emit nothing (max_new_tokens 0) starts finished.
   void begin(SequenceId id, std::span<const Token> prompt, const DecodeOptions& options = {}) {
     Slot& slot = pool_.next_free("ngramspec::BatchSpeculator::begin", id);
-    detail::check_max_drafts([id] { return "ngramspec::BatchSpeculator::begin: " + name(id) + ": "; }, "max_drafts",
-                             options.max_drafts);
+    detail::check_max_drafts(
+        "ngramspec::BatchSpeculator::begin", [id] { return name(id) + ": "; }, "max_drafts", options.max_drafts);
     const SequenceState state = start_sequence(prompt.size(), options);
     if constexpr (kTrees) {
       // With the slot's first tree of this size, the only allocations of the tree path.

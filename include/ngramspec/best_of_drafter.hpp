@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/drafter.hpp"
@@ -100,8 +101,8 @@ class BestOfDrafter {
       : first_(&first), second_(&second), cost_(std::move(cost)), config_(config) {
     const auto check = [](const char* field, double value) {
       if (!(value >= 0.0 && value < std::numeric_limits<double>::infinity())) {
-        throw std::invalid_argument(std::string("ngramspec: BestOfConfig::") + field + " = " + std::to_string(value) +
-                                    " is invalid; it must be finite and >= 0");
+        throw ArgumentError("ngramspec", std::string("BestOfConfig::") + field + " = " + std::to_string(value) +
+                                             " is invalid; it must be finite and >= 0");
       }
     };
     check("first_draft_cost", config_.first_draft_cost);

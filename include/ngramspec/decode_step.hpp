@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/detail/max_drafts_check.hpp"
 #include "ngramspec/draft_tree.hpp"
@@ -74,11 +75,11 @@ struct StepOutcome {
 /// (the one rule of every decoder and BatchSpeculator). A sequence that may not emit anything
 /// (max_new_tokens == 0, or a prompt that fills max_context) starts finished.
 [[nodiscard]] inline SequenceState start_sequence(std::size_t prompt_length, const DecodeOptions& options) {
-  if (prompt_length == 0) throw std::invalid_argument("ngramspec: the prompt is empty; it needs at least one token");
-  detail::check_max_drafts("ngramspec: ", "max_drafts", options.max_drafts);
+  if (prompt_length == 0) throw ArgumentError("ngramspec", "the prompt is empty; it needs at least one token");
+  detail::check_max_drafts("ngramspec", "", "max_drafts", options.max_drafts);
   if (options.max_context != 0 && prompt_length > options.max_context) {
-    throw std::invalid_argument("ngramspec: the prompt has " + std::to_string(prompt_length) +
-                                " tokens, more than max_context = " + std::to_string(options.max_context));
+    throw ArgumentError("ngramspec", "the prompt has " + std::to_string(prompt_length) +
+                                         " tokens, more than max_context = " + std::to_string(options.max_context));
   }
   SequenceState state;
   state.prompt_length = prompt_length;
@@ -173,15 +174,15 @@ template <class Emitted>
 /// Throws std::invalid_argument when the sizes disagree or the sequence is finished.
 [[nodiscard]] inline StepOutcome accept_drafts(const SequenceState& state, std::span<const Token> drafts,
                                                std::span<const Token> model_tokens, const DecodeOptions& options) {
-  if (state.finished) throw std::invalid_argument("ngramspec: accept_drafts on a finished sequence");
+  if (state.finished) throw ArgumentError("ngramspec", "accept_drafts on a finished sequence");
   if (model_tokens.size() != drafts.size() + 1) {
-    throw std::invalid_argument("ngramspec: accept_drafts needs drafts.size() + 1 model tokens; got " +
-                                std::to_string(model_tokens.size()) + " for " + std::to_string(drafts.size()) +
-                                " drafts");
+    throw ArgumentError("ngramspec", "accept_drafts needs drafts.size() + 1 model tokens; got " +
+                                         std::to_string(model_tokens.size()) + " for " + std::to_string(drafts.size()) +
+                                         " drafts");
   }
   if (state.generated == 0 && !drafts.empty()) {
-    throw std::invalid_argument("ngramspec: accept_drafts: the prefill step takes no drafts; got " +
-                                std::to_string(drafts.size()));
+    throw ArgumentError("ngramspec",
+                        "accept_drafts: the prefill step takes no drafts; got " + std::to_string(drafts.size()));
   }
   std::size_t matched = 0;
   while (matched < drafts.size() && drafts[matched] == model_tokens[matched]) ++matched;
@@ -210,25 +211,25 @@ template <class Emitted>
                                              std::span<const std::int32_t> parents,
                                              std::span<const Token> model_tokens, const DecodeOptions& options,
                                              std::span<std::size_t> kept) {
-  if (state.finished) throw std::invalid_argument("ngramspec: accept_tree on a finished sequence");
+  if (state.finished) throw ArgumentError("ngramspec", "accept_tree on a finished sequence");
   if (parents.size() != tokens.size()) {
-    throw std::invalid_argument("ngramspec: accept_tree: " + std::to_string(parents.size()) + " parents for " +
-                                std::to_string(tokens.size()) + " tree nodes");
+    throw ArgumentError("ngramspec", "accept_tree: " + std::to_string(parents.size()) + " parents for " +
+                                         std::to_string(tokens.size()) + " tree nodes");
   }
   if (model_tokens.size() != tokens.size() + 1) {
-    throw std::invalid_argument("ngramspec: accept_tree needs tree nodes + 1 model tokens; got " +
-                                std::to_string(model_tokens.size()) + " for " + std::to_string(tokens.size()) +
-                                " nodes");
+    throw ArgumentError("ngramspec", "accept_tree needs tree nodes + 1 model tokens; got " +
+                                         std::to_string(model_tokens.size()) + " for " + std::to_string(tokens.size()) +
+                                         " nodes");
   }
   if (state.generated == 0 && !tokens.empty()) {
-    throw std::invalid_argument("ngramspec: accept_tree: the prefill step takes no drafts; got " +
-                                std::to_string(tokens.size()) + " nodes");
+    throw ArgumentError(
+        "ngramspec", "accept_tree: the prefill step takes no drafts; got " + std::to_string(tokens.size()) + " nodes");
   }
   validate_tree_parents(parents);
   if (kept.size() < tokens.size() + 1) {
-    throw std::invalid_argument("ngramspec: accept_tree: `kept` has room for " + std::to_string(kept.size()) +
-                                " entries; a tree of " + std::to_string(tokens.size()) + " nodes needs " +
-                                std::to_string(tokens.size() + 1));
+    throw ArgumentError("ngramspec", "accept_tree: `kept` has room for " + std::to_string(kept.size()) +
+                                         " entries; a tree of " + std::to_string(tokens.size()) + " nodes needs " +
+                                         std::to_string(tokens.size() + 1));
   }
 
   // The walk: from pass entry `at`, the first later node under it whose token is the model's.

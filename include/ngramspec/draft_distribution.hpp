@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/target_model.hpp"
@@ -59,22 +60,23 @@ class DraftDistributions {
   /// negative or not finite, or they sum to 0.
   void push(std::span<const Token> tokens, std::span<const float> probabilities) {
     if (tokens.size() != probabilities.size() || tokens.empty() || tokens.size() > kMaxSupport) {
-      throw std::invalid_argument("ngramspec: DraftDistributions::push: " + std::to_string(tokens.size()) +
-                                  " tokens and " + std::to_string(probabilities.size()) +
-                                  " probabilities; it needs as many of each, 1 .. " + std::to_string(kMaxSupport));
+      throw ArgumentError("ngramspec", "DraftDistributions::push: " + std::to_string(tokens.size()) + " tokens and " +
+                                           std::to_string(probabilities.size()) +
+                                           " probabilities; it needs as many of each, 1 .. " +
+                                           std::to_string(kMaxSupport));
     }
     double total = 0.0;
     for (std::size_t i = 0; i < probabilities.size(); ++i) {
       const float q = probabilities[i];
       if (!std::isfinite(q) || q < 0.0f) {
-        throw std::invalid_argument("ngramspec: DraftDistributions::push: the probability of token " +
-                                    std::to_string(tokens[i]) + " is " + std::to_string(q) +
-                                    "; it must be finite and >= 0");
+        throw ArgumentError("ngramspec", "DraftDistributions::push: the probability of token " +
+                                             std::to_string(tokens[i]) + " is " + std::to_string(q) +
+                                             "; it must be finite and >= 0");
       }
       total += q;
     }
     if (!(total > 0.0)) {
-      throw std::invalid_argument("ngramspec: DraftDistributions::push: the probabilities sum to 0");
+      throw ArgumentError("ngramspec", "DraftDistributions::push: the probabilities sum to 0");
     }
     push_unchecked(tokens, probabilities);
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/target_model.hpp"
 #include "ngramspec/token.hpp"
 
@@ -19,9 +20,9 @@ inline void validate_tree_parents(std::span<const std::int32_t> parents) {
   for (std::size_t i = 0; i < parents.size(); ++i) {
     const std::int32_t p = parents[i];
     if (p != kTreeRoot && (p < 0 || static_cast<std::size_t>(p) >= i)) {
-      throw std::invalid_argument("ngramspec: tree node " + std::to_string(i) + " has parent " + std::to_string(p) +
-                                  "; a parent is kTreeRoot (-1) or an earlier node (0 .. " +
-                                  (i == 0 ? std::string("none") : std::to_string(i - 1)) + ")");
+      throw ArgumentError("ngramspec", "tree node " + std::to_string(i) + " has parent " + std::to_string(p) +
+                                           "; a parent is kTreeRoot (-1) or an earlier node (0 .. " +
+                                           (i == 0 ? std::string("none") : std::to_string(i - 1)) + ")");
     }
   }
 }
@@ -54,8 +55,8 @@ class DraftTree {
   /// Makes room for `capacity` nodes (never less than the current size); allocates.
   void reserve(std::size_t capacity) {
     if (capacity > kMaxNodes) {
-      throw std::invalid_argument("ngramspec: DraftTree capacity " + std::to_string(capacity) +
-                                  " is more than kMaxNodes = " + std::to_string(kMaxNodes));
+      throw ArgumentError("ngramspec", "DraftTree capacity " + std::to_string(capacity) +
+                                           " is more than kMaxNodes = " + std::to_string(kMaxNodes));
     }
     if (capacity <= capacity_) return;
     tokens_.resize(capacity);
@@ -72,13 +73,13 @@ class DraftTree {
   /// neither; a probability outside [0, 1] (or NaN) is clamped, as the planner would.
   std::size_t add(std::int32_t parent, Token token, float probability, std::uint8_t source_class = 0) {
     if (size_ == capacity_) {
-      throw std::invalid_argument("ngramspec: DraftTree is full: it holds its capacity of " +
-                                  std::to_string(capacity_) + " nodes");
+      throw ArgumentError("ngramspec",
+                          "DraftTree is full: it holds its capacity of " + std::to_string(capacity_) + " nodes");
     }
     if (parent != kTreeRoot && (parent < 0 || static_cast<std::size_t>(parent) >= size_)) {
-      throw std::invalid_argument("ngramspec: DraftTree::add: parent " + std::to_string(parent) +
-                                  " is neither kTreeRoot (-1) nor one of the tree's " + std::to_string(size_) +
-                                  " nodes");
+      throw ArgumentError("ngramspec", "DraftTree::add: parent " + std::to_string(parent) +
+                                           " is neither kTreeRoot (-1) nor one of the tree's " + std::to_string(size_) +
+                                           " nodes");
     }
     return push(parent, token, probability, source_class);
   }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/detail/max_drafts_check.hpp"
 #include "ngramspec/draft_distribution.hpp"
@@ -49,14 +50,15 @@ struct ModelDraftConfig {
 /// max_drafts outside 1 .. kMaxDraftsPerPass, support outside 1 .. DraftDistributions::kMaxSupport,
 /// min_probability outside [0, 1] or NaN, or invalid sampling options (validate(SamplingOptions)).
 inline void validate(const ModelDraftConfig& config) {
-  detail::check_max_drafts("ngramspec: ", "ModelDraftConfig::max_drafts", config.max_drafts, 1);
+  detail::check_max_drafts("ngramspec", "", "ModelDraftConfig::max_drafts", config.max_drafts, 1);
   if (config.support == 0 || config.support > DraftDistributions::kMaxSupport) {
-    throw std::invalid_argument("ngramspec: ModelDraftConfig::support = " + std::to_string(config.support) +
-                                " is invalid; it must be 1 .. " + std::to_string(DraftDistributions::kMaxSupport));
+    throw ArgumentError("ngramspec", "ModelDraftConfig::support = " + std::to_string(config.support) +
+                                         " is invalid; it must be 1 .. " +
+                                         std::to_string(DraftDistributions::kMaxSupport));
   }
   if (!(config.min_probability >= 0.0f && config.min_probability <= 1.0f)) {
-    throw std::invalid_argument("ngramspec: ModelDraftConfig::min_probability = " +
-                                std::to_string(config.min_probability) + " is invalid; it must be in [0, 1]");
+    throw ArgumentError("ngramspec", "ModelDraftConfig::min_probability = " + std::to_string(config.min_probability) +
+                                         " is invalid; it must be in [0, 1]");
   }
   validate(config.sampling);
 }
@@ -140,12 +142,12 @@ class ModelDrafter {
         sampler_(config_.sampling, vocab_) {
     const std::size_t model_vocab = static_cast<std::size_t>(std::as_const(model).vocab_size());
     if (model_vocab != vocab_) {
-      throw std::invalid_argument("ngramspec: ModelDrafter: the draft model's vocab_size() is " +
-                                  std::to_string(model_vocab) + "; the target's vocabulary has " +
-                                  std::to_string(vocab_) + " tokens");
+      throw ArgumentError("ngramspec", "ModelDrafter: the draft model's vocab_size() is " +
+                                           std::to_string(model_vocab) + "; the target's vocabulary has " +
+                                           std::to_string(vocab_) + " tokens");
     }
     const std::size_t max_batch = static_cast<std::size_t>(std::as_const(model).max_batch());
-    if (max_batch == 0) throw std::invalid_argument("ngramspec: ModelDrafter: the draft model's max_batch() is 0");
+    if (max_batch == 0) throw ArgumentError("ngramspec", "ModelDrafter: the draft model's max_batch() is 0");
     feed_rows_ = std::min(max_batch, kMaxFeedRows);
     feed_logits_.resize(feed_rows_ * vocab_);
     row_.resize(vocab_);
@@ -206,15 +208,15 @@ class ModelDrafter {
   [[nodiscard]] std::size_t continue_drafts(std::span<const Token> given, std::span<Token> out,
                                             std::span<float> probabilities, DraftDistributions* q = nullptr) const {
     if (given.size() > kMaxDraftsPerPass) {
-      throw std::invalid_argument("ngramspec: ModelDrafter::continue_drafts: " + std::to_string(given.size()) +
-                                  " given drafts are more than kMaxDraftsPerPass = " +
-                                  std::to_string(kMaxDraftsPerPass));
+      throw ArgumentError("ngramspec",
+                          "ModelDrafter::continue_drafts: " + std::to_string(given.size()) +
+                              " given drafts are more than kMaxDraftsPerPass = " + std::to_string(kMaxDraftsPerPass));
     }
     for (std::size_t i = 0; i < given.size(); ++i) {
       if (given[i] >= vocab_) {
-        throw std::invalid_argument("ngramspec: ModelDrafter::continue_drafts: given draft " + std::to_string(i) +
-                                    " is token " + std::to_string(given[i]) + ", outside the vocabulary of " +
-                                    std::to_string(vocab_));
+        throw ArgumentError("ngramspec", "ModelDrafter::continue_drafts: given draft " + std::to_string(i) +
+                                             " is token " + std::to_string(given[i]) + ", outside the vocabulary of " +
+                                             std::to_string(vocab_));
       }
     }
     return draft(out.first(std::min(out.size(), probabilities.size())), probabilities, q, given);
@@ -372,10 +374,10 @@ class ModelDrafter {
     return config;
   }
   static std::size_t checked_vocabulary(std::size_t vocab) {
-    if (vocab == 0) throw std::invalid_argument("ngramspec: ModelDrafter: the vocabulary size is 0");
+    if (vocab == 0) throw ArgumentError("ngramspec", "ModelDrafter: the vocabulary size is 0");
     if (vocab - 1 > std::numeric_limits<Token>::max()) {
-      throw std::invalid_argument("ngramspec: ModelDrafter: vocabulary size " + std::to_string(vocab) +
-                                  " exceeds what a Token can number");
+      throw ArgumentError(
+          "ngramspec", "ModelDrafter: vocabulary size " + std::to_string(vocab) + " exceeds what a Token can number");
     }
     return vocab;
   }
@@ -454,13 +456,13 @@ class ModelDrafter {
 
   [[noreturn]] void bad_row(float value, std::size_t token, std::uint64_t position) const {
     if (token == vocab_) {
-      throw std::domain_error("ngramspec: ModelDrafter: every logit of the draft model is -inf at position " +
-                              std::to_string(position) + "; no token can be drafted");
+      throw DomainError("ngramspec", "ModelDrafter: every logit of the draft model is -inf at position " +
+                                         std::to_string(position) + "; no token can be drafted");
     }
-    throw std::domain_error("ngramspec: ModelDrafter: the draft model's logit of token " + std::to_string(token) +
-                            " at position " + std::to_string(position) + " is " +
-                            (std::isnan(value) ? std::string("NaN") : std::string("+inf")) +
-                            "; logits must be finite or -inf");
+    throw DomainError("ngramspec", "ModelDrafter: the draft model's logit of token " + std::to_string(token) +
+                                       " at position " + std::to_string(position) + " is " +
+                                       (std::isnan(value) ? std::string("NaN") : std::string("+inf")) +
+                                       "; logits must be finite or -inf");
   }
 
   M* model_;

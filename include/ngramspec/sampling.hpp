@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/top_k_select.hpp"
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/draft_tree.hpp"
@@ -67,11 +68,11 @@ class SamplingModel {
       : model_(&model),
         rows_(static_cast<std::size_t>(static_cast<const M&>(model).max_batch())),
         sampler_(options, static_cast<std::size_t>(static_cast<const M&>(model).vocab_size())) {
-    if (rows_ == 0) throw std::invalid_argument("ngramspec: SamplingModel: the model's max_batch() is 0");
+    if (rows_ == 0) throw ArgumentError("ngramspec", "SamplingModel: the model's max_batch() is 0");
     const std::size_t vocab = sampler_.vocab_size();
     if (rows_ > std::numeric_limits<std::size_t>::max() / sizeof(float) / vocab) {
-      throw std::invalid_argument("ngramspec: SamplingModel: a logits buffer of max_batch() = " +
-                                  std::to_string(rows_) + " rows of " + std::to_string(vocab) + " floats is too large");
+      throw ArgumentError("ngramspec", "SamplingModel: a logits buffer of max_batch() = " + std::to_string(rows_) +
+                                           " rows of " + std::to_string(vocab) + " floats is too large");
     }
     logits_.resize(rows_ * vocab);
     depths_.resize(rows_);
@@ -148,11 +149,12 @@ class SamplingModel {
   /// Throws std::invalid_argument naming the value otherwise.
   void set_distribution_table(TopKTable* table) {
     if (table != nullptr && (!table->has_probabilities() || table->vocab_size() != vocab_size())) {
-      throw std::invalid_argument("ngramspec: SamplingModel::set_distribution_table: a table of vocab_size " +
-                                  std::to_string(table->vocab_size()) +
-                                  (table->has_probabilities() ? std::string() : std::string(" without probabilities")) +
-                                  " for a model of vocab_size " + std::to_string(vocab_size()) +
-                                  "; it needs probabilities and the model's vocabulary");
+      throw ArgumentError("ngramspec",
+                          "SamplingModel::set_distribution_table: a table of vocab_size " +
+                              std::to_string(table->vocab_size()) +
+                              (table->has_probabilities() ? std::string() : std::string(" without probabilities")) +
+                              " for a model of vocab_size " + std::to_string(vocab_size()) +
+                              "; it needs probabilities and the model's vocabulary");
     }
     table_ = table;
     table_tokens_.resize(table != nullptr ? table->k() : 0);
@@ -168,9 +170,9 @@ class SamplingModel {
   void chain_rows(std::size_t pos, std::span<const Token> tokens, std::span<Token> next, const DraftDistributions* q) {
     const std::size_t n = tokens.size();
     if (next.size() != n || n == 0 || n > rows_) {
-      throw std::invalid_argument("ngramspec: SamplingModel::forward of " + std::to_string(n) + " tokens into " +
-                                  std::to_string(next.size()) + "; needs 1 .. max_batch() = " + std::to_string(rows_) +
-                                  " tokens and as many outputs");
+      throw ArgumentError("ngramspec", "SamplingModel::forward of " + std::to_string(n) + " tokens into " +
+                                           std::to_string(next.size()) + "; needs 1 .. max_batch() = " +
+                                           std::to_string(rows_) + " tokens and as many outputs");
     }
     const std::size_t vocab = sampler_.vocab_size();
     const std::span<float> rows = std::span<float>(logits_).first(n * vocab);
@@ -212,21 +214,21 @@ class SamplingModel {
                  std::span<Token> next, std::span<Token> top, const DraftDistributions* q) {
     const std::size_t n = tokens.size();
     if (next.size() != n || parents.size() != n || n == 0 || n > rows_) {
-      throw std::invalid_argument("ngramspec: SamplingModel::forward_tree of " + std::to_string(n) + " tokens, " +
-                                  std::to_string(parents.size()) + " parents, into " + std::to_string(next.size()) +
-                                  "; needs 1 .. max_batch() = " + std::to_string(rows_) +
-                                  " tokens and as many parents and outputs");
+      throw ArgumentError("ngramspec", "SamplingModel::forward_tree of " + std::to_string(n) + " tokens, " +
+                                           std::to_string(parents.size()) + " parents, into " +
+                                           std::to_string(next.size()) + "; needs 1 .. max_batch() = " +
+                                           std::to_string(rows_) + " tokens and as many parents and outputs");
     }
     if (top.size() % n != 0) {
-      throw std::invalid_argument("ngramspec: SamplingModel::forward_tree: " + std::to_string(top.size()) +
-                                  " top-k slots are not a multiple of the " + std::to_string(n) + " tokens");
+      throw ArgumentError("ngramspec", "SamplingModel::forward_tree: " + std::to_string(top.size()) +
+                                           " top-k slots are not a multiple of the " + std::to_string(n) + " tokens");
     }
     validate_tree_parents(parents);
     const std::size_t vocab = sampler_.vocab_size();
     const std::size_t k = top.size() / n;
     if (k > vocab) {
-      throw std::invalid_argument("ngramspec: SamplingModel::forward_tree: top-" + std::to_string(k) +
-                                  " of a vocabulary of " + std::to_string(vocab));
+      throw ArgumentError("ngramspec", "SamplingModel::forward_tree: top-" + std::to_string(k) +
+                                           " of a vocabulary of " + std::to_string(vocab));
     }
     const std::span<float> rows = std::span<float>(logits_).first(n * vocab);
     model_->forward_tree(pos, tokens, parents, rows);

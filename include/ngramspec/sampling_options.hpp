@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "ngramspec/argument_error.hpp"
+
 namespace ngramspec {
 
 /// How a sampling model verifies drafts (docs/SAMPLING.md). Both keep the model's
@@ -43,8 +45,8 @@ struct SamplingOptions {
 /// temperature negative, infinite or NaN; top_p outside (0, 1] or NaN; min_p outside [0, 1) or NaN.
 inline void validate(const SamplingOptions& options) {
   const auto fail = [](const char* field, float value, const char* rule) {
-    throw std::invalid_argument(std::string("ngramspec: SamplingOptions::") + field + " = " + std::to_string(value) +
-                                " is invalid; it must be " + rule);
+    throw ArgumentError("ngramspec", std::string("SamplingOptions::") + field + " = " + std::to_string(value) +
+                                         " is invalid; it must be " + rule);
   };
   if (!std::isfinite(options.temperature) || options.temperature < 0.0f) {
     fail("temperature", options.temperature, "finite and >= 0 (0 = greedy)");
@@ -52,8 +54,9 @@ inline void validate(const SamplingOptions& options) {
   if (!(options.top_p > 0.0f && options.top_p <= 1.0f)) fail("top_p", options.top_p, "in (0, 1] (1 = off)");
   if (!(options.min_p >= 0.0f && options.min_p < 1.0f)) fail("min_p", options.min_p, "in [0, 1) (0 = off)");
   if (options.mode != SamplingMode::exact && options.mode != SamplingMode::rejection) {
-    throw std::invalid_argument("ngramspec: SamplingOptions::mode = " + std::to_string(static_cast<int>(options.mode)) +
-                                " is invalid; it must be SamplingMode::exact (0) or SamplingMode::rejection (1)");
+    throw ArgumentError("ngramspec",
+                        "SamplingOptions::mode = " + std::to_string(static_cast<int>(options.mode)) +
+                            " is invalid; it must be SamplingMode::exact (0) or SamplingMode::rejection (1)");
   }
 }
 

@@ -13,18 +13,19 @@
 #include <utility>
 #include <vector>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_stats.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/detail/draft_estimates.hpp"
+#include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/draft_planner.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/target_model.hpp"
-#include "ngramspec/draft_distribution.hpp"
-#include "ngramspec/top_k_table.hpp"
 #include "ngramspec/token.hpp"
+#include "ngramspec/top_k_table.hpp"
 #include "ngramspec/verify_cost.hpp"
 
 namespace ngramspec {
@@ -111,7 +112,7 @@ class SpeculativeDecoder {
     static_assert(std::is_invocable_r_v<bool, OnTokens&, std::span<const Token>>,
                   "ngramspec: the token callback must be callable as bool(std::span<const ngramspec::Token>)");
     const std::size_t max_batch = static_cast<std::size_t>(std::as_const(*model_).max_batch());
-    if (max_batch == 0) throw std::invalid_argument("ngramspec: the model's max_batch() is 0; it must take at least 1 token");
+    if (max_batch == 0) throw ArgumentError("ngramspec", "the model's max_batch() is 0; it must take at least 1 token");
     SequenceState state = start_sequence(prompt.size(), options);
     D& active = drafter();
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/position_random.hpp"
 #include "ngramspec/sampling_options.hpp"
@@ -40,10 +41,10 @@ class TokenSampler {
   /// std::invalid_argument for a vocabulary of 0 tokens or one that Token cannot number.
   TokenSampler(const SamplingOptions& options, std::size_t vocab_size) : options_(options), vocab_(vocab_size) {
     validate(options_);
-    if (vocab_ == 0) throw std::invalid_argument("ngramspec: TokenSampler: the vocabulary size is 0");
+    if (vocab_ == 0) throw ArgumentError("ngramspec", "TokenSampler: the vocabulary size is 0");
     if (vocab_ - 1 > std::numeric_limits<Token>::max()) {
-      throw std::invalid_argument("ngramspec: TokenSampler: vocabulary size " + std::to_string(vocab_) +
-                                  " exceeds what a Token can number");
+      throw ArgumentError(
+          "ngramspec", "TokenSampler: vocabulary size " + std::to_string(vocab_) + " exceeds what a Token can number");
     }
     weights_.resize(vocab_);
     kept_.resize(vocab_);
@@ -138,9 +139,9 @@ class TokenSampler {
     for (std::size_t j = 0; j < drafts.size(); ++j) {
       const Draft& d = drafts[j];
       if (d.entry != Draft::kChosen && d.entry >= q.size()) {
-        throw std::invalid_argument("ngramspec: TokenSampler::verify: draft " + std::to_string(d.token) +
-                                    " names distribution " + std::to_string(d.entry) + " of " +
-                                    std::to_string(q.size()));
+        throw ArgumentError("ngramspec", "TokenSampler::verify: draft " + std::to_string(d.token) +
+                                             " names distribution " + std::to_string(d.entry) + " of " +
+                                             std::to_string(q.size()));
       }
       const double p = d.token < vocab_ ? weights_[d.token] : 0.0;
       const std::span<const Token> support = d.entry == Draft::kChosen ? std::span<const Token>() : q.tokens(d.entry);
@@ -185,8 +186,9 @@ class TokenSampler {
 
   void check_top(const TopDistribution& top) const {
     if (top.tokens.size() != top.probabilities.size()) {
-      throw std::invalid_argument("ngramspec: TokenSampler: a TopDistribution of " + std::to_string(top.tokens.size()) +
-                                  " tokens and " + std::to_string(top.probabilities.size()) + " probabilities");
+      throw ArgumentError("ngramspec", "TokenSampler: a TopDistribution of " + std::to_string(top.tokens.size()) +
+                                           " tokens and " + std::to_string(top.probabilities.size()) +
+                                           " probabilities");
     }
   }
 
@@ -266,8 +268,8 @@ class TokenSampler {
   // the options keep, ascending ids; returns n. At temperature 0, n = 1 and kept_[0] the argmax.
   std::size_t filter(std::span<const float> logits, const std::uint64_t* position) {
     if (logits.size() != vocab_) {
-      throw std::invalid_argument("ngramspec: TokenSampler: a row of " + std::to_string(logits.size()) +
-                                  " logits for a vocabulary of " + std::to_string(vocab_));
+      throw ArgumentError("ngramspec", "TokenSampler: a row of " + std::to_string(logits.size()) +
+                                           " logits for a vocabulary of " + std::to_string(vocab_));
     }
     // Argmax first: it is the greedy answer and the max-subtraction for the softmax.
     std::size_t best = 0;
@@ -329,11 +331,11 @@ class TokenSampler {
   [[noreturn]] void bad_row(float value, std::size_t token, const std::uint64_t* position) const {
     std::string where = position != nullptr ? " at position " + std::to_string(*position) : std::string();
     if (token == vocab_) {
-      throw std::domain_error("ngramspec: every logit is -inf" + where + "; no token can be chosen");
+      throw DomainError("ngramspec", "every logit is -inf" + where + "; no token can be chosen");
     }
-    throw std::domain_error("ngramspec: logit of token " + std::to_string(token) + where + " is " +
-                            (std::isnan(value) ? std::string("NaN") : std::string("+inf")) +
-                            "; logits must be finite or -inf");
+    throw DomainError("ngramspec", "logit of token " + std::to_string(token) + where + " is " +
+                                       (std::isnan(value) ? std::string("NaN") : std::string("+inf")) +
+                                       "; logits must be finite or -inf");
   }
 
   SamplingOptions options_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ngramspec/allocation_error.hpp"
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/token.hpp"
 
@@ -59,8 +60,9 @@ class TopKTable {
   /// the one rule of every table's vocabulary, checked before anything is sized by it.
   static void check_vocab_size(std::size_t vocab_size) {
     if (vocab_size > kMaxVocabSize) {
-      throw std::invalid_argument("ngramspec: TopKTable: vocab_size = " + std::to_string(vocab_size) +
-                                  " is out of range: it must be 1 .. kMaxVocabSize = " + std::to_string(kMaxVocabSize));
+      throw ArgumentError("ngramspec",
+                          "TopKTable: vocab_size = " + std::to_string(vocab_size) +
+                              " is out of range: it must be 1 .. kMaxVocabSize = " + std::to_string(kMaxVocabSize));
     }
   }
 
@@ -69,18 +71,19 @@ class TopKTable {
   /// of 0 or above kMaxVocabSize, k outside 1 .. kMaxK, or a table larger than the machine's
   /// physical memory; AllocationError (a std::bad_alloc) when its memory cannot be allocated.
   TopKTable(std::size_t vocab_size, std::size_t k, bool probabilities = false) : vocab_(vocab_size), k_(k) {
-    if (vocab_size == 0) throw std::invalid_argument("ngramspec: TopKTable: the vocabulary size is 0");
+    if (vocab_size == 0) throw ArgumentError("ngramspec", "TopKTable: the vocabulary size is 0");
     if (k == 0 || k > kMaxK) {
-      throw std::invalid_argument("ngramspec: TopKTable: k = " + std::to_string(k) + "; it must be 1 .. " +
-                                  std::to_string(kMaxK));
+      throw ArgumentError("ngramspec",
+                          "TopKTable: k = " + std::to_string(k) + "; it must be 1 .. " + std::to_string(kMaxK));
     }
     check_vocab_size(vocab_size);
     const std::size_t bytes = bytes_for(vocab_size, k, probabilities);
     const std::size_t machine = detail::physical_memory_bytes();
     if (machine != 0 && bytes > machine) {
-      throw std::invalid_argument("ngramspec: TopKTable: vocab_size = " + std::to_string(vocab_size) + " x k = " +
-                                  std::to_string(k) + " takes " + std::to_string(bytes) +
-                                  " bytes, more than this machine's memory (" + std::to_string(machine) + " bytes)");
+      throw ArgumentError("ngramspec", "TopKTable: vocab_size = " + std::to_string(vocab_size) +
+                                           " x k = " + std::to_string(k) + " takes " + std::to_string(bytes) +
+                                           " bytes, more than this machine's memory (" + std::to_string(machine) +
+                                           " bytes)");
     }
     detail::allocating("a TopKTable (its rows)", bytes, [&] {
       rows_.assign(vocab_size * k, 0);
@@ -94,9 +97,9 @@ class TopKTable {
   /// nothing, when top.size() != tokens.size() * k() or a token is outside the vocabulary.
   void record(std::span<const Token> tokens, std::span<const Token> top) {
     if (top.size() != tokens.size() * k_) {
-      throw std::invalid_argument("ngramspec: TopKTable::record: " + std::to_string(top.size()) +
-                                  " top-k tokens for " + std::to_string(tokens.size()) + " tokens; it needs " +
-                                  std::to_string(tokens.size()) + " × k = " + std::to_string(k_) + " each");
+      throw ArgumentError("ngramspec", "TopKTable::record: " + std::to_string(top.size()) + " top-k tokens for " +
+                                           std::to_string(tokens.size()) + " tokens; it needs " +
+                                           std::to_string(tokens.size()) + " × k = " + std::to_string(k_) + " each");
     }
     for (std::size_t i = 0; i < top.size(); ++i) check(top[i], "a top-k token");
     for (const Token token : tokens) check(token, "a token");
@@ -118,20 +121,21 @@ class TopKTable {
   /// 1 .. k(), a token outside the vocabulary, or a probability outside [0, 1].
   void record_distribution(Token token, std::span<const Token> top, std::span<const float> probabilities) {
     if (probabilities_.empty()) {
-      throw std::invalid_argument("ngramspec: TopKTable::record_distribution: the table keeps no probabilities "
-                                  "(make it with TopKTable(vocab_size, k, true))");
+      throw ArgumentError("ngramspec",
+                          "TopKTable::record_distribution: the table keeps no probabilities "
+                          "(make it with TopKTable(vocab_size, k, true))");
     }
     if (top.size() != probabilities.size() || top.empty() || top.size() > k_) {
-      throw std::invalid_argument("ngramspec: TopKTable::record_distribution: " + std::to_string(top.size()) +
-                                  " tokens and " + std::to_string(probabilities.size()) +
-                                  " probabilities; it needs as many of each, 1 .. k = " + std::to_string(k_));
+      throw ArgumentError("ngramspec", "TopKTable::record_distribution: " + std::to_string(top.size()) +
+                                           " tokens and " + std::to_string(probabilities.size()) +
+                                           " probabilities; it needs as many of each, 1 .. k = " + std::to_string(k_));
     }
     check(token, "a token");
     for (const Token t : top) check(t, "a top-k token");
     for (const float p : probabilities) {
       if (!(p >= 0.0f && p <= 1.0f)) {
-        throw std::invalid_argument("ngramspec: TopKTable::record_distribution: a probability of " +
-                                    std::to_string(p) + "; probabilities are in [0, 1]");
+        throw ArgumentError("ngramspec", "TopKTable::record_distribution: a probability of " + std::to_string(p) +
+                                             "; probabilities are in [0, 1]");
       }
     }
     const std::size_t at = static_cast<std::size_t>(token) * k_;
@@ -171,8 +175,8 @@ class TopKTable {
  private:
   void check(Token token, const char* what) const {
     if (token >= vocab_) {
-      throw std::invalid_argument(std::string("ngramspec: TopKTable::record: ") + what + " " + std::to_string(token) +
-                                  " is outside the vocabulary of " + std::to_string(vocab_));
+      throw ArgumentError("ngramspec", std::string("TopKTable::record: ") + what + " " + std::to_string(token) +
+                                           " is outside the vocabulary of " + std::to_string(vocab_));
     }
   }
 

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "ngramspec/argument_error.hpp"
+
 namespace ngramspec {
 
 /// What one verify pass costs as a function of the tokens in it: every sequence's last token
@@ -115,8 +117,8 @@ class VerifyCost {
   for (std::size_t i = 0; i < seconds.size(); ++i) {
     std::vector<double>& times = seconds[i];
     if (times.empty()) {
-      throw std::invalid_argument("ngramspec::median_pass_seconds: seconds[" + std::to_string(i) +
-                                  "] is empty: every pass size needs a timing");
+      throw ArgumentError("ngramspec::median_pass_seconds",
+                          "seconds[" + std::to_string(i) + "] is empty: every pass size needs a timing");
     }
     std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
     floor = std::max({floor, times[times.size() / 2], 1e-12});
@@ -140,13 +142,13 @@ template <class RunPass>
 [[nodiscard]] VerifyCost measure_verify_cost(RunPass&& run_pass, std::span<const std::size_t> token_counts,
                                              std::size_t repeats = 7) {
   using Clock = std::chrono::steady_clock;
-  if (token_counts.empty()) throw std::invalid_argument("ngramspec::measure_verify_cost: no token counts to time");
-  if (repeats == 0) throw std::invalid_argument("ngramspec::measure_verify_cost: repeats = 0; it must be at least 1");
+  if (token_counts.empty()) throw ArgumentError("ngramspec::measure_verify_cost", "no token counts to time");
+  if (repeats == 0) throw ArgumentError("ngramspec::measure_verify_cost", "repeats = 0; it must be at least 1");
   for (std::size_t i = 0; i < token_counts.size(); ++i) {
     if (token_counts[i] == 0 || (i > 0 && token_counts[i] <= token_counts[i - 1])) {
-      throw std::invalid_argument("ngramspec::measure_verify_cost: token_counts[" + std::to_string(i) + "] = " +
-                                  std::to_string(token_counts[i]) +
-                                  " is invalid: counts must be at least 1 and strictly increasing");
+      throw ArgumentError("ngramspec::measure_verify_cost",
+                          "token_counts[" + std::to_string(i) + "] = " + std::to_string(token_counts[i]) +
+                              " is invalid: counts must be at least 1 and strictly increasing");
     }
   }
   for (const std::size_t n : token_counts) run_pass(n);  // warm-up: caches, lazy allocations

@@ -217,7 +217,7 @@ template <Drafter D>
 RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std::span<const std::vector<Token>> prompts,
                              const RunSettings& settings, std::size_t max_drafts, const FixedPassShape* shape = nullptr) {
   detail::prompt_limit_check(engine, prompts);
-  ngramspec::detail::check_max_drafts("", "max_drafts", max_drafts);
+  ngramspec::detail::check_max_drafts("", "", "max_drafts", max_drafts);
   RunResult result;
   result.outputs.resize(prompts.size());
   std::vector<detail::Slot> slots(engine.sequences());

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/token.hpp"
 
@@ -28,26 +29,28 @@ inline void check_pool_fits_memory(std::size_t sequences, std::size_t each) {
     const std::string total = sequences > std::numeric_limits<std::size_t>::max() / each
                                   ? "more than 2^64"
                                   : std::to_string(sequences * each);
-    throw std::invalid_argument("ngramspec::BatchSpeculator: max_sequences = " + std::to_string(sequences) +
-                                " drafters of " + std::to_string(each) + " bytes each take " + total +
-                                " bytes, more than this machine's memory (" + std::to_string(machine) + " bytes)");
+    throw ArgumentError("ngramspec::BatchSpeculator", "max_sequences = " + std::to_string(sequences) + " drafters of " +
+                                                          std::to_string(each) + " bytes each take " + total +
+                                                          " bytes, more than this machine's memory (" +
+                                                          std::to_string(machine) + " bytes)");
   }
 }
 
 /// Drafter i's top-k table has drafter 0's k (0: none): a pass's top rows share one k.
 inline void check_same_top_k(std::size_t i, std::size_t k, std::size_t first) {
   if (k != first) {
-    throw std::invalid_argument("ngramspec::BatchSpeculator: drafter " + std::to_string(i) +
-                                " recycles a top-k table of k = " + std::to_string(k) + " but drafter 0 one of k = " +
-                                std::to_string(first) + " (0: none); every drafter of a batch needs the same k");
+    throw ArgumentError("ngramspec::BatchSpeculator", "drafter " + std::to_string(i) +
+                                                          " recycles a top-k table of k = " + std::to_string(k) +
+                                                          " but drafter 0 one of k = " + std::to_string(first) +
+                                                          " (0: none); every drafter of a batch needs the same k");
   }
 }
 
 /// offsets holds one element per sequence of the call and one more.
 inline void check_offsets_size(const char* where, std::size_t offsets, std::size_t ids) {
   if (offsets != ids + 1) {
-    throw std::invalid_argument(std::string(where) + ": offsets has " + std::to_string(offsets) +
-                                " elements; it needs ids.size() + 1 = " + std::to_string(ids + 1));
+    throw ArgumentError(where, "offsets has " + std::to_string(offsets) +
+                                   " elements; it needs ids.size() + 1 = " + std::to_string(ids + 1));
   }
 }
 
@@ -55,16 +58,16 @@ inline void check_offsets_size(const char* where, std::size_t offsets, std::size
 inline void check_same_size(const char* where, const char* name, std::size_t size, const char* other,
                             std::size_t other_size) {
   if (size != other_size) {
-    throw std::invalid_argument(std::string(where) + ": " + name + " has " + std::to_string(size) +
-                                " elements; it needs " + other + " = " + std::to_string(other_size));
+    throw ArgumentError(where, std::string(name) + " has " + std::to_string(size) + " elements; it needs " + other + " = " +
+                                   std::to_string(other_size));
   }
 }
 
 /// propose() and propose_trees() with distributions: one DraftDistributions per sequence.
 inline void check_distributions_size(const char* where, std::size_t q, std::size_t ids) {
   if (q < ids) {
-    throw std::invalid_argument(std::string(where) + ": q has " + std::to_string(q) +
-                                " elements; it needs one per sequence, ids.size() = " + std::to_string(ids));
+    throw ArgumentError(where, "q has " + std::to_string(q) +
+                                   " elements; it needs one per sequence, ids.size() = " + std::to_string(ids));
   }
 }
 
@@ -75,14 +78,14 @@ inline void check_step_arguments(const char* where, std::size_t ids, std::size_t
                                  std::span<const std::size_t> offsets, std::size_t steps) {
   check_offsets_size(where, offsets.size(), ids);
   if (steps < ids) {
-    throw std::invalid_argument(std::string(where) + ": steps has room for " + std::to_string(steps) +
-                                " sequences; " + std::to_string(ids) + " are stepped");
+    throw ArgumentError(
+        where, "steps has room for " + std::to_string(steps) + " sequences; " + std::to_string(ids) + " are stepped");
   }
   if (offsets.front() != 0 || offsets.back() != model_tokens) {
-    throw std::invalid_argument(std::string(where) + ": offsets[0] = " + std::to_string(offsets.front()) +
-                                " and offsets[" + std::to_string(ids) + "] = " + std::to_string(offsets.back()) +
-                                " are invalid: they must be 0 and the count of model tokens, " +
-                                std::to_string(model_tokens));
+    throw ArgumentError(where, "offsets[0] = " + std::to_string(offsets.front()) + " and offsets[" +
+                                   std::to_string(ids) + "] = " + std::to_string(offsets.back()) +
+                                   " are invalid: they must be 0 and the count of model tokens, " +
+                                   std::to_string(model_tokens));
   }
 }
 
@@ -93,16 +96,15 @@ inline std::size_t checked_model_token_count(const char* where, std::uint64_t se
                                              std::span<const std::size_t> offsets, std::size_t i,
                                              std::size_t model_tokens, std::size_t proposed, const char* entries) {
   if (offsets[i + 1] < offsets[i] || offsets[i + 1] > model_tokens) {
-    throw std::invalid_argument(std::string(where) + ": offsets[" + std::to_string(i + 1) + "] = " +
-                                std::to_string(offsets[i + 1]) + " is invalid: offsets[" + std::to_string(i) +
-                                "] = " + std::to_string(offsets[i]) + " and there are " +
-                                std::to_string(model_tokens) + " model tokens");
+    throw ArgumentError(where, "offsets[" + std::to_string(i + 1) + "] = " + std::to_string(offsets[i + 1]) +
+                                   " is invalid: offsets[" + std::to_string(i) + "] = " + std::to_string(offsets[i]) +
+                                   " and there are " + std::to_string(model_tokens) + " model tokens");
   }
   const std::size_t n = offsets[i + 1] - offsets[i];
   if (n == 0 || n > proposed + 1) {
-    throw std::invalid_argument(std::string(where) + ": " + sequence_name(sequence) + " has " + std::to_string(n) +
-                                " model tokens; it needs 1 to " + std::to_string(proposed + 1) + " (" + entries +
-                                " verified of the " + std::to_string(proposed) + " proposed)");
+    throw ArgumentError(where, sequence_name(sequence) + " has " + std::to_string(n) + " model tokens; it needs 1 to " +
+                                   std::to_string(proposed + 1) + " (" + entries + " verified of the " +
+                                   std::to_string(proposed) + " proposed)");
   }
   return n;
 }
@@ -112,23 +114,22 @@ inline std::size_t checked_model_token_count(const char* where, std::uint64_t se
 inline void check_tree_step_arguments(const char* where, std::size_t model_tokens, std::size_t kept,
                                       std::size_t top, std::size_t top_k) {
   if (kept < model_tokens) {
-    throw std::invalid_argument(std::string(where) + ": kept has room for " + std::to_string(kept) +
-                                " entries; it needs one per model token, " + std::to_string(model_tokens));
+    throw ArgumentError(where, "kept has room for " + std::to_string(kept) +
+                                   " entries; it needs one per model token, " + std::to_string(model_tokens));
   }
   if (top != 0 && top != model_tokens * top_k) {
-    throw std::invalid_argument(std::string(where) + ": top has " + std::to_string(top) +
-                                " tokens; it needs none or top_k() = " + std::to_string(top_k) +
-                                " per model token, " + std::to_string(model_tokens * top_k) +
-                                (top_k == 0 ? " (the drafters recycle no top-k)" : ""));
+    throw ArgumentError(where, "top has " + std::to_string(top) + " tokens; it needs none or top_k() = " +
+                                   std::to_string(top_k) + " per model token, " + std::to_string(model_tokens * top_k) +
+                                   (top_k == 0 ? " (the drafters recycle no top-k)" : ""));
   }
 }
 
 /// Throws the error of check_in_vocabulary(): `name`[`index`] = `token` lies outside `vocab`.
 [[noreturn]] inline void throw_outside_vocabulary(const char* where, std::uint64_t sequence, const char* name,
                                                   std::size_t index, Token token, std::size_t vocab) {
-  throw std::invalid_argument(std::string(where) + ": " + sequence_name(sequence) + ": " + name + "[" +
-                              std::to_string(index) + "] = " + std::to_string(token) +
-                              " is outside the top-k table's vocabulary of " + std::to_string(vocab));
+  throw ArgumentError(where, sequence_name(sequence) + ": " + name + "[" + std::to_string(index) +
+                                 "] = " + std::to_string(token) + " is outside the top-k table's vocabulary of " +
+                                 std::to_string(vocab));
 }
 
 /// Every token of `tokens` (named `name`, its first at index `first` of the call's span) lies
@@ -149,16 +150,16 @@ inline void check_in_vocabulary(const char* where, std::uint64_t sequence, const
 inline void check_top_probabilities(const char* where, std::uint64_t sequence, bool table_has_probabilities,
                                     std::span<const float> probabilities, std::size_t first, std::size_t k) {
   if (!table_has_probabilities) {
-    throw std::invalid_argument(std::string(where) + ": " + sequence_name(sequence) +
-                                ": its top-k table keeps no probabilities (make it with TopKTable(vocab_size, k, "
-                                "true), or TreeConfig::draw_recycled for the drafter's own)");
+    throw ArgumentError(where, sequence_name(sequence) +
+                                   ": its top-k table keeps no probabilities (make it with TopKTable(vocab_size, k, "
+                                   "true), or TreeConfig::draw_recycled for the drafter's own)");
   }
   for (std::size_t t = 0; t < probabilities.size(); ++t) {
     const float p = probabilities[t];
     if (!(p >= 0.0f && p <= 1.0f) || (t % k == 0 && p == 0.0f)) {
-      throw std::invalid_argument(std::string(where) + ": " + sequence_name(sequence) + ": top_probabilities[" +
-                                  std::to_string(first + t) + "] = " + std::to_string(p) +
-                                  " is invalid: probabilities are in [0, 1], and a row's first is above 0");
+      throw ArgumentError(where, sequence_name(sequence) + ": top_probabilities[" + std::to_string(first + t) +
+                                     "] = " + std::to_string(p) +
+                                     " is invalid: probabilities are in [0, 1], and a row's first is above 0");
     }
   }
 }

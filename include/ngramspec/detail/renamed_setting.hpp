@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "ngramspec/argument_error.hpp"
+
 namespace ngramspec::detail {
 
 /// Folds a setting's former name into its name, in a configuration that keeps the former name as
@@ -19,9 +21,9 @@ const char* fold_renamed_setting(T& value, T& former, const T& default_value, co
     return name;
   }
   if (value != default_value) {
-    throw std::invalid_argument(std::string(where) + ": " + former_name + " = " + std::to_string(former) + " and " +
-                                name + " = " + std::to_string(value) + " disagree: " + former_name +
-                                " is the former name of " + name + "; set one of them, or both to the same value");
+    throw ArgumentError(where, std::string(former_name) + " = " + std::to_string(former) + " and " + name + " = " +
+                                   std::to_string(value) + " disagree: " + former_name + " is the former name of " +
+                                   name + "; set one of them, or both to the same value");
   }
   value = former;
   return former_name;

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/detail/batch_checks.hpp"
@@ -109,11 +110,10 @@ class SequencePool {
   /// The slot a new sequence `id` takes (take() it once it is set up). Throws
   /// std::invalid_argument naming `where` when the id is running or every slot is taken.
   [[nodiscard]] Slot& next_free(const char* where, std::uint64_t id) {
-    if (contains(id)) throw std::invalid_argument(std::string(where) + ": " + sequence_name(id) + " is already running");
+    if (contains(id)) throw ArgumentError(where, sequence_name(id) + " is already running");
     if (free_.empty()) {
-      throw std::invalid_argument(std::string(where) + ": " + sequence_name(id) + ": all " +
-                                  std::to_string(slots_.size()) +
-                                  " sequences of the pool (BatchConfig::max_sequences) are running");
+      throw ArgumentError(where, sequence_name(id) + ": all " + std::to_string(slots_.size()) +
+                                     " sequences of the pool (BatchConfig::max_sequences) are running");
     }
     return slots_[free_.back()];
   }
@@ -135,7 +135,7 @@ class SequencePool {
   /// Sequence `id`'s slot; throws std::invalid_argument naming `where` when it is not running.
   [[nodiscard]] Slot& slot_of(const char* where, std::uint64_t id) {
     const Entry* entry = ids_.find(id);
-    if (entry == nullptr) throw std::invalid_argument(std::string(where) + ": " + sequence_name(id) + " is not running");
+    if (entry == nullptr) throw ArgumentError(where, sequence_name(id) + " is not running");
     return slots_[entry->slot_tag - 1];
   }
 
@@ -146,13 +146,11 @@ class SequencePool {
   Slot& claim_for_call(const char* where, std::span<const std::uint64_t> ids, std::size_t i, std::uint64_t stamp) {
     Slot& slot = slot_of(where, ids[i]);
     if (slot.state.finished) {
-      throw std::invalid_argument(std::string(where) + ": " + sequence_name(ids[i]) + " (ids[" + std::to_string(i) +
-                                  "]) is finished (" + to_string(slot.state.stop_reason) +
-                                  "); finish() or cancel() it");
+      throw ArgumentError(where, sequence_name(ids[i]) + " (ids[" + std::to_string(i) + "]) is finished (" +
+                                     to_string(slot.state.stop_reason) + "); finish() or cancel() it");
     }
     if (slot.stamp == stamp) {
-      throw std::invalid_argument(std::string(where) + ": " + sequence_name(ids[i]) + " is listed twice (ids[" +
-                                  std::to_string(i) + "])");
+      throw ArgumentError(where, sequence_name(ids[i]) + " is listed twice (ids[" + std::to_string(i) + "])");
     }
     slot.stamp = stamp;
     call_slots_[i] = &slot;
