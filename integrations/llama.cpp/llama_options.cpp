@@ -282,7 +282,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   if (!o.check && !o.compare && o.curve.empty()) refuse_with({"--repeats"}, "goes with --check, --compare or --curve");
   if (!o.speculate) {
     refuse_with({"--max-drafts", "--k", "--cost", "--print-cost", "--pass-shape", "--corpus", "--corpus-file", "--draft-model",
-                 "--draft-layers"},
+                 "--draft-layers", "--sampling-mode"},
                 "does nothing with --no-speculate, which drafts nothing");
   }
   if (o.pass_shape_given && o.fixed_shape && (o.parallel != 1 || o.cost_source != LlamaOptions::Cost::measure)) {

@@ -514,6 +514,8 @@ TEST(DraftModelProgram, RefusesDraftModelsItCannotUseNamingThem) {
        "--draft-cost -1: is negative; a drafted token costs 0 or more passes"},
       {"--prompt hi --draft-layers 1 --best-of --draft-cost inf", "--draft-cost inf: is not a finite number"},
       {"--prompt hi --sampling-mode rejection", "--sampling-mode applies to sampling only: it needs --temperature above 0"},
+      {"--prompt hi --temperature 1 --no-speculate --sampling-mode rejection",
+       "--sampling-mode does nothing with --no-speculate, which drafts nothing"},
       {"--prompt hi --temperature 1 --sampling-mode bogus",
        "--sampling-mode 'bogus' is invalid: give exact or rejection"},
   };
