@@ -73,10 +73,15 @@ TreeDrafter::TreeDrafter(TreeConfig config, TopKTable* top_k, const SharedCorpus
     throw ArgumentError("ngramspec", "TreeConfig::top_k = " + std::to_string(config_.top_k) + "; it must be 1 .. " +
                                          std::to_string(TopKTable::kMaxK));
   }
+  if (!(config_.recycled_history >= 0.0f && config_.recycled_history < 1.0f)) {
+    throw ArgumentError("ngramspec", "TreeConfig::recycled_history = " + std::to_string(config_.recycled_history) +
+                                         "; it must be in [0, 1)");
+  }
   if (top_k != nullptr) {
     table_ = top_k;
   } else if (config_.vocab_size != 0) {
-    own_table_ = std::make_unique<TopKTable>(config_.vocab_size, config_.top_k, config_.draw_recycled);
+    own_table_ = std::make_unique<TopKTable>(config_.vocab_size, config_.top_k, config_.draw_recycled,
+                                             config_.recycled_history);
     table_ = own_table_.get();
   }
   for (auto& table : successors_) table.assign(slots, Successors{});
@@ -228,6 +233,13 @@ float TreeDrafter::locate(Context& context, std::size_t spine_made) const noexce
   context.row_probabilities = nullptr;
   if (config_.draw_recycled && !row.empty()) {
     context.row_probabilities = table_->row_probabilities(context.tokens[kOrders - 1]).data();
+  }
+  // Beside a drawn row the text speaks only after 2 or 3 tokens: after the one token the row
+  // also follows, the model's own distribution drawn from is accepted more often than the text's
+  // counts taken whole (docs/BENCHMARKS.md#sampling), while longer contexts know more than it.
+  if (context.row_probabilities != nullptr && context.text_order < 2) {
+    context.text = nullptr;
+    context.text_order = 0;
   }
   float best = 0.0f;
   const auto next_spine = static_cast<std::size_t>(context.spine + 1);

@@ -8,9 +8,12 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <random>
 #include <set>
+#include <span>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "ngramspec/top_k_table.hpp"
@@ -142,6 +145,54 @@ TEST(TreeDrafter, TheTextOffersAlternativesBesideTheSpine) {
     if (tree.parents()[i] == kTreeRoot) roots.insert(tree.tokens()[i]);
   }
   EXPECT_TRUE(roots.count(3) == 1 && roots.count(4) == 1);
+}
+
+// Beside a row drawn from (draw_recycled, a row with probabilities) the text's continuations
+// after one token are left to the row; those after 2 or 3 tokens stay. Random streams, every
+// token's row recorded with a distribution: no tree holds an order-1 text candidate, while the
+// same drafter with rows taken best first does, and longer contexts' candidates are in both.
+TEST(TreeDrafter, BesideADrawnRowTheTextSpeaksOnlyAfterTwoOrMoreTokens) {
+  constexpr std::size_t kVocab = 24;
+  for (const bool drawn : {false, true}) {
+    SCOPED_TRACE(drawn ? "drawn rows" : "rows taken best first");
+    std::array<std::size_t, TreeDrafter::kOrders + 1> text_by_order{};
+    for (std::uint64_t seed = 0; seed < 20; ++seed) {
+      std::mt19937_64 rng(seed);
+      TreeConfig config;
+      config.vocab_size = kVocab;
+      config.top_k = 4;
+      config.draw_recycled = drawn;
+      TreeDrafter drafter(config);
+      for (Token t = 0; t < kVocab; ++t) {
+        const std::vector<Token> top = {static_cast<Token>((t + 1) % kVocab), static_cast<Token>((t + 5) % kVocab)};
+        if (drawn) {
+          drafter.top_k_table()->record_distribution(t, top, std::vector<float>{0.5f, 0.3f});
+        } else {
+          drafter.top_k_table()->record(std::vector<Token>{t}, std::vector<Token>{top[0], top[1], top[0], top[1]});
+        }
+      }
+      DraftTree tree(32);
+      DraftDistributions q;
+      q.reserve(32, 4);
+      for (int step = 0; step < 200; ++step) {
+        drafter.update(static_cast<Token>(rng() % 6));  // a small alphabet: contexts of every order repeat
+        if (drawn) {
+          drafter.predict_tree(tree, 32, 6, 0.0f, q);
+        } else {
+          drafter.predict_tree(tree, 32, 6);
+        }
+        for (std::size_t i = 0; i < tree.size(); ++i) {
+          for (std::size_t order = 1; order <= TreeDrafter::kOrders; ++order) {
+            for (std::size_t rank = 0; rank < TreeDrafter::kSlotsPerContext; ++rank) {
+              text_by_order[order] += tree.source_classes()[i] == TreeDrafter::text_class(order, rank);
+            }
+          }
+        }
+      }
+    }
+    EXPECT_EQ(text_by_order[1] == 0, drawn) << text_by_order[1] << " order-1 text candidates";
+    EXPECT_GT(text_by_order[2] + text_by_order[3], 0U);
+  }
 }
 
 TEST(TreeDrafter, CalibrationFollowsWhatPassesAccept) {
@@ -302,6 +353,86 @@ TEST(TopKTable, RecordsRowsAndRefusesBadShapesChangingNothing) {
   EXPECT_EQ(invalid_argument_message([] { TopKTable t(0, 2); }), "ngramspec: TopKTable: the vocabulary size is 0");
   table.clear();
   EXPECT_TRUE(table.row(1).empty());
+}
+
+// A row recorded with probabilities is the blend of the distributions recorded after its
+// token: random tables (k, history weight) and random records, against a reference that keeps
+// every token's mass in a map.
+TEST(TopKTable, ARowIsTheBlendOfTheDistributionsRecordedAfterItsToken) {
+  std::mt19937_64 rng(29);
+  constexpr Token kVocab = 12;
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t k = 1 + rng() % 6;
+    const float weight = trial % 5 == 0 ? 0.0f : std::uniform_real_distribution<float>(0.0f, 0.95f)(rng);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", k " + std::to_string(k) + ", weight " + std::to_string(weight));
+    TopKTable table(kVocab, k, true, weight);
+    EXPECT_EQ(table.history_weight(), weight);
+    std::vector<std::vector<std::pair<Token, float>>> expected(kVocab);  // per token: its row, best first
+    for (int record = 0; record < 12; ++record) {
+      const auto token = static_cast<Token>(rng() % 3);  // few tokens, so rows are recorded often
+      // A distribution's top: 1 .. k distinct tokens, best first, summing to at most 1.
+      std::vector<Token> pool(kVocab);
+      for (Token t = 0; t < kVocab; ++t) pool[t] = t;
+      std::shuffle(pool.begin(), pool.end(), rng);
+      const std::size_t n = 1 + rng() % k;
+      std::vector<float> p(n);
+      float left = 1.0f;
+      for (float& x : p) left -= (x = left * std::uniform_real_distribution<float>(0.05f, 0.7f)(rng));
+      std::sort(p.rbegin(), p.rend());
+      const std::vector<Token> top(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(n));
+      if (rng() % 8 == 0) {  // a row without probabilities is replaced, not blended
+        std::vector<Token> row(k);
+        for (std::size_t i = 0; i < k; ++i) row[i] = pool[i];
+        table.record(std::vector<Token>{token}, row);
+        expected[token].clear();
+        continue;
+      }
+      table.record_distribution(token, top, p);
+      std::vector<std::pair<Token, float>>& row = expected[token];
+      if (row.empty() || weight == 0.0f) {
+        row.clear();
+        for (std::size_t i = 0; i < n; ++i) row.emplace_back(top[i], p[i]);
+        continue;
+      }
+      std::map<Token, float> mass;
+      for (const auto& [t, m] : row) mass[t] = weight * m;
+      for (std::size_t i = 0; i < n; ++i) mass[top[i]] += (1.0f - weight) * p[i];
+      row.assign(mass.begin(), mass.end());
+      std::stable_sort(row.begin(), row.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+      row.resize(std::min(row.size(), k));
+    }
+    for (Token t = 0; t < 3; ++t) {
+      if (expected[t].empty()) continue;
+      const std::span<const Token> row = table.row(t);
+      const std::span<const float> probabilities = table.row_probabilities(t);
+      ASSERT_EQ(row.size(), expected[t].size()) << "token " << t;
+      ASSERT_EQ(probabilities.size(), row.size());
+      for (std::size_t i = 0; i < row.size(); ++i) {
+        EXPECT_EQ(row[i], expected[t][i].first) << "token " << t << ", rank " << i;
+        EXPECT_NEAR(probabilities[i], expected[t][i].second, 1e-6f) << "token " << t << ", rank " << i;
+      }
+    }
+  }
+}
+
+TEST(TopKTable, RefusesAHistoryWeightOutsideZeroToOneNamingIt) {
+  EXPECT_EQ(invalid_argument_message([] { TopKTable t(10, 3, true, 1.0f); }),
+            "ngramspec: TopKTable: history_weight = 1.000000; it must be in [0, 1)");
+  EXPECT_EQ(invalid_argument_message([] { TopKTable t(10, 3, true, -0.25f); }),
+            "ngramspec: TopKTable: history_weight = -0.250000; it must be in [0, 1)");
+  TopKTable table(10, 3, true);
+  EXPECT_EQ(table.history_weight(), TopKTable::kDefaultHistoryWeight);
+  EXPECT_EQ(invalid_argument_message([&] { table.set_history_weight(std::numeric_limits<float>::quiet_NaN()); }),
+            "ngramspec: TopKTable: history_weight = nan; it must be in [0, 1)");
+  EXPECT_EQ(table.history_weight(), TopKTable::kDefaultHistoryWeight);
+  TreeConfig config;
+  config.vocab_size = 10;
+  config.draw_recycled = true;
+  config.recycled_history = 1.5f;
+  EXPECT_EQ(invalid_argument_message([&] { TreeDrafter d(config); }),
+            "ngramspec: TreeConfig::recycled_history = 1.500000; it must be in [0, 1)");
+  config.recycled_history = 0.25f;
+  EXPECT_EQ(TreeDrafter(config).top_k_table()->history_weight(), 0.25f);
 }
 
 // A vocabulary beyond kMaxVocabSize is refused naming the value and the limit before anything

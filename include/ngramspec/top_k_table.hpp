@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -29,7 +30,11 @@ namespace ngramspec {
 /// probability of each token under the model's sampling distribution (record_distribution(),
 /// which SamplingModel calls with the rows it samples from): drafters that draw their drafts
 /// from it can then say what they drew from (DraftDistributions), so that rejection sampling
-/// accepts them in proportion to how near that distribution is to the model's now.
+/// accepts them in proportion to how near that distribution is to the model's now. Such a row
+/// is a blend of the distributions recorded after its token, each new one weighing
+/// 1 - history_weight(): what follows a token varies with the context before it, and a draw
+/// from the average of its recent contexts is accepted more often than a draw from the last one
+/// alone (docs/BENCHMARKS.md#sampling measures it).
 ///
 /// Memory is fixed at construction: vocab_size × k tokens (32,000 × 8 is 1 MiB), as many floats
 /// with probabilities, plus a byte a row, bytes_for(vocab_size, k[, true]). record() and lookups never allocate. One table per sequence
@@ -48,6 +53,8 @@ class TopKTable {
   /// Largest vocabulary: 2^24 tokens, 64 times the largest vocabularies in use; a table of
   /// kMaxVocabSize × kMaxK tokens takes 2 GiB.
   static constexpr std::size_t kMaxVocabSize = std::size_t{1} << 24;
+  /// What a row's earlier distributions keep when a new one is recorded (history_weight()).
+  static constexpr float kDefaultHistoryWeight = 0.6f;
 
   /// Bytes a table of `vocab_size` rows of `k` tokens holds: the rows and a byte a row (exact
   /// for vocab_size <= kMaxVocabSize and k <= kMaxK, where nothing overflows).
@@ -67,10 +74,14 @@ class TopKTable {
   }
 
   /// A table for token ids 0 .. vocab_size - 1, `k` tokens a row, and with `probabilities`
-  /// their probabilities too. Throws std::invalid_argument naming the value for a vocabulary
-  /// of 0 or above kMaxVocabSize, k outside 1 .. kMaxK, or a table larger than the machine's
+  /// their probabilities too, blended by `history_weight` (set_history_weight()). Throws
+  /// std::invalid_argument naming the value for a vocabulary of 0 or above kMaxVocabSize, k
+  /// outside 1 .. kMaxK, a history weight outside [0, 1), or a table larger than the machine's
   /// physical memory; AllocationError (a std::bad_alloc) when its memory cannot be allocated.
-  TopKTable(std::size_t vocab_size, std::size_t k, bool probabilities = false) : vocab_(vocab_size), k_(k) {
+  TopKTable(std::size_t vocab_size, std::size_t k, bool probabilities = false,
+            float history_weight = kDefaultHistoryWeight)
+      : vocab_(vocab_size), k_(k) {
+    set_history_weight(history_weight);
     if (vocab_size == 0) throw ArgumentError("ngramspec", "TopKTable: the vocabulary size is 0");
     if (k == 0 || k > kMaxK) {
       throw ArgumentError("ngramspec",
@@ -116,9 +127,12 @@ class TopKTable {
 
   /// Records one row with probabilities: the model's most likely tokens after `token`, best
   /// first, and their probabilities under its sampling distribution (1 .. k() of each; fewer
-  /// when fewer tokens survive its filters). Throws std::invalid_argument naming the value,
-  /// recording nothing, for a table without probabilities, sizes that differ or lie outside
-  /// 1 .. k(), a token outside the vocabulary, or a probability outside [0, 1].
+  /// when fewer tokens survive its filters). A row recorded before with probabilities becomes
+  /// history_weight() × itself + (1 - history_weight()) × the new one, token by token, of which
+  /// the k() most probable are kept, best first (ties to the lower id); otherwise the new one
+  /// replaces it. Throws std::invalid_argument naming the value, recording nothing, for a table
+  /// without probabilities, sizes that differ or lie outside 1 .. k(), a token outside the
+  /// vocabulary, or a probability outside [0, 1].
   void record_distribution(Token token, std::span<const Token> top, std::span<const float> probabilities) {
     if (probabilities_.empty()) {
       throw ArgumentError("ngramspec",
@@ -139,10 +153,26 @@ class TopKTable {
       }
     }
     const std::size_t at = static_cast<std::size_t>(token) * k_;
+    if (history_weight_ > 0.0f && (filled_[token] & kWithProbabilities) != 0) {
+      blend(at, static_cast<std::size_t>(filled_[token] & kCountMask), top, probabilities);
+      return;
+    }
     std::copy(top.begin(), top.end(), rows_.begin() + static_cast<std::ptrdiff_t>(at));
     std::copy(probabilities.begin(), probabilities.end(), probabilities_.begin() + static_cast<std::ptrdiff_t>(at));
     filled_[token] = static_cast<std::uint8_t>(top.size() | kWithProbabilities);
   }
+
+  /// What a row's earlier distributions weigh when a new one is recorded: 0 keeps the last one
+  /// alone; 0.6 (kDefaultHistoryWeight) by default. Throws std::invalid_argument naming the
+  /// value, changing nothing, outside [0, 1) (1 would never learn).
+  void set_history_weight(float weight) {
+    if (!(weight >= 0.0f && weight < 1.0f)) {
+      throw ArgumentError("ngramspec", "TopKTable: history_weight = " + std::to_string(weight) +
+                                           "; it must be in [0, 1)");
+    }
+    history_weight_ = weight;
+  }
+  [[nodiscard]] float history_weight() const noexcept { return history_weight_; }
 
   /// The recorded top tokens after `token`, best first; empty when never recorded (or when
   /// the token is outside the vocabulary).
@@ -173,6 +203,43 @@ class TopKTable {
   }
 
  private:
+  // The row at `at` (its first `old_count` entries) blended with a new distribution: both lists
+  // are at most kMaxK long, so the union fits on the stack and the merge allocates nothing.
+  void blend(std::size_t at, std::size_t old_count, std::span<const Token> top,
+             std::span<const float> probabilities) noexcept {
+    std::array<Token, 2 * kMaxK> tokens;
+    std::array<float, 2 * kMaxK> mass;
+    const float keep = history_weight_;
+    std::size_t n = 0;
+    for (std::size_t j = 0; j < old_count; ++j) {
+      tokens[n] = rows_[at + j];
+      mass[n++] = keep * probabilities_[at + j];
+    }
+    for (std::size_t i = 0; i < top.size(); ++i) {
+      const float added = (1.0f - keep) * probabilities[i];
+      std::size_t j = 0;
+      while (j < old_count && tokens[j] != top[i]) ++j;
+      if (j < old_count) {
+        mass[j] += added;
+      } else {
+        tokens[n] = top[i];
+        mass[n++] = added;
+      }
+    }
+    std::array<std::uint8_t, 2 * kMaxK> order;
+    for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::uint8_t>(i);
+    const std::size_t kept = std::min(n, k_);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept),
+                      order.begin() + static_cast<std::ptrdiff_t>(n), [&](std::uint8_t a, std::uint8_t b) {
+                        return mass[a] != mass[b] ? mass[a] > mass[b] : tokens[a] < tokens[b];
+                      });
+    for (std::size_t i = 0; i < kept; ++i) {
+      rows_[at + i] = tokens[order[i]];
+      probabilities_[at + i] = std::min(1.0f, mass[order[i]]);
+    }
+    filled_[at / k_] = static_cast<std::uint8_t>(kept | kWithProbabilities);
+  }
+
   void check(Token token, const char* what) const {
     if (token >= vocab_) {
       throw ArgumentError("ngramspec", std::string("TopKTable::record: ") + what + " " + std::to_string(token) +
@@ -186,6 +253,7 @@ class TopKTable {
 
   std::size_t vocab_;
   std::size_t k_;
+  float history_weight_ = kDefaultHistoryWeight;
   std::vector<Token> rows_;
   std::vector<float> probabilities_;  // with probabilities: one per row token
   std::vector<std::uint8_t> filled_;

@@ -56,6 +56,11 @@ struct TreeConfig {
   /// The draws also number every tree built since construction or set_draw_seed(), so requests
   /// that share a seed still draw afresh; set_draw_seed() per request makes them reproducible.
   std::uint64_t draw_seed = 0;
+  /// With draw_recycled, what the drafter's own top-k table keeps of a row's earlier
+  /// distributions when the model's next one after that token is recorded
+  /// (TopKTable::history_weight(); 0: the last distribution alone), in [0, 1). A shared table
+  /// keeps its own.
+  float recycled_history = TopKTable::kDefaultHistoryWeight;
 };
 
 /// Drafts trees: the MatchDrafter chain as the spine, and at every node the alternatives the
