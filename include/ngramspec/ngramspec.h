@@ -365,7 +365,8 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_finish(ngramspec_batch* batch, ng
 NGRAMSPEC_API ngramspec_status ngramspec_batch_cancel(ngramspec_batch* batch, ngramspec_sequence_id id);
 /* Whether `id` is running (1) or not (0); 0 for a NULL batch. */
 NGRAMSPEC_API int ngramspec_batch_contains(const ngramspec_batch* batch, ngramspec_sequence_id id);
-/* Sequences running; bytes held; 0 for a NULL batch. */
+/* Sequences running; bytes held (the speculator, its drafters and tables, and the scratch its calls keep,
+ * ngramspec_batch_propose_trees_q's per-sequence distributions among them); 0 for a NULL batch. */
 NGRAMSPEC_API size_t ngramspec_batch_size(const ngramspec_batch* batch);
 NGRAMSPEC_API size_t ngramspec_batch_memory_bytes(const ngramspec_batch* batch);
 
