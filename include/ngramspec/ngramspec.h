@@ -626,7 +626,7 @@ NGRAMSPEC_API ngramspec_status ngramspec_sampler_verify_chain(ngramspec_sampler*
  * at absolute position `position` + d (`position`: the sequence's length before the pass); the walk goes
  * on to the first child of e that carries it, and ends at the first entry where no child does. Writes:
  * - model_tokens (room for n_nodes + 1): at each entry walked, the token chosen there; every other entry
- *   gets *next (one of the vocabulary; ngramspec_batch_accept_trees never reads them). This is what
+ *   gets *next (a token of the vocabulary: accept checks it but never walks it). This is what
  *   ngramspec_batch_accept_trees_q takes as the sequence's model_tokens (from its offsets[i]): it then
  *   keeps exactly the walk's entries (kept = path, as far as stops and max_new_tokens allow);
  * - path (room for n_nodes + 1): the entries walked, *accepted + 1 of them, path[0] = 0: the pass's KV

@@ -332,7 +332,7 @@ ngramspec_status ngramspec_sampler_verify_tree(ngramspec_sampler* sampler, const
       e = child + 1;
     }
     // Every entry off the walk gets the last token, one of the vocabulary (ngramspec_batch_accept_trees
-    // reads none of them).
+    // checks them against it but never walks them).
     std::fill_n(model_tokens, n_nodes + 1, sampler->chosen[depth]);
     for (std::size_t d = 0; d <= depth; ++d) {
       model_tokens[sampler->walk[d]] = sampler->chosen[d];
