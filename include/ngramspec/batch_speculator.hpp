@@ -371,7 +371,7 @@ class BatchSpeculator {
   /// Bytes the speculator holds: its drafters (when D reports memory_bytes()), records and
   /// scratch. Fixed at construction but for the scratch that grows with the largest batch.
   [[nodiscard]] std::size_t memory_bytes() const noexcept {
-    std::size_t bytes = sizeof(*this) + pool_.table_bytes(config_.max_sequences) +
+    std::size_t bytes = sizeof(*this) + pool_.table_bytes() +
                         candidates_.capacity() * sizeof(Token) + probabilities_.capacity() * sizeof(float) +
                         (candidate_offsets_.capacity() + lengths_.capacity()) * sizeof(std::size_t);
     for (const Slot& slot : pool_.slots()) bytes += slot.memory_bytes();

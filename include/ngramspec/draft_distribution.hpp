@@ -95,6 +95,12 @@ class DraftDistributions {
     begin_.push_back(static_cast<std::uint32_t>(tokens_.size()));
   }
 
+  /// Bytes it holds: itself and its buffers' capacity (what reserve() and the pushes made room for).
+  [[nodiscard]] std::size_t memory_bytes() const noexcept {
+    return sizeof(*this) + begin_.capacity() * sizeof(std::uint32_t) + tokens_.capacity() * sizeof(Token) +
+           probabilities_.capacity() * sizeof(float);
+  }
+
   /// Entries held.
   [[nodiscard]] std::size_t size() const noexcept { return begin_.empty() ? 0 : begin_.size() - 1; }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }

@@ -365,7 +365,8 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_finish(ngramspec_batch* batch, ng
 NGRAMSPEC_API ngramspec_status ngramspec_batch_cancel(ngramspec_batch* batch, ngramspec_sequence_id id);
 /* Whether `id` is running (1) or not (0); 0 for a NULL batch. */
 NGRAMSPEC_API int ngramspec_batch_contains(const ngramspec_batch* batch, ngramspec_sequence_id id);
-/* Sequences running; bytes held; 0 for a NULL batch. */
+/* Sequences running; bytes held (the speculator, its drafters and tables, and the scratch its calls keep,
+ * ngramspec_batch_propose_trees_q's per-sequence distributions among them); 0 for a NULL batch. */
 NGRAMSPEC_API size_t ngramspec_batch_size(const ngramspec_batch* batch);
 NGRAMSPEC_API size_t ngramspec_batch_memory_bytes(const ngramspec_batch* batch);
 
@@ -618,6 +619,60 @@ NGRAMSPEC_API ngramspec_status ngramspec_sampler_verify_chain(ngramspec_sampler*
                                                               const size_t* q_offsets, const ngramspec_token* q_tokens,
                                                               const float* q_probabilities, size_t n_q,
                                                               size_t* accepted, ngramspec_token* next);
+
+/* Verifies one sequence's tree pass, as an engine's rejection sampler does (since 0.3): the tree of
+ * ngramspec_batch_propose_trees (or the engine's own), checked from the root down. At entry e of the
+ * pass (0: the root, the sequence's last token; j + 1: node j) at depth d, the token is chosen from row e
+ * at absolute position `position` + d (`position`: the sequence's length before the pass); the walk goes
+ * on to the first child of e that carries it, and ends at the first entry where no child does. Writes:
+ * - model_tokens (room for n_nodes + 1): at each entry walked, the token chosen there; every other entry
+ *   gets *next (a token of the vocabulary: accept checks it but never walks it). This is what
+ *   ngramspec_batch_accept_trees_q takes as the sequence's model_tokens (from its offsets[i]): it then
+ *   keeps exactly the walk's entries (kept = path, as far as stops and max_new_tokens allow);
+ * - path (room for n_nodes + 1): the entries walked, *accepted + 1 of them, path[0] = 0: the pass's KV
+ *   entries the sequence keeps, entry path[j] going to KV position position - 1 + j (the root's entry is
+ *   fed at the cache length, position - 1);
+ * - *accepted: the nodes accepted, node path[j] - 1 for 1 <= j <= *accepted; the sequence goes on with
+ *   their tokens and then *next (*accepted + 1 tokens in all: model_tokens[path[0 .. *accepted]]);
+ * - *next: the token chosen at the last entry walked.
+ *
+ * logits: the target's tree pass, n_nodes + 1 rows of vocab_size floats (n_logits = (n_nodes + 1) x
+ * vocab_size), row 0 the root's, row j + 1 node j's (each token attending to the cached sequence and its
+ * ancestors). tokens, parents: the nodes, parents tree-local as propose_trees writes them:
+ * NGRAMSPEC_TREE_ROOT (-1) for a child of the root, else the index of an earlier node.
+ *
+ * q: what each node was drawn from, in ngramspec_sampler_verify_chain's layout per node (node j's support
+ * q_tokens[q_offsets[j] .. q_offsets[j + 1]), empty: chosen, one-hot; q_offsets NULL with n_q 0: every
+ * node chosen), except that q_offsets[0] may be any index up to n_q and q_offsets[n_nodes] need only be at
+ * most n_q: sequence i of an ngramspec_batch_propose_trees_q call passes q_offsets + offsets[i] with the
+ * call's q_tokens, q_probabilities and *n_q as they are.
+ *
+ * NGRAMSPEC_SAMPLING_REJECTION: row e verifies e's children, in index order, by
+ * TokenSampler::verify (the first is accepted with probability min(1, p(x)/q(x)), each rejection
+ * replacing p by the residual max(0, p - q), the token drawn from the last residual when all are
+ * rejected): the emitted tokens are distributed as the target's sampling distribution p, provided each
+ * node was drawn from its q given its ancestors and earlier siblings. NGRAMSPEC_SAMPLING_EXACT: each
+ * row's token is the one plain sampling draws at its position for the seed (q checked, not read); a tree
+ * pass then emits exactly the text plain decoding would. At temperature 0 both walk the argmax path.
+ * Rows off the walk are not read.
+ *
+ * The engine's hand-off, for sequence i of a propose_trees_q call with nodes at offsets[i] .. offsets[i +
+ * 1] and its entries at m = offsets[i] + i in model_tokens (each sequence has one entry more than nodes):
+ *   ngramspec_sampler_verify_tree(sampler, rows, (nodes + 1) * vocab, length, tokens + offsets[i],
+ *                                 parents + offsets[i], nodes, q_offsets + offsets[i], q_tokens,
+ *                                 q_probabilities, n_q, model_tokens + m, path, &accepted, &next);
+ * (length: the sequence's tokens, prompt and output), then ngramspec_batch_accept_trees_q over every
+ * sequence's model_tokens (docs/SAMPLING.md, "Engines that verify").
+ *
+ * NGRAMSPEC_ERROR_INVALID_ARGUMENT, nothing written, naming the argument and its value (a parent that is
+ * neither the root nor an earlier node, sizes, offsets, q as verify_chain refuses it), or the token and
+ * position of a NaN or +infinity logit in a row read, or the position of a row read with every token
+ * masked. Allocates nothing once warm (once it has verified a tree as large). */
+NGRAMSPEC_API ngramspec_status ngramspec_sampler_verify_tree(
+    ngramspec_sampler* sampler, const float* logits, size_t n_logits, uint64_t position,
+    const ngramspec_token* tokens, const int32_t* parents, size_t n_nodes, const size_t* q_offsets,
+    const ngramspec_token* q_tokens, const float* q_probabilities, size_t n_q, ngramspec_token* model_tokens,
+    size_t* path, size_t* accepted, ngramspec_token* next);
 
 #ifdef __cplusplus
 }

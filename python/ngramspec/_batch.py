@@ -373,8 +373,10 @@ class BatchSpeculator(Closable):
         offsets, q_offsets, q_tokens, q_probabilities)``, node n of the call (flat, as `tokens`)
         drawn from the support ``q_tokens[q_offsets[n]:q_offsets[n + 1]]`` (uint32) with the
         probabilities at the same indices of `q_probabilities` (float32), an empty support for a
-        chosen node (q one-hot on it): :meth:`Sampler.verify_chain`'s layout. When any node of the
-        pass was drawn, each tree is cut by its drafter's estimates alone.
+        chosen node (q one-hot on it): :meth:`TokenSampler.verify_chain`'s layout, whose
+        :meth:`TokenSampler.verify_tree` takes sequence i's part as it is
+        (``q_offsets=q_offsets[offsets[i]:offsets[i + 1] + 1]``). When any node of the pass was
+        drawn, each tree is cut by its drafter's estimates alone.
 
         The arrays are views of buffers this object reuses. Raises ValueError (the library's
         message) for a chain batch or an id that is unknown, finished or listed twice."""

@@ -232,6 +232,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_sampler_free": (None, [_P]),
     "ngramspec_sampler_set_options": (_STATUS, [_P, POINTER(SamplingOptions)]),
     "ngramspec_sampler_verify_chain": (_STATUS, [_P, _P, _S, c_uint64, _P, _S, _P, _P, _P, _S, _P, _P]),
+    "ngramspec_sampler_verify_tree": (_STATUS, [_P, _P, _S, c_uint64, _P, _P, _S, _P, _P, _P, _S, _P, _P, _P, _P]),
 }
 
 

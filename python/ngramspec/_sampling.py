@@ -9,7 +9,7 @@ from typing import Any, Literal, Optional, Sequence, Union
 import numpy as np
 import numpy.typing as npt
 
-from ._arrays import TokensLike, size_arg, tokens_arg
+from ._arrays import OffsetsLike, TokensLike, size_arg, tokens_arg
 from ._closable import Closable
 from ._errors import raise_status
 from ._native import SamplingOptions, lib
@@ -43,7 +43,7 @@ class TokenSampler(Closable):
     q is near p). Raises ValueError naming the option and its value.
 
     One sampler per thread; its scratch (about 12 bytes a vocabulary token) is allocated here, and
-    :meth:`verify_chain` allocates nothing natively once warm."""
+    :meth:`verify_chain` and :meth:`verify_tree` allocate nothing natively once warm."""
 
     _handle: int | None = None
 
@@ -135,6 +135,83 @@ class TokenSampler(Closable):
             raise_status(status)
         return int(self._accepted.value), int(self._next.value)
 
+    def verify_tree(self, logits: npt.ArrayLike, position: int, tokens: TokensLike, parents: npt.ArrayLike,
+                    q_tokens: SupportsLike = None, q_probabilities: SupportsLike = None, *,
+                    q_offsets: OffsetsLike | None = None) -> tuple[npt.NDArray[np.uintp], int, npt.NDArray[np.uint32]]:
+        """Verifies one sequence's tree pass (``ngramspec_sampler_verify_tree``); returns ``(path, next_token,
+        model_tokens)``.
+
+        The walk: from the root (entry 0, the sequence's last token), at entry e (node j is entry j + 1)
+        and depth d, the token is chosen from row e at absolute position ``position + d`` (`position`: the
+        sequence's length before the pass), verifying e's children in index order in the ``"rejection"``
+        mode (each against its q, as :meth:`verify_chain` verifies a draft; the tokens keep the target's
+        distribution p), plain sampling's token at that position in the ``"exact"`` mode; the walk goes
+        on to the first child that carries the token and ends where none does. At temperature 0 it is the
+        argmax path. Rows off the walk are not read.
+
+        `path`: the entries walked (uintp), ``path[0] = 0``; ``len(path) - 1`` nodes were accepted,
+        ``tokens[path[1:] - 1]``, and the sequence goes on with them and `next_token`, the token chosen at
+        the last entry (``model_tokens[path]`` are all of them). `model_tokens` (uint32, one per entry):
+        the token chosen after each entry walked, `next_token` at every other: the sequence's part of
+        :meth:`BatchSpeculator.accept_trees`' `model_tokens`, whose `kept` is then `path` (as far as
+        stops and max_new_tokens allow).
+
+        `logits`: the target's tree pass, shape ``(len(tokens) + 1, vocab_size)`` (float32 and
+        C-contiguous are read in place), row 0 the root's, row j + 1 node j's. `tokens` and `parents`: the
+        nodes as :meth:`BatchSpeculator.propose_trees` gives one sequence's (``tokens[offsets[i]:offsets[i +
+        1]]`` and the same range of `parents`): -1 for a child of the root, else an earlier node's index.
+
+        q: what each node was drawn from, as :meth:`verify_chain` takes it (`q_tokens` and
+        `q_probabilities` a ``(len(tokens), S)`` pair, or per-node sequences, or both None: every node
+        chosen); or, with `q_offsets`, flat arrays as ``propose_trees(ids, with_q=True)`` returns them,
+        node j's support ``q_tokens[q_offsets[j]:q_offsets[j + 1]]``: pass sequence i's part,
+        ``q_offsets=q_offsets[offsets[i]:offsets[i + 1] + 1]``, with the call's whole `q_tokens` and
+        `q_probabilities`.
+
+        Raises ValueError naming the argument and its value (shapes, a parent that is neither -1 nor an
+        earlier node, offsets, a probability negative or not finite, a support summing to 0, a NaN or +inf
+        logit with its token and position)."""
+        handle = self._live("verify_tree")
+        node_array, node_pointer, n_nodes = tokens_arg(tokens, "tokens")  # the arrays live until the call returns
+        parent_array = _parents(parents, n_nodes)
+        rows = np.asarray(logits)
+        if rows.dtype != _F32 or not rows.flags.c_contiguous:
+            rows = np.ascontiguousarray(rows, dtype=_F32)
+        if rows.shape != (n_nodes + 1, self._vocab_size):
+            raise ValueError(f"logits has shape {rows.shape}; it needs (len(tokens) + 1, vocab_size) = "
+                             f"({n_nodes + 1}, {self._vocab_size})")
+        if q_offsets is not None:
+            if q_tokens is None or q_probabilities is None:
+                raise ValueError("q_offsets needs q_tokens and q_probabilities: the flat supports it indexes")
+            offsets = np.ascontiguousarray(q_offsets, dtype=np.uintp).reshape(-1)
+            if offsets.shape[0] != n_nodes + 1:
+                raise ValueError(f"q_offsets has {offsets.shape[0]} entries; it needs len(tokens) + 1 = {n_nodes + 1}")
+            flat_tokens = tokens_arg(q_tokens, "q_tokens")[0]  # type: ignore[arg-type]
+            flat_probabilities = np.ascontiguousarray(q_probabilities, dtype=_F32).reshape(-1)
+            if flat_probabilities.shape[0] != flat_tokens.shape[0]:
+                raise ValueError(f"q_probabilities has {flat_probabilities.shape[0]} values; it needs one per token of "
+                                 f"q_tokens, {flat_tokens.shape[0]}")
+            supports: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = (offsets, flat_tokens, flat_probabilities)
+        else:
+            supports = _supports(q_tokens, q_probabilities, n_nodes)
+        if supports is None:
+            offsets_pointer = tokens_pointer = probabilities_pointer = None
+            n_q = 0
+        else:
+            offsets, q_flat, probabilities = supports
+            offsets_pointer, tokens_pointer = offsets.ctypes.data, q_flat.ctypes.data
+            probabilities_pointer, n_q = probabilities.ctypes.data, q_flat.shape[0]
+        model_tokens = np.empty(n_nodes + 1, np.uint32)
+        path = np.empty(n_nodes + 1, np.uintp)
+        status = lib.ngramspec_sampler_verify_tree(handle, rows.ctypes.data, rows.size, size_arg(position, "position"),
+                                                   node_pointer, parent_array.ctypes.data, n_nodes, offsets_pointer,
+                                                   tokens_pointer, probabilities_pointer, n_q,
+                                                   model_tokens.ctypes.data, path.ctypes.data, self._accepted_address,
+                                                   self._next_address)
+        if status:
+            raise_status(status)
+        return path[: self._accepted.value + 1].copy(), int(self._next.value), model_tokens
+
     def close(self) -> None:
         """Frees the native sampler now (also done when the object is collected); later calls raise ValueError."""
         handle, self._handle = self._handle, None
@@ -158,6 +235,22 @@ def _options(temperature: float, top_k: int, top_p: float, min_p: float, seed: i
     options.seed = size_arg(seed, "seed")
     options.mode = _MODES[mode]
     return options
+
+
+def _parents(parents: npt.ArrayLike, n_nodes: int) -> np.ndarray:
+    """The parents as the int32 array the library reads; the library names a value that makes no tree."""
+    array = np.asarray(parents)
+    if array.ndim != 1 or array.shape[0] != n_nodes:
+        raise ValueError(f"parents has shape {array.shape}; it needs one per node, ({n_nodes},)")
+    if n_nodes == 0:
+        return np.empty(0, np.int32)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"parents must hold integers; it holds {array.dtype}")
+    low, high = int(array.min()), int(array.max())
+    if low < -(2**31) or high >= 2**31:
+        bad = low if low < -(2**31) else high
+        raise ValueError(f"parents holds {bad}; a parent is -1 (the root) or an earlier node's index")
+    return np.ascontiguousarray(array, dtype=np.int32)
 
 
 def _supports(q_tokens: SupportsLike, q_probabilities: SupportsLike,

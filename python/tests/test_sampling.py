@@ -1,5 +1,6 @@
-"""ngramspec.TokenSampler: verifying one sequence's chain of drafts through the C ABI, greedy, exact and by
-rejection sampling, with a chi-square test that the rejection mode keeps the target's distribution."""
+"""ngramspec.TokenSampler: verifying one sequence's chain of drafts, or its tree, through the C ABI, greedy, exact
+and by rejection sampling, with chi-square tests that the rejection mode keeps the target's distribution (a chain's
+drafts from a draft model; an engine loop over a drawing tree batch, each tree verified by verify_tree)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from ngramspec import MAX_SUPPORT, TokenSampler
+from ngramspec import MAX_SUPPORT, BatchSpeculator, TokenSampler
 
 VOCAB = 5
 RUNS = 10000
@@ -203,3 +204,185 @@ def test_bad_arguments_raise_naming_the_value_and_change_nothing() -> None:
     sampler.close()
     with pytest.raises(ValueError, match="ngramspec.TokenSampler.verify_chain: the TokenSampler is closed"):
         sampler.verify_chain(logits, 0, drafts)
+
+
+# ---- Trees ---------------------------------------------------------------------------------------------------------
+
+
+def random_tree(rng: np.random.Generator, vocab: int) -> tuple[np.ndarray, list[int], np.ndarray]:
+    """Rows of logits, tokens and parents (each the root, -1, or an earlier node) of a random tree of up to 8 nodes."""
+    n = int(rng.integers(0, 9))
+    logits = rng.uniform(-3, 3, size=(n + 1, vocab)).astype(np.float32)
+    parents = [int(rng.integers(-1, j)) for j in range(n)]
+    tokens = np.array([int(np.argmax(logits[parents[j] + 1])) if rng.random() < 0.7 else int(rng.integers(0, vocab))
+                       for j in range(n)], dtype=np.uint32)
+    return logits, parents, tokens
+
+
+def argmax_path(logits: np.ndarray, parents: list[int], tokens: np.ndarray) -> list[int]:
+    """Greedy verification of a tree: from the root, each row's argmax leads to the first child carrying it."""
+    path = [0]
+    while True:
+        best = int(np.argmax(logits[path[-1]]))
+        child = next((j for j in range(len(tokens)) if parents[j] + 1 == path[-1] and tokens[j] == best), None)
+        if child is None:
+            return path
+        path.append(child + 1)
+
+
+def test_greedy_verify_tree_walks_the_argmax_path_in_either_mode_whatever_q_is() -> None:
+    rng = np.random.default_rng(20261206)
+    walked = 0
+    for trial in range(500):
+        vocab = int(rng.integers(1, 10))
+        sampler = TokenSampler(vocab, mode="exact" if trial % 2 else "rejection", seed=int(rng.integers(0, 2**63)))
+        logits, parents, tokens = random_tree(rng, vocab)
+        n = len(tokens)
+        expected = argmax_path(logits, parents, tokens)
+        q_tokens = rng.integers(0, vocab, size=(n, 3)).astype(np.uint32)
+        q_probabilities = rng.random((n, 3)).astype(np.float32) + 0.01
+        for path, following, model_tokens in (
+                sampler.verify_tree(logits, int(rng.integers(0, 1000)), tokens, parents),
+                sampler.verify_tree(logits, 3, tokens, np.array(parents, np.int64), q_tokens, q_probabilities),
+                sampler.verify_tree(logits.astype(np.float64), 3, tokens.tolist(), parents)):  # converted
+            assert path.tolist() == expected
+            assert following == int(np.argmax(logits[expected[-1]]))
+            assert [int(model_tokens[e]) for e in expected] == [int(np.argmax(logits[e])) for e in expected]
+            assert all(int(model_tokens[e]) == following for e in range(n + 1) if e not in expected)
+        walked += len(expected) - 1
+    assert walked > 300
+
+
+def test_verify_tree_takes_one_sequences_part_of_a_calls_q_as_it_is() -> None:
+    """q_offsets into the call's flat supports (starting anywhere) verify as the sequence's own supports do."""
+    rng = np.random.default_rng(11)
+    for trial in range(300):
+        sampler = TokenSampler(VOCAB, temperature=1.0, mode="rejection", seed=trial)
+        logits, parents, tokens = random_tree(rng, VOCAB)
+        n = len(tokens)
+        supports = [rng.integers(0, VOCAB, size=int(rng.integers(0, 4))).astype(np.uint32) for _ in range(n)]
+        masses = [rng.random(len(t)).astype(np.float32) + 0.01 for t in supports]
+        before = int(rng.integers(0, 5))
+        flat_tokens = np.concatenate([np.zeros(before, np.uint32), *supports, np.zeros(2, np.uint32)])
+        flat_probabilities = np.concatenate([np.ones(before, np.float32), *masses, np.ones(2, np.float32)])
+        q_offsets = before + np.concatenate([[0], np.cumsum([len(t) for t in supports], dtype=np.int64)])
+        own = sampler.verify_tree(logits, 10, tokens, parents, supports, masses)
+        part = sampler.verify_tree(logits, 10, tokens, parents, flat_tokens, flat_probabilities, q_offsets=q_offsets)
+        assert own[0].tolist() == part[0].tolist() and own[1] == part[1] and own[2].tolist() == part[2].tolist()
+
+
+def test_verify_tree_refuses_bad_arguments_naming_the_value() -> None:
+    sampler = TokenSampler(4, temperature=1.0, mode="rejection", seed=9)
+    logits = np.zeros((4, 4), np.float32)
+    tokens = [1, 2, 3]
+    with pytest.raises(ValueError, match=r"parents\[2\] = 2 is invalid: it must be NGRAMSPEC_TREE_ROOT \(-1\) or an "
+                                         r"earlier node, 0 \.\. 1"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 2])
+    with pytest.raises(ValueError, match=r"parents\[0\] = 0 is invalid: node 0's parent must be NGRAMSPEC_TREE_ROOT"):
+        sampler.verify_tree(logits, 0, tokens, [0, 0, 0])
+    with pytest.raises(ValueError, match=r"parents has shape \(2,\); it needs one per node, \(3,\)"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0])
+    with pytest.raises(ValueError, match="parents holds 4294967296"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 2**32])
+    with pytest.raises(ValueError, match=r"logits has shape \(3, 4\); it needs \(len\(tokens\) \+ 1, vocab_size\) = "
+                                         r"\(4, 4\)"):
+        sampler.verify_tree(logits[:3], 0, tokens, [-1, 0, 1])
+    with pytest.raises(ValueError, match=r"q_offsets has 3 entries; it needs len\(tokens\) \+ 1 = 4"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 1], [1, 2], [0.5, 0.5], q_offsets=[0, 1, 2])
+    with pytest.raises(ValueError, match=r"ngramspec_sampler_verify_tree: q_offsets\[3\] = 5 is invalid: it must be "
+                                         r"from q_offsets\[2\] = 2 to n_q = 2"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 1], [1, 2], [0.5, 0.5], q_offsets=[0, 1, 2, 5])
+    with pytest.raises(ValueError, match=r"q_probabilities\[1\] = -0.5 \(node 1, token 2\) is invalid"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 1], [1, 2], [0.5, -0.5], q_offsets=[0, 1, 2, 2])
+    bad = logits.copy()
+    bad[0, 2] = np.nan
+    with pytest.raises(ValueError, match="ngramspec_sampler_verify_tree: logit of token 2 at position 7 is NaN"):
+        sampler.verify_tree(bad, 7, tokens, [-1, 0, 1])
+    # After every refusal the sampler verifies as a fresh one does.
+    fresh = TokenSampler(4, temperature=1.0, mode="rejection", seed=9)
+    for position in range(20):
+        a = sampler.verify_tree(logits, position, tokens, [-1, 0, -1])
+        b = fresh.verify_tree(logits, position, tokens, [-1, 0, -1])
+        assert a[0].tolist() == b[0].tolist() and a[1:2] == b[1:2] and a[2].tolist() == b[2].tolist()
+    sampler.close()
+    with pytest.raises(ValueError, match="ngramspec.TokenSampler.verify_tree: the TokenSampler is closed"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 1])
+
+
+TREE_RUNS = 2400
+# One request at a time: the drafters of a pool draw their candidates from the same streams, so requests running
+# side by side at the same point draw alike, and their tokens are not independent of each other (each keeps the
+# target's distribution, but a chi-square over them assumes independent requests).
+TREE_BATCH = 1
+TREE_TOP_K = 4
+
+
+def top_rows(temperature: float, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each token's TREE_TOP_K most likely successors under the sampling distribution, best first (ties to the lower
+    id), and their probabilities (0 past the tokens the filter keeps)."""
+    tokens = np.empty((VOCAB, TREE_TOP_K), np.uint32)
+    probabilities = np.empty((VOCAB, TREE_TOP_K), np.float32)
+    for last in range(VOCAB):
+        p = target_distribution(last, temperature, top_k)
+        order = sorted(range(VOCAB), key=lambda t: (-p[t], t))[:TREE_TOP_K]
+        tokens[last] = order
+        probabilities[last] = p[order]
+    return tokens, probabilities
+
+
+def tree_engine_first_two(temperature: float, top_k: int) -> tuple[np.ndarray, int]:
+    """An engine's loop over a drawing tree batch: TREE_RUNS requests after the prompt [x, 0], TREE_BATCH at a time,
+    every tree verified
+    by verify_tree with the sequence's part of the call's q, its model tokens handed to accept_trees with the rows'
+    top probabilities. Returns the counts of the first two tokens and the nodes accepted."""
+    spec = BatchSpeculator(max_sequences=TREE_BATCH, tree={"vocab_size": VOCAB, "top_k": TREE_TOP_K,
+                                                           "successor_slots": 16, "draw_recycled": True,
+                                                           "draw_seed": 17})
+    samplers = [TokenSampler(VOCAB, temperature=temperature, top_k=top_k, mode="rejection")
+                for _ in range(TREE_BATCH)]
+    rows = np.stack([target_logits(t) for t in range(VOCAB)])
+    top_tokens, top_probabilities = top_rows(temperature, top_k)
+    counts = np.zeros(VOCAB * VOCAB, np.int64)
+    accepted = 0
+    for first in range(0, TREE_RUNS, TREE_BATCH):
+        sequences = {}
+        for s in range(TREE_BATCH):
+            samplers[s].set_options(seed=first + s)
+            sequences[s] = [(first // TREE_BATCH + s) % VOCAB, 0]
+            spec.begin(s, sequences[s], max_new_tokens=6, max_drafts=6)
+        ids = list(range(TREE_BATCH))
+        while ids:
+            tokens, parents, offsets, q_offsets, q_tokens, q_probabilities = spec.propose_trees(ids, with_q=True)
+            model_tokens, model_offsets, fed = [], [0], []
+            for i, s in enumerate(ids):
+                begin, end = int(offsets[i]), int(offsets[i + 1])
+                entries = [sequences[s][-1], *tokens[begin:end].tolist()]
+                path, _, answers = samplers[s].verify_tree(rows[entries], len(sequences[s]), tokens[begin:end],
+                                                          parents[begin:end], q_tokens, q_probabilities,
+                                                          q_offsets=q_offsets[begin:end + 1])
+                accepted += len(path) - 1
+                model_tokens += answers.tolist()
+                model_offsets.append(len(model_tokens))
+                fed += entries
+            steps, kept = spec.accept_trees(ids, model_tokens, model_offsets, top_tokens[fed].reshape(-1),
+                                            top_probabilities=top_probabilities[fed].reshape(-1))
+            still = []
+            for i, s in enumerate(ids):
+                start = model_offsets[i]
+                sequences[s] += [model_tokens[start + int(e)] for e in kept[start:start + int(steps["emitted"][i])]]
+                if steps["finished"][i]:
+                    spec.finish(s)
+                else:
+                    still.append(s)
+            ids = still
+        for sequence in sequences.values():
+            counts[sequence[2] * VOCAB + sequence[3]] += 1
+    return counts, accepted
+
+
+@pytest.mark.parametrize(("temperature", "top_k"), [(1.0, 0), (0.7, 3)])
+def test_an_engine_loop_verifying_drawn_trees_keeps_the_targets_distribution(temperature: float, top_k: int) -> None:
+    counts, accepted = tree_engine_first_two(temperature, top_k)
+    statistic, critical = chi_square(counts, first_two_probabilities(temperature, top_k))
+    assert statistic < critical, f"chi-square {statistic:.2f} against the critical value {critical:.2f}"
+    assert accepted > TREE_RUNS // 2, "the trees must carry accepted nodes for the test to say anything"

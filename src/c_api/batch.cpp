@@ -439,9 +439,12 @@ size_t ngramspec_batch_size(const ngramspec_batch* batch) {
 
 size_t ngramspec_batch_memory_bytes(const ngramspec_batch* batch) {
   if (batch == nullptr) return 0;
+  // propose_trees_q's distributions: one per sequence of the largest call, each reserved for its tree.
+  std::size_t q_bytes = (batch->q.capacity() - batch->q.size()) * sizeof(ngramspec::DraftDistributions);
+  for (const ngramspec::DraftDistributions& q : batch->q) q_bytes += q.memory_bytes();
   return batch->visit([](const auto& spec) { return spec.memory_bytes() - sizeof(spec); }) + sizeof(ngramspec_batch) +
          (batch->table ? batch->table->memory_bytes() : 0) + batch->steps.capacity() * sizeof(ngramspec::StepOutcome) +
-         batch->options.stop_tokens.capacity() * sizeof(ngramspec::Token);
+         batch->options.stop_tokens.capacity() * sizeof(ngramspec::Token) + q_bytes;
 }
 
 ngramspec_tree_config ngramspec_tree_config_default(void) { return to_c(ngramspec::TreeConfig{}); }

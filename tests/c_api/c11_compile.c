@@ -1,6 +1,7 @@
 /* ngramspec.h as plain C11 (-std=c11 -Wall -Wextra -pedantic -Werror): a drafter created, fed,
  * asked and freed, a batch driven through a few passes of a toy greedy model (chains, then trees), a corpus saved
- * to a file, mapped and loaded back, and a chain of drafts verified by a sampler. Exits 0 when every call did what the header says. */
+ * to a file, mapped and loaded back, a chain of drafts verified by a sampler, and a drawing tree batch's passes verified
+ * by ngramspec_sampler_verify_tree (the hand-off of docs/C_API.md). Exits 0 when every call did what the header says. */
 
 #include <ngramspec/ngramspec.h>
 
@@ -269,6 +270,94 @@ static int verify_chain(void) {
   return 0;
 }
 
+/* A drawing tree batch of two sequences over a sampled toy model (the toy model's token has logit 3, the rest 0; p =
+ * 0.8339 on it, 0.0415 on each other token), each pass verified by rejection sampling: propose_trees_q, then
+ * verify_tree per sequence writing its part of model_tokens, then accept_trees_q, which keeps the entries verify_tree
+ * walked. */
+enum { TREE_IDS = 2, TREE_DRAFTS = 6, TREE_CAP = TREE_IDS * TREE_DRAFTS, TREE_K = 4, TREE_V = 5 };
+
+static int verify_tree(void) {
+  const ngramspec_token prompts[TREE_IDS][4] = {{0, 1, 2, 3}, {2, 3, 4, 0}};
+  ngramspec_sequence_id running[TREE_IDS] = {1, 2};
+  size_t n_running = TREE_IDS;
+  size_t length[3] = {0, 4, 4}; /* by id */
+  ngramspec_token last[3] = {0, 3, 0};
+  ngramspec_token tokens[TREE_CAP], q_tokens[TREE_CAP * TREE_K], model_tokens[TREE_CAP + TREE_IDS];
+  ngramspec_token top[(TREE_CAP + TREE_IDS) * TREE_K], next = 0;
+  int32_t parents[TREE_CAP];
+  float q_probabilities[TREE_CAP * TREE_K], top_p[(TREE_CAP + TREE_IDS) * TREE_K], rows[(TREE_DRAFTS + 1) * TREE_V];
+  size_t offsets[TREE_IDS + 1], q_offsets[TREE_CAP + 1], model_offsets[TREE_IDS + 1], kept[TREE_CAP + TREE_IDS];
+  size_t paths[TREE_IDS][TREE_DRAFTS + 1], n_nodes = 0, n_q = 0, accepted = 0, emitted = 0, pass, i, j, e, t, r;
+  ngramspec_step steps[TREE_IDS];
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  ngramspec_tree_config tree = ngramspec_tree_config_default();
+  ngramspec_sequence_options options = ngramspec_sequence_options_default();
+  ngramspec_sampling_options sampling = ngramspec_sampling_options_default();
+  ngramspec_batch* spec = NULL;
+  ngramspec_sampler* sampler = NULL;
+
+  config.max_sequences = TREE_IDS;
+  tree.vocab_size = TREE_V;
+  tree.top_k = TREE_K;
+  tree.draw_recycled = 1;
+  options.max_new_tokens = 12;
+  options.max_drafts = TREE_DRAFTS;
+  sampling.temperature = 1.0f;
+  sampling.seed = 7;
+  sampling.mode = NGRAMSPEC_SAMPLING_REJECTION;
+  CHECK(ngramspec_batch_create_tree(&config, &tree, NULL, &spec));
+  CHECK(ngramspec_sampler_create(&sampling, TREE_V, &sampler));
+  for (i = 0; i < TREE_IDS; ++i) CHECK(ngramspec_batch_begin(spec, running[i], prompts[i], 4, &options));
+  for (pass = 0; pass < 40 && n_running > 0; ++pass) {
+    size_t m = 0, still = 0;
+    CHECK(ngramspec_batch_propose_trees_q(spec, running, n_running, tokens, parents, TREE_CAP, offsets, 0, &n_nodes,
+                                          q_offsets, q_tokens, q_probabilities, TREE_CAP * TREE_K, &n_q));
+    model_offsets[0] = 0;
+    for (i = 0; i < n_running; ++i) {
+      const ngramspec_sequence_id id = running[i];
+      const size_t nodes = offsets[i + 1] - offsets[i];
+      for (e = 0; e <= nodes; ++e) { /* the model's row after each entry, and its top tokens best first */
+        const ngramspec_token fed = e == 0 ? last[id] : tokens[offsets[i] + e - 1];
+        for (t = 0; t < TREE_V; ++t) rows[e * TREE_V + t] = t == next_token(fed) ? 3.0f : 0.0f;
+        top[(m + e) * TREE_K] = next_token(fed);
+        top_p[(m + e) * TREE_K] = 0.833929f;
+        for (t = 0, r = 1; r < TREE_K; ++t) {
+          if (t == next_token(fed)) continue;
+          top[(m + e) * TREE_K + r] = (ngramspec_token)t;
+          top_p[(m + e) * TREE_K + r++] = 0.0415186f;
+        }
+      }
+      CHECK(ngramspec_sampler_verify_tree(sampler, rows, (nodes + 1) * TREE_V, length[id], tokens + offsets[i],
+                                          parents + offsets[i], nodes, q_offsets + offsets[i], q_tokens,
+                                          q_probabilities, n_q, model_tokens + m, paths[i], &accepted, &next));
+      EXPECT(paths[i][0] == 0 && model_tokens[m + paths[i][accepted]] == next);
+      m += nodes + 1;
+      model_offsets[i + 1] = m;
+    }
+    CHECK(ngramspec_batch_accept_trees_q(spec, running, n_running, model_tokens, m, model_offsets, top, top_p,
+                                         m * TREE_K, steps, kept, TREE_CAP + TREE_IDS));
+    for (i = 0; i < n_running; ++i) {
+      const ngramspec_sequence_id id = running[i];
+      for (j = 0; j < steps[i].emitted; ++j) {
+        EXPECT(kept[model_offsets[i] + j] == paths[i][j]); /* the entries verify_tree walked */
+        last[id] = model_tokens[model_offsets[i] + kept[model_offsets[i] + j]];
+        ++length[id];
+        ++emitted;
+      }
+      if (steps[i].finished) {
+        CHECK(ngramspec_batch_finish(spec, id));
+      } else {
+        running[still++] = id;
+      }
+    }
+    n_running = still;
+  }
+  EXPECT(n_running == 0 && emitted == 24 && pass < 12); /* plain sampling takes 12 passes */
+  ngramspec_sampler_free(sampler);
+  ngramspec_batch_free(spec);
+  return 0;
+}
+
 int main(void) {
   EXPECT(ngramspec_version_number() == NGRAMSPEC_VERSION_NUMBER);
   EXPECT(strcmp(ngramspec_status_name(NGRAMSPEC_ERROR_OUT_OF_MEMORY), "NGRAMSPEC_ERROR_OUT_OF_MEMORY") == 0);
@@ -282,7 +371,10 @@ int main(void) {
   ngramspec_batch_free(NULL);
   ngramspec_corpus_file_close(NULL);
   ngramspec_sampler_free(NULL);
-  if (drafter() != 0 || batch() != 0 || tree_batch() != 0 || corpus_file() != 0 || verify_chain() != 0) return 1;
+  if (drafter() != 0 || batch() != 0 || tree_batch() != 0 || corpus_file() != 0 || verify_chain() != 0 ||
+      verify_tree() != 0) {
+    return 1;
+  }
   printf("ngramspec %s: the C API works from C11\n", ngramspec_version_string());
   return 0;
 }

@@ -24,7 +24,9 @@
 // - samplers: creation and new options succeed exactly when the options are valid; verify_chain
 //   never writes its outputs when it fails, succeeds whenever its arguments are valid, accepts at
 //   most its drafts and returns a token of the vocabulary, and at temperature 0 accepts exactly the
-//   greedy prefix of the drafts and returns the argmax after it (either mode).
+//   greedy prefix of the drafts and returns the argmax after it (either mode); verify_tree likewise
+//   writes nothing when it fails, walks a path of the tree that follows the tokens it chose, writes
+//   tokens of the vocabulary only, and at temperature 0 walks exactly the argmax path.
 
 #include <algorithm>
 #include <array>
@@ -281,7 +283,125 @@ class Script {
         if (ok) sampler_options_[s] = o;
         return;
       }
-      default: verify_chain(s); return;
+      case 2: verify_chain(s); return;
+      default: verify_tree(s); return;
+    }
+  }
+
+  void verify_tree(std::size_t s) {
+    ngramspec_sampler* sampler = samplers_[s];
+    const std::size_t vocab = sampler != nullptr ? sampler_vocab_[s] : in_.in_range(1, 12);
+    const std::size_t n_nodes = in_.in_range(0, 6);
+    // Rows: finite mostly, now and then -inf (masked), NaN or +inf (refused when read).
+    bool odd_logit = false;
+    std::vector<float> logits((n_nodes + 1) * vocab);
+    for (float& l : logits) {
+      switch (in_.in_range(0, 40)) {
+        case 0: l = -std::numeric_limits<float>::infinity(); odd_logit = true; break;
+        case 1: l = std::numeric_limits<float>::quiet_NaN(); odd_logit = true; break;
+        case 2: l = std::numeric_limits<float>::infinity(); odd_logit = true; break;
+        default: l = static_cast<float>(in_.in_range(0, 60)) / 10.0f - 3.0f;
+      }
+    }
+    const float* logits_in = maybe_null(logits.data());
+    std::size_t n_logits = logits.size();
+    if (in_.in_range(0, 15) == 0) n_logits = in_.in_range(0, logits.size() + 3) % (logits.size() + 1);
+    // Nodes: each the root's child or an earlier node's, now and then a parent that is neither.
+    std::vector<Token> tokens(n_nodes);
+    std::vector<std::int32_t> parents(n_nodes);
+    bool parents_valid = true;
+    for (std::size_t j = 0; j < n_nodes; ++j) {
+      tokens[j] = in_.in_range(0, 9) == 0 ? token() : static_cast<Token>(in_.in_range(0, vocab - 1));
+      parents[j] = static_cast<std::int32_t>(in_.in_range(0, j)) - 1;
+      if (in_.in_range(0, 20) == 0) {
+        parents[j] = static_cast<std::int32_t>(in_.in_range(0, 8)) - 3;
+        parents_valid = parents_valid && parents[j] >= -1 && parents[j] < static_cast<std::int32_t>(j);
+      }
+    }
+    // q: none, or a support per node (empty: chosen) after a few others (one sequence's part of a
+    // call), valid mostly.
+    std::vector<std::size_t> offsets;
+    std::vector<Token> q_tokens(in_.in_range(0, 3), 0);
+    std::vector<float> q_probabilities(q_tokens.size(), 1.0f);
+    const bool with_q = in_.flag();
+    bool q_valid = true;
+    if (with_q) {
+      offsets.push_back(q_tokens.size());
+      for (std::size_t d = 0; d < n_nodes; ++d) {
+        const std::size_t support = in_.in_range(0, 4);
+        for (std::size_t j = 0; j < support; ++j) {
+          q_tokens.push_back(j == 0 ? tokens[d] : static_cast<Token>(in_.in_range(0, vocab - 1)));
+          q_probabilities.push_back(static_cast<float>(in_.in_range(1, 10)) / 10.0f);
+        }
+        offsets.push_back(q_tokens.size());
+      }
+      if (in_.in_range(0, 15) == 0 && !q_probabilities.empty()) {
+        q_probabilities[in_.in_range(0, q_probabilities.size() - 1)] = in_.flag() ? -1.0f : std::numeric_limits<float>::quiet_NaN();
+      }
+      if (in_.in_range(0, 15) == 0) offsets[in_.in_range(0, offsets.size() - 1)] += in_.in_range(1, 3);
+      // Valid: offsets rising inside q_tokens, and every support's probabilities finite, >= 0 (those
+      // outside every support are never read).
+      q_valid = std::is_sorted(offsets.begin(), offsets.end()) && offsets.back() <= q_tokens.size();
+      for (std::size_t i = offsets.front(); q_valid && i < offsets.back(); ++i) {
+        q_valid = std::isfinite(q_probabilities[i]) && q_probabilities[i] >= 0.0f;
+      }
+    } else {
+      q_tokens.clear();
+      q_probabilities.clear();
+    }
+    const bool valid =
+        sampler != nullptr && logits_in != nullptr && n_logits == logits.size() && parents_valid && q_valid;
+    std::vector<Token> model_tokens(n_nodes + 1, kSentinel);
+    std::vector<std::size_t> path(n_nodes + 1, kSizeSentinel);
+    std::size_t accepted = kSizeSentinel;
+    Token next = kSentinel;
+    const bool ok = check_status(
+        ngramspec_sampler_verify_tree(sampler, logits_in, n_logits, in_.in_range(0, 1000),
+                                      tokens.empty() ? maybe_null(tokens.data()) : tokens.data(),
+                                      parents.empty() ? maybe_null(parents.data()) : parents.data(), n_nodes,
+                                      with_q ? offsets.data() : nullptr, with_q ? q_tokens.data() : nullptr,
+                                      with_q ? q_probabilities.data() : nullptr, q_tokens.size(), model_tokens.data(),
+                                      path.data(), &accepted, &next),
+        "ngramspec_sampler_verify_tree");
+    // A row read with NaN or +inf, or masked whole, fails a call whose arguments are otherwise valid.
+    if (!(odd_logit && valid && !ok)) expect_valid(ok, valid, "ngramspec_sampler_verify_tree");
+    if (!ok) {
+      const bool untouched =
+          accepted == kSizeSentinel && next == kSentinel &&
+          std::all_of(model_tokens.begin(), model_tokens.end(), [](Token t) { return t == kSentinel; }) &&
+          std::all_of(path.begin(), path.end(), [](std::size_t e) { return e == kSizeSentinel; });
+      if (!untouched) fuzz_fail("a failed verify_tree wrote its outputs");
+      return;
+    }
+    if (accepted > n_nodes || path[0] != 0) fuzz_fail("verify_tree walked a path that is not the tree's");
+    for (std::size_t d = 1; d <= accepted; ++d) {
+      const std::size_t node = path[d] - 1;
+      if (path[d] == 0 || path[d] > n_nodes || static_cast<std::size_t>(parents[node] + 1) != path[d - 1] ||
+          tokens[node] != model_tokens[path[d - 1]]) {
+        fuzz_fail("verify_tree's path does not follow the tokens it chose from the root");
+      }
+    }
+    if (next >= vocab || model_tokens[path[accepted]] != next) fuzz_fail("verify_tree's next token is wrong");
+    for (const Token t : model_tokens) {
+      if (t >= vocab) fuzz_fail("verify_tree wrote a model token outside the vocabulary");
+    }
+    if (sampler_options_[s].temperature == 0.0f && !odd_logit) {
+      // Greedy: from the root, each row's argmax (ties to the lowest id) leads to the first child that
+      // carries it; the walk ends at the first row whose argmax no child carries.
+      const auto argmax = [&](std::size_t row) {
+        const float* r = logits.data() + row * vocab;
+        return static_cast<Token>(std::max_element(r, r + vocab) - r);
+      };
+      std::size_t e = 0;
+      std::size_t depth = 0;
+      for (;; ++depth) {
+        if (path[depth] != e || model_tokens[e] != argmax(e)) fuzz_fail("greedy verify_tree is not the argmax path");
+        std::size_t j = 0;
+        while (j < n_nodes && !(static_cast<std::size_t>(parents[j] + 1) == e && tokens[j] == argmax(e))) ++j;
+        if (j == n_nodes) break;
+        e = j + 1;
+      }
+      if (accepted != depth || next != argmax(e)) fuzz_fail("greedy verify_tree is not the argmax path");
     }
   }
 

@@ -164,9 +164,8 @@ class SequencePool {
   [[nodiscard]] std::span<Slot> slots() noexcept { return slots_; }
   [[nodiscard]] std::span<const Slot> slots() const noexcept { return slots_; }
   /// Bytes of the pool's own tables (the slots' own memory is the caller's to count).
-  [[nodiscard]] std::size_t table_bytes(std::size_t max_sequences) const noexcept {
-    return free_.capacity() * sizeof(std::uint32_t) + 2 * max_sequences * sizeof(Entry) +
-           call_slots_.capacity() * sizeof(Slot*);
+  [[nodiscard]] std::size_t table_bytes() const noexcept {
+    return free_.capacity() * sizeof(std::uint32_t) + ids_.memory_bytes() + call_slots_.capacity() * sizeof(Slot*);
   }
 
  private:
