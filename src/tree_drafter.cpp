@@ -59,7 +59,7 @@ MatchConfig spine_config(const TreeConfig& config) {
 }  // namespace
 
 TreeDrafter::TreeDrafter(TreeConfig config, TopKTable* top_k, const SharedCorpus* corpus, const MappedCorpus* file)
-    : config_(config), chain_(spine_config(config), corpus, file) {
+    : config_(config), chain_(spine_config(config), corpus, file), draw_key_(config.draw_seed) {
   const std::size_t slots = config_.successor_slots;
   if (slots == 0 || (slots & (slots - 1)) != 0 || slots > (std::size_t{1} << 24)) {
     throw ArgumentError("ngramspec", "TreeConfig::successor_slots = " + std::to_string(slots) +
@@ -112,7 +112,8 @@ TreeDrafter::TreeDrafter(const TreeDrafter& other)
       bases_(other.bases_.size()),
       candidates_(other.candidates_.size()),
       candidate_counts_(other.candidate_counts_.size()),
-      on_path_(other.on_path_.size()) {
+      on_path_(other.on_path_.size()),
+      draw_key_(other.draw_key_) {
   heap_.reserve(other.heap_.capacity());
 }
 
@@ -357,7 +358,7 @@ std::size_t TreeDrafter::draw_row(const Context& context, std::size_t owner, std
     }
     if (!(total > 0.0)) continue;  // the row has nothing left: this slot and every later one go
     const std::uint64_t stream = (std::uint64_t{1} << 63) | (trees_built_ << 24) | (owner << 8) | slot++;
-    const double target = position_uniform(config_.draw_seed, position, stream) * total;
+    const double target = position_uniform(draw_key_, position, stream) * total;
     double cumulative = 0.0;
     std::size_t pick = row.size();
     for (std::size_t p = 0; p < row.size(); ++p) {

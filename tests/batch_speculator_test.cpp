@@ -1278,6 +1278,32 @@ struct DrawingTreeEngine {
   }
 };
 
+// Sequences begun side by side with the same prompt, the same model and a shared seed draw
+// their candidates apart (each request keyed by its own stream): were they to draw alike,
+// parallel samples of one prompt would not be independent. Every sequence starts in the same
+// state and the model answers all alike, so drafters that drew alike would build the same
+// trees pass after pass.
+TEST(BatchSpeculatorTrees, SequencesBegunSideBySideDrawApart) {
+  DrawingTreeEngine engine;
+  const std::vector<float> p = {0.4f, 0.3f, 0.2f, 0.1f};
+  std::size_t differing = 0;
+  std::size_t compared = 0;
+  for (int pass = 0; pass < 8; ++pass) {
+    engine.propose(p);
+    const auto tree = [&](std::size_t i) {
+      return std::vector<Token>(engine.tokens.begin() + static_cast<std::ptrdiff_t>(engine.offsets[i]),
+                                engine.tokens.begin() + static_cast<std::ptrdiff_t>(engine.offsets[i + 1]));
+    };
+    for (std::size_t i = 1; i < DrawingTreeEngine::kSequences; ++i) {
+      ++compared;
+      differing += tree(i) != tree(0) ? 1 : 0;
+    }
+    engine.accept();
+  }
+  EXPECT_GT(engine.drawn_nodes, 0U);
+  EXPECT_GT(differing, compared / 2) << differing << " of " << compared << " trees differ from sequence 0's";
+}
+
 TEST(BatchSpeculatorTrees, DistributionStepsDoNotAllocate) {
   DrawingTreeEngine engine;
   const std::vector<float> p = {0.5f, 0.25f, 0.125f};

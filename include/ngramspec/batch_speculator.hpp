@@ -182,6 +182,12 @@ class BatchSpeculator {
       }
     }
     slot.start(prompt, options, state);
+    // Each request its own draws: pooled drafters share a seed, and sequences decoded side by
+    // side would otherwise draw alike (TreeDrafter::set_draw_stream).
+    if constexpr (requires { slot.drafter.set_draw_stream(std::uint64_t{}); }) {
+      slot.drafter.set_draw_stream(requests_begun_);
+    }
+    ++requests_begun_;
     pool_.take(id);
     ++stats_.begun;
   }
@@ -601,6 +607,7 @@ class BatchSpeculator {
   SharedCorpus* corpus_ = nullptr;
   detail::SequencePool<Slot> pool_;
   BatchStats stats_;
+  std::uint64_t requests_begun_ = 0;  // every begin() since construction: each request's draw stream
   DraftPlanner planner_;
   std::vector<Token> candidates_;            // every sequence's candidate drafts, flat
   std::vector<float> probabilities_;         // and their estimates

@@ -428,8 +428,9 @@ typedef struct ngramspec_tree_config {
   int draw_recycled;      /* nonzero: the recycled top-k candidates are drawn from the probabilities that
                              ngramspec_batch_accept_trees_q records, for rejection verification; the
                              top-k tables then keep probabilities (default 0) */
-  uint64_t draw_seed;     /* the draws' seed (default 0); they also number every tree a drafter has built,
-                             so sequences that share it still draw afresh */
+  uint64_t draw_seed;     /* the draws' seed (default 0); they also number every tree a drafter has built
+                             and are keyed by how many sequences the batch began before, so sequences
+                             that share it, side by side or one after another, still draw afresh */
 } ngramspec_tree_config;
 
 /* TreeConfig's defaults, with struct_size set. */

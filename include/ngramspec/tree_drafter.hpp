@@ -10,6 +10,7 @@
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/match_drafter.hpp"
+#include "ngramspec/position_random.hpp"
 #include "ngramspec/top_k_table.hpp"
 #include "ngramspec/token.hpp"
 
@@ -54,7 +55,8 @@ struct TreeConfig {
   bool draw_recycled = false;
   /// Seed of those draws (their randomness is the drafter's own, apart from the verifier's).
   /// The draws also number every tree built since construction or set_draw_seed(), so requests
-  /// that share a seed still draw afresh; set_draw_seed() per request makes them reproducible.
+  /// that share a seed still draw afresh; set_draw_seed() per request makes them reproducible
+  /// (and BatchSpeculator keys each request's draws apart: set_draw_stream()).
   std::uint64_t draw_seed = 0;
   /// With draw_recycled, what the drafter's own top-k table keeps of a row's earlier
   /// distributions when the model's next one after that token is recorded
@@ -178,6 +180,15 @@ class TreeDrafter {
   /// numbering: the next request draws as a drafter constructed with this seed would.
   void set_draw_seed(std::uint64_t seed) noexcept {
     config_.draw_seed = seed;
+    draw_key_ = seed;
+    trees_built_ = 0;
+  }
+  /// Keys the draws by `stream` besides the seed, and restarts their numbering: drafters that
+  /// share a seed but not a stream draw apart. BatchSpeculator::begin gives each request the
+  /// number of requests begun before it, so sequences decoded side by side (parallel samples
+  /// of one prompt, say) draw independently; set_draw_seed() after begin() overrides it.
+  void set_draw_stream(std::uint64_t stream) noexcept {
+    draw_key_ = detail::mix64(config_.draw_seed ^ detail::mix64(stream + 1));
     trees_built_ = 0;
   }
 
@@ -281,6 +292,7 @@ class TreeDrafter {
   std::vector<HeapEntry> heap_;
   std::vector<std::uint8_t> on_path_;             // observe_pass: per pass entry
   std::uint64_t trees_built_ = 0;                 // numbers each tree's draws apart
+  std::uint64_t draw_key_ = 0;                    // the draws' seed: config_.draw_seed, or it keyed by a stream
 };
 
 }  // namespace ngramspec
