@@ -56,7 +56,7 @@ constexpr const char* kUsage =
     "                  pass each, or --draft-cost C: 0 compares tokens per pass alone), or the text's drafts\n"
     "                  continued by the self-draft; prints which drafted how often and what was accepted\n"
     "  --no-continue   with --best-of: never continue the text's drafts with the self-draft\n"
-    "  --no-speculate  plain decoding, one token per pass (no --k, --cost, tree or draft options)\n"
+    "  --no-speculate  plain decoding, one token per pass (no --k, --cost, --sampling-mode, tree or draft options)\n"
     "  --check         also decode plainly and report whether the outputs are identical, and the speedup: each\n"
     "                  decoding runs 3 times, alternating, and the median times are compared (the speculative\n"
     "                  runs use the same cost model)\n"

@@ -55,6 +55,7 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   bool has_prompt = false;
   std::string_view k_flag;  // --max-drafts or --k, as given; empty when neither was
   bool has_recycle = false;
+  bool has_sampling_mode = false;
   bool has_width = false;
   bool has_cost = false;
   std::string_view sampling_filter;  // the first of --top-k, --top-p, --min-p and --seed given
@@ -97,6 +98,7 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
                                     ", got " + std::to_string(options.tree_width));
       }
     } else if (flag == "--sampling-mode") {
+      has_sampling_mode = true;
       const std::string_view text = value();
       if (text == "exact") {
         options.sampling.mode = SamplingMode::exact;
@@ -215,6 +217,9 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   if (!options.speculate && (!k_flag.empty() || has_cost)) {
     throw std::invalid_argument(std::string(!k_flag.empty() ? k_flag : "--cost") +
                                 " sizes drafts, and --no-speculate drafts nothing");
+  }
+  if (!options.speculate && has_sampling_mode) {
+    throw std::invalid_argument("--sampling-mode says how drafts are verified, and --no-speculate drafts nothing");
   }
   if (options.carry_over && options.prompts_file.empty()) {
     throw std::invalid_argument("--carry-over keeps what was learnt from one request to the next: it needs --prompts");

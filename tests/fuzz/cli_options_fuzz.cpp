@@ -422,6 +422,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
   bool has_recycle = false;
   bool has_width = false;
   bool has_cost = false;
+  bool has_mode = false;  // --sampling-mode given
   bool sampling_filter = false;  // --top-k, --top-p, --min-p or --seed given
   llama2::GenerateOptions expected;
   std::set<std::string_view> given;  // every option is given once at most
@@ -462,6 +463,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
         expected.prompts_file = value;
         wrong = value.empty();
       } else if (arg == "--sampling-mode") {
+        has_mode = true;
         if (value == "exact") {
           expected.sampling.mode = SamplingMode::exact;
         } else if (value == "rejection") {
@@ -558,6 +560,7 @@ void fuzz_generate(std::span<const std::string_view> args) {
     if (expected.draft_layers != 0 && (trees || !speculate)) wrong = true;
     if (expected.k == 0 || expected.k > kMaxDraftsPerPass) wrong = true;
     if (!speculate && (has_k || has_cost)) wrong = true;                  // nothing to size
+    if (!speculate && has_mode) wrong = true;                             // nothing to verify
     if (expected.carry_over && expected.prompts_file.empty()) wrong = true;  // one request: nothing to carry
     try {
       validate(expected.sampling);
