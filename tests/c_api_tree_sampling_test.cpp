@@ -21,12 +21,14 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/sampling_options.hpp"
 #include "ngramspec/token.hpp"
 #include "ngramspec/token_sampler.hpp"
+#include "ngramspec/top_k_table.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/c_api_checks.hpp"
 #include "support/chi_square.hpp"
@@ -123,6 +125,77 @@ TEST(CApiTreeSampling, AConfigOfTheFirstVersionReadsTheNewFieldsAsTheirDefaults)
     EXPECT_INVALID(ngramspec_batch_create_tree(nullptr, &tree, nullptr, &p), "ngramspec_batch_create_tree",
                    "tree->struct_size = " + std::to_string(size));
     EXPECT_EQ(p, nullptr);
+  }
+}
+
+TEST(CApiTreeSampling, RecycledHistoryIsReadFromItsVersionAndRefusedOutsideZeroToOne) {
+  EXPECT_EQ(ngramspec_tree_config_default().recycled_history, ngramspec::TopKTable::kDefaultHistoryWeight);
+  ngramspec_tree_config tree = drawing_config(0);
+  tree.recycled_history = 5.0f;
+  ngramspec_batch* p = nullptr;
+  EXPECT_INVALID(ngramspec_batch_create_tree(nullptr, &tree, nullptr, &p), "ngramspec_batch_create_tree",
+                 "tree->recycled_history = 5 is invalid: it must be in [0, 1)");
+  EXPECT_EQ(p, nullptr);
+  // The struct before recycled_history: the field past its size is not read.
+  tree.struct_size = offsetof(ngramspec_tree_config, recycled_history);
+  EXPECT_NE(make_batch(tree), nullptr);
+}
+
+// The rows a drawing batch draws from blend what accept_trees_q recorded after their token by
+// recycled_history: after rows A then B for token 1, the next tree's first drawn node under the
+// root (token 1) is drawn from h A + (1 - h) B, which the ratio of two of its tokens' q shows.
+TEST(CApiTreeSampling, DrawnNodesAreDrawnFromTheRowsBlendedByRecycledHistory) {
+  const Token a_tokens[kTopK] = {1, 2, 0, 3};
+  const float a_p[kTopK] = {0.4f, 0.3f, 0.2f, 0.1f};
+  const Token b_tokens[kTopK] = {2, 1, 3, 0};
+  const float b_p[kTopK] = {0.5f, 0.2f, 0.2f, 0.1f};
+  for (const float h : {0.0f, 0.5f, 0.75f}) {
+    SCOPED_TRACE("recycled_history " + std::to_string(h));
+    ngramspec_tree_config tree = drawing_config(11);
+    tree.recycled_history = h;
+    const BatchPtr batch = make_batch(tree);
+    ASSERT_NE(batch, nullptr);
+    const ngramspec_sequence_id id = 1;
+    const ngramspec_sequence_options o = sequence_options(64);
+    const Token prompt[] = {0, 1};
+    ASSERT_C_OK(ngramspec_batch_begin(batch.get(), id, prompt, 2, &o));
+    std::array<Token, kMaxDrafts> tokens{};
+    std::array<std::int32_t, kMaxDrafts> parents{};
+    std::size_t offsets[2] = {};
+    std::array<std::size_t, kMaxDrafts + 1> q_offsets{};
+    std::array<Token, kMaxDrafts * kTopK> q_tokens{};
+    std::array<float, kMaxDrafts * kTopK> q_probabilities{};
+    std::size_t n = 0;
+    std::size_t n_q = 0;
+    // Two passes whose model tokens cover the root alone (token 1 each time): row A, then row B.
+    for (const auto& [row, p] : {std::pair{a_tokens, a_p}, std::pair{b_tokens, b_p}}) {
+      ASSERT_C_OK(ngramspec_batch_propose_trees_q(batch.get(), &id, 1, tokens.data(), parents.data(), kMaxDrafts,
+                                                  offsets, 0, &n, q_offsets.data(), q_tokens.data(),
+                                                  q_probabilities.data(), q_tokens.size(), &n_q));
+      const Token model_token = 1;
+      const std::size_t model_offsets[] = {0, 1};
+      ngramspec_step step{};
+      std::size_t kept[1] = {};
+      ASSERT_C_OK(ngramspec_batch_accept_trees_q(batch.get(), &id, 1, &model_token, 1, model_offsets, row, p, kTopK,
+                                                 &step, kept, 1));
+    }
+    ASSERT_C_OK(ngramspec_batch_propose_trees_q(batch.get(), &id, 1, tokens.data(), parents.data(), kMaxDrafts,
+                                                offsets, 0, &n, q_offsets.data(), q_tokens.data(),
+                                                q_probabilities.data(), q_tokens.size(), &n_q));
+    std::size_t node = n;
+    for (std::size_t i = 0; i < n && node == n; ++i) {
+      if (parents[i] == NGRAMSPEC_TREE_ROOT && q_offsets[i + 1] > q_offsets[i]) node = i;
+    }
+    ASSERT_LT(node, n) << "no drawn node under the root";
+    float q0 = -1.0f;
+    float q3 = -1.0f;
+    for (std::size_t j = q_offsets[node]; j < q_offsets[node + 1]; ++j) {
+      if (q_tokens[j] == 0) q0 = q_probabilities[j];
+      if (q_tokens[j] == 3) q3 = q_probabilities[j];
+    }
+    ASSERT_GT(q0, 0.0f);
+    ASSERT_GT(q3, 0.0f);
+    EXPECT_NEAR(q0 / q3, (h * 0.2f + (1 - h) * 0.1f) / (h * 0.1f + (1 - h) * 0.2f), 1e-5f);
   }
 }
 

@@ -412,7 +412,7 @@ enum { NGRAMSPEC_TREE_ROOT = -1 };
 
 /* A tree batch's drafters (TreeConfig). A versioned struct: struct_size is its size, set by
  * ngramspec_tree_config_default; later versions add fields at the end, and a struct_size of an earlier
- * version (up to enrich_counts) is read with the later fields at their defaults. */
+ * version (up to enrich_counts, or up to draw_seed) is read with the later fields at their defaults. */
 typedef struct ngramspec_tree_config {
   size_t struct_size;     /* sizeof(ngramspec_tree_config) */
   size_t successor_slots; /* continuations kept per context order, a power of two (default 4096) */
@@ -431,6 +431,10 @@ typedef struct ngramspec_tree_config {
   uint64_t draw_seed;     /* the draws' seed (default 0); they also number every tree a drafter has built
                              and are keyed by how many sequences the batch began before, so sequences
                              that share it, side by side or one after another, still draw afresh */
+  /* Since 0.3, after draw_seed (a struct_size that ends at draw_seed reads it as its default): */
+  float recycled_history; /* with draw_recycled: what a top-k row keeps of the distributions recorded
+                             before when a new one is recorded after its token, in [0, 1) (default 0.6;
+                             0: the last one alone; TopKTable::history_weight) */
 } ngramspec_tree_config;
 
 /* TreeConfig's defaults, with struct_size set. */

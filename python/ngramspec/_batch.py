@@ -149,7 +149,8 @@ class BatchSpeculator(Closable):
         False; TreeConfig's settings of those names), ``draw_recycled`` (default False: the recycled
         top-k candidates are drawn from the probabilities :meth:`accept_trees` records with
         `top_probabilities`, for an engine that verifies by rejection sampling; the tables then keep
-        probabilities) and ``draw_seed`` (the draws' seed, default 0). A tree batch reads `corpus_file`
+        probabilities), ``draw_seed`` (the draws' seed, default 0) and ``recycled_history`` (with
+        ``draw_recycled``: what a row keeps of the distributions recorded before, default 0.6). A tree batch reads `corpus_file`
         too (its drafters' spine drafts from it).
         `vocab_size`: the model's vocabulary (0, the default: unknown; for a tree batch, the tree's
         ``vocab_size`` then, which may not disagree); the drafters cut drafts at their first token
@@ -545,7 +546,7 @@ class BatchSpeculator(Closable):
 
 
 _TREE_SETTINGS = ("successor_slots", "max_children", "vocab_size", "top_k", "shared_top_k", "carry_over",
-                  "enrich_counts", "draw_recycled", "draw_seed")
+                  "enrich_counts", "draw_recycled", "draw_seed", "recycled_history")
 
 
 def _tree_config(tree: Any) -> _CTreeConfig | None:
@@ -564,6 +565,10 @@ def _tree_config(tree: Any) -> _CTreeConfig | None:
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"tree setting {name} must be a bool, not {type(value).__name__}")
             setattr(config, name, 1 if value else 0)
+        elif name == "recycled_history":
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise TypeError(f"tree setting recycled_history must be a number, not {type(value).__name__}")
+            config.recycled_history = float(value)  # its range is the library's to check
         else:
             setattr(config, name, size_arg(value, f"tree setting {name}"))
     return config

@@ -111,6 +111,7 @@ class TreeConfig(Structure):
         ("enrich_counts", c_int),
         ("draw_recycled", c_int),
         ("draw_seed", c_uint64),
+        ("recycled_history", c_float),
     ]
 
 

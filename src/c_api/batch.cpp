@@ -120,11 +120,14 @@ ngramspec_tree_config to_c(const ngramspec::TreeConfig& config) noexcept {
   c.enrich_counts = config.enrich_counts ? 1 : 0;
   c.draw_recycled = config.draw_recycled ? 1 : 0;
   c.draw_seed = config.draw_seed;
+  c.recycled_history = config.recycled_history;
   return c;
 }
 
-// The size of the struct's first version, before draw_recycled and draw_seed.
+// The size of the struct's first version, before draw_recycled and draw_seed, and of its second,
+// before recycled_history.
 constexpr std::size_t kTreeConfigFirstSize = offsetof(ngramspec_tree_config, draw_recycled);
+constexpr std::size_t kTreeConfigDrawSize = offsetof(ngramspec_tree_config, recycled_history);
 
 // ngramspec_batch_create, ngramspec_batch_create_file and ngramspec_batch_create_vocab.
 ngramspec_status create_batch(const char* where, const ngramspec_batch_config* config, ngramspec_corpus* corpus,
@@ -150,13 +153,18 @@ ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_conf
   // later ones keep their defaults. Any other size is another header's struct, or one never set.
   ngramspec_tree_config t = ngramspec_tree_config_default();
   const std::size_t size = tree != nullptr ? tree->struct_size : sizeof(ngramspec_tree_config);
-  if (size != sizeof(ngramspec_tree_config) && size != kTreeConfigFirstSize) {
+  if (size != sizeof(ngramspec_tree_config) && size != kTreeConfigFirstSize && size != kTreeConfigDrawSize) {
     return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
                 "%s: tree->struct_size = %zu is invalid: it must be sizeof(ngramspec_tree_config) = %zu, or %zu for the "
-                "struct before draw_recycled (set it with ngramspec_tree_config_default)",
-                where, size, sizeof(ngramspec_tree_config), kTreeConfigFirstSize);
+                "struct before draw_recycled, or %zu for the struct before recycled_history (set it with "
+                "ngramspec_tree_config_default)",
+                where, size, sizeof(ngramspec_tree_config), kTreeConfigFirstSize, kTreeConfigDrawSize);
   }
   if (tree != nullptr) std::memcpy(&t, tree, size);
+  if (!(t.recycled_history >= 0.0f && t.recycled_history < 1.0f)) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: tree->recycled_history = %g is invalid: it must be in [0, 1)",
+                where, static_cast<double>(t.recycled_history));
+  }
   return guarded(Where{where}, [&] {
     ngramspec::BatchConfig batch;
     ngramspec::TreeConfig drafter;
@@ -177,6 +185,7 @@ ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_conf
     drafter.enrich_counts = t.enrich_counts != 0;
     drafter.draw_recycled = t.draw_recycled != 0;
     drafter.draw_seed = t.draw_seed;
+    drafter.recycled_history = t.recycled_history;
     std::unique_ptr<ngramspec::TopKTable> table;
     if (t.shared_top_k != 0 && t.vocab_size != 0) {
       if (t.top_k == 0 || t.top_k > ngramspec::TopKTable::kMaxK) {
@@ -184,7 +193,7 @@ ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_conf
                     t.top_k, ngramspec::TopKTable::kMaxK);
       }
       // drawing needs the probabilities accept_trees_q records
-      table = std::make_unique<ngramspec::TopKTable>(t.vocab_size, t.top_k, drafter.draw_recycled);
+      table = std::make_unique<ngramspec::TopKTable>(t.vocab_size, t.top_k, drafter.draw_recycled, t.recycled_history);
     } else {
       // each drafter's own table, or none; BatchSpeculator refuses a pool beyond the machine's memory
       drafter.vocab_size = t.vocab_size;
