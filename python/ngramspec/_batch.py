@@ -571,6 +571,8 @@ def _tree_config(tree: Any) -> _CTreeConfig | None:
             config.recycled_history = float(value)  # its range is the library's to check
         else:
             setattr(config, name, size_arg(value, f"tree setting {name}"))
+    if "recycled_history" in tree and not config.draw_recycled:
+        raise ValueError("tree setting recycled_history weighs the distributions drawn from: it needs draw_recycled")
     return config
 
 

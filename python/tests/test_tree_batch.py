@@ -270,9 +270,11 @@ def test_drawing_calls_refuse_bad_arguments_by_name_and_value() -> None:
     with pytest.raises(ValueError, match="tree setting draw_seed = -1 is invalid"):
         BatchSpeculator(max_sequences=1, tree={"draw_seed": -1})
     with pytest.raises(ValueError, match="tree->recycled_history = 1 is invalid: it must be in \\[0, 1\\)"):
-        BatchSpeculator(max_sequences=1, tree={"recycled_history": 1.0})
+        BatchSpeculator(max_sequences=1, tree={"recycled_history": 1.0, "draw_recycled": True})
     with pytest.raises(TypeError, match="recycled_history must be a number, not str"):
-        BatchSpeculator(max_sequences=1, tree={"recycled_history": "0.5"})
+        BatchSpeculator(max_sequences=1, tree={"recycled_history": "0.5", "draw_recycled": True})
+    with pytest.raises(ValueError, match="recycled_history weighs the distributions drawn from: it needs draw_recycled"):
+        BatchSpeculator(max_sequences=1, tree={"vocab_size": 32, "recycled_history": 0.5})
     BatchSpeculator(max_sequences=1, tree={"vocab_size": 32, "draw_recycled": True, "recycled_history": 0})
     for drawing in (False, True):
         spec = BatchSpeculator(max_sequences=1, tree={"vocab_size": 32, "top_k": 2, "draw_recycled": drawing})
