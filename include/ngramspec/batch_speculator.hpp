@@ -185,9 +185,8 @@ class BatchSpeculator {
     // Each request its own draws: pooled drafters share a seed, and sequences decoded side by
     // side would otherwise draw alike (TreeDrafter::set_draw_stream).
     if constexpr (requires { slot.drafter.set_draw_stream(std::uint64_t{}); }) {
-      slot.drafter.set_draw_stream(requests_begun_);
+      slot.drafter.set_draw_stream(stats_.begun);  // every begin() since construction
     }
-    ++requests_begun_;
     pool_.take(id);
     ++stats_.begun;
   }
@@ -607,7 +606,6 @@ class BatchSpeculator {
   SharedCorpus* corpus_ = nullptr;
   detail::SequencePool<Slot> pool_;
   BatchStats stats_;
-  std::uint64_t requests_begun_ = 0;  // every begin() since construction: each request's draw stream
   DraftPlanner planner_;
   std::vector<Token> candidates_;            // every sequence's candidate drafts, flat
   std::vector<float> probabilities_;         // and their estimates
