@@ -17,10 +17,12 @@ namespace {
 // context's counts times its order's scale (a continuation seen after a 3-token context is
 // worth more than one seen after a single token); a top-k candidate's is its rank's rate (the
 // model's top-1 after a token is right about as often as a 2-token context's majority
-// continuation on stories260K and the Spec-Bench streams, docs/ALGORITHM.md "Trees").
+// continuation on stories260K and the Spec-Bench streams, docs/ALGORITHM.md "Trees"); a draw
+// from the overall row, which knows nothing of the node's token, starts well below rank 0.
 constexpr float kPriorTrials = 2.0f;
 float prior(std::size_t c) noexcept {
   if (c == TreeDrafter::kSpineClass) return 0.5f;
+  if (c == TreeDrafter::kOverallClass) return 0.15f;
   if (c < TreeDrafter::kFirstTopKClass) {
     const std::size_t order = (c - TreeDrafter::kFirstTextClass) / TreeDrafter::kSlotsPerContext + 1;
     return order == 3 ? 0.9f : order == 2 ? 0.8f : 0.6f;
@@ -232,13 +234,19 @@ float TreeDrafter::locate(Context& context, std::size_t spine_made) const noexce
   context.row = row.data();
   context.row_size = static_cast<std::uint32_t>(row.size());
   context.row_probabilities = nullptr;
+  context.overall = false;
   if (config_.draw_recycled && !row.empty()) {
     context.row_probabilities = table_->row_probabilities(context.tokens[kOrders - 1]).data();
+  } else if (config_.draw_recycled && row.empty() && table_ != nullptr && !table_->overall_row().empty()) {
+    context.overall = true;
+    context.row = table_->overall_row().data();
+    context.row_size = static_cast<std::uint32_t>(table_->overall_row().size());
+    context.row_probabilities = table_->overall_row_probabilities().data();
   }
   // Beside a drawn row the text speaks only after 2 or 3 tokens: after the one token the row
   // also follows, the model's own distribution drawn from is accepted more often than the text's
   // counts taken whole (docs/BENCHMARKS.md#sampling), while longer contexts know more than it.
-  if (context.row_probabilities != nullptr && context.text_order < 2) {
+  if (context.row_probabilities != nullptr && !context.overall && context.text_order < 2) {
     context.text = nullptr;
     context.text_order = 0;
   }
@@ -248,7 +256,11 @@ float TreeDrafter::locate(Context& context, std::size_t spine_made) const noexce
   if (context.text != nullptr) {
     best = std::max(best, std::min(1.0f, share(*context.text, 0) * estimates_[text_class(context.text_order, 0)]));
   }
-  if (!row.empty()) best = std::max(best, std::min(1.0f, estimates_[top_k_class(0)]));
+  if (context.overall) {
+    best = std::max(best, std::min(1.0f, estimates_[kOverallClass]));
+  } else if (!row.empty()) {
+    best = std::max(best, std::min(1.0f, estimates_[top_k_class(0)]));
+  }
   return best;
 }
 
@@ -276,10 +288,11 @@ std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, 
   std::uint64_t seen = 0;  // bit (token & 63) set: the token may already be out
   while (n < config_.max_children) {
     const bool text_left = text != nullptr && t < kSlotsPerContext && text->counts[t] != 0;
-    const bool row_left = r < row.size();
+    const bool row_left = r < (context.overall ? std::min<std::size_t>(1, row.size()) : row.size());
     const float text_p =
         text_left ? std::min({text_cap, 1.0f, share(*text, t) * estimates_[text_class(text_order, 0)]}) : -1.0f;
-    const float row_p = row_left ? std::min(row_cap, estimates_[top_k_class(r)]) : -1.0f;
+    const float row_p =
+        row_left ? std::min(row_cap, estimates_[context.overall ? kOverallClass : top_k_class(r)]) : -1.0f;
     const float spine_p = spine_left ? spine_conditional_[next_spine] : -1.0f;
     Candidate next;
     if (spine_p >= text_p && spine_p >= row_p && spine_left) {
@@ -290,7 +303,7 @@ std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, 
       text_cap = text_p;
       ++t;
     } else if (row_left) {
-      next = Candidate{row[r], row_p, top_k_class(r), 1.0f};
+      next = Candidate{row[r], row_p, context.overall ? kOverallClass : top_k_class(r), 1.0f};
       row_cap = row_p;
       ++r;
       if (drawn) {

@@ -830,10 +830,14 @@ TEST(RejectionSampling, TreeDrafterDrawingFromTheModelsRecordedDistributionsKeep
   // End to end: SamplingModel records its distributions into a shared table, TreeDrafter draws
   // its recycled candidates from it and says so, SpeculativeDecoder hands q through. The
   // drafter learns across requests (a shared table is kept), so most passes carry drawn nodes.
-  // The second case has a verify cost, which cuts the drawn trees by their nodes' estimates.
-  for (const bool costed : {false, true}) {
+  // The second case has a verify cost, which cuts the drawn trees by their nodes' estimates. The
+  // third clears the table every request, so that a node whose token has no row yet draws from
+  // the overall row (TopKTable::overall_row()), about every other request's first node.
+  for (const int variant : {0, 1, 2}) {
+    const bool costed = variant == 1;
+    const bool cleared = variant == 2;
     const SamplingOptions& base = costed ? kFilterCases[1] : kFilterCases[0];
-    SCOPED_TRACE(describe(base) + (costed ? ", knee:3 cost" : ", no cost"));
+    SCOPED_TRACE(describe(base) + (costed ? ", knee:3 cost" : ", no cost") + (cleared ? ", table cleared" : ""));
     TreeConditionalModel model;
     SamplingModel<TreeConditionalModel> sampling(model, rejection(base));
     TopKTable table(kVocab, 4, /*probabilities=*/true);
@@ -844,7 +848,10 @@ TEST(RejectionSampling, TreeDrafterDrawingFromTheModelsRecordedDistributionsKeep
     DecodeOptions options = kTreeDecode;
     options.max_drafts = 6;
     DecodeStats total;
-    const ChiSquare r = rejection_runs(decoder, sampling, base, options, [](std::uint64_t) {}, total);
+    const auto reseed = [&](std::uint64_t) {
+      if (cleared) table.clear();
+    };
+    const ChiSquare r = rejection_runs(decoder, sampling, base, options, reseed, total);
     EXPECT_LT(r.statistic, r.critical) << describe(r);
     EXPECT_EQ(r.impossible, 0U);
     EXPECT_GT(total.accepted, kRuns / 2);

@@ -134,6 +134,73 @@ TEST(TreeDrafter, RecycledTopKFillsTheTreeWhereTheTextHasNothing) {
   EXPECT_TRUE(found);
 }
 
+// Drawing (draw_recycled), a node whose token has no row yet gets one candidate drawn from the
+// table's overall row, of its own class, saying it was drawn from that row; its token follows
+// the row's probabilities over many seeds. A token with a row draws from its row alone, and
+// without draw_recycled nothing stands in for a missing row.
+TEST(TreeDrafter, WhereATokenHasNoRowOneCandidateIsDrawnFromTheOverallRow) {
+  for (const bool drawn : {false, true}) {
+    SCOPED_TRACE(drawn ? "drawn" : "not drawn");
+    TreeConfig config;
+    config.vocab_size = 100;
+    config.top_k = 4;
+    config.draw_recycled = drawn;
+    TopKTable table(100, 4, /*probabilities=*/true);  // shared: reset() keeps it
+    TreeDrafter drafter(config, &table);
+    table.record_distribution(5, std::vector<Token>{6, 7}, std::vector<float>{0.5f, 0.3f});
+    table.record_distribution(8, std::vector<Token>{9, 6}, std::vector<float>{0.6f, 0.2f});
+    const std::span<const Token> overall = table.overall_row();
+    const std::span<const float> overall_p = table.overall_row_probabilities();
+    ASSERT_EQ(overall.size(), 3U);
+    float overall_total = 0.0f;
+    for (const float p : overall_p) overall_total += p;
+
+    DraftTree tree(16);
+    DraftDistributions q;
+    q.reserve(16, 4);
+    std::map<Token, int> drawn_roots;
+    constexpr int kSeeds = 4000;
+    for (int seed = 0; seed < kSeeds; ++seed) {
+      drafter.reset();
+      drafter.set_draw_seed(static_cast<std::uint64_t>(seed));
+      drafter.update(std::vector<Token>{20});  // no row, no text
+      drafter.predict_tree(tree, 16, 4, 0.0f, q);
+      if (!drawn) {
+        ASSERT_EQ(tree.size(), 0U);
+        break;
+      }
+      ASSERT_GE(tree.size(), 1U);
+      std::size_t roots = 0;
+      for (std::size_t i = 0; i < tree.size(); ++i) {
+        if (tree.parents()[i] != kTreeRoot) continue;
+        ++roots;
+        ASSERT_EQ(tree.source_classes()[i], TreeDrafter::kOverallClass);
+        ASSERT_EQ(std::vector<Token>(q.tokens(i).begin(), q.tokens(i).end()),
+                  std::vector<Token>(overall.begin(), overall.end()));
+        ASSERT_EQ(std::vector<float>(q.probabilities(i).begin(), q.probabilities(i).end()),
+                  std::vector<float>(overall_p.begin(), overall_p.end()));
+        ++drawn_roots[tree.tokens()[i]];
+      }
+      ASSERT_EQ(roots, 1U);  // one candidate from the overall row
+    }
+    for (std::size_t j = 0; drawn && j < overall.size(); ++j) {
+      EXPECT_NEAR(drawn_roots[overall[j]] / static_cast<double>(kSeeds), overall_p[j] / overall_total, 0.03)
+          << "token " << overall[j];
+    }
+
+    // After 5, which has a row, the candidates come from that row alone.
+    drafter.reset();
+    drafter.update(std::vector<Token>{5});
+    drafter.predict_tree(tree, 16, 4, 0.0f, q);
+    ASSERT_GE(tree.size(), 1U);
+    for (std::size_t i = 0; i < tree.size(); ++i) {
+      if (tree.parents()[i] == kTreeRoot) {
+        EXPECT_NE(tree.source_classes()[i], TreeDrafter::kOverallClass);
+      }
+    }
+  }
+}
+
 TEST(TreeDrafter, TheTextOffersAlternativesBesideTheSpine) {
   TreeDrafter drafter;
   // After "1 2" came 3 twice and 4 once: the spine drafts one, the text offers the other.
@@ -356,9 +423,34 @@ TEST(TopKTable, RecordsRowsAndRefusesBadShapesChangingNothing) {
 }
 
 // A row recorded with probabilities is the blend of the distributions recorded after its
-// token: random tables (k, history weight) and random records, against a reference that keeps
-// every token's mass in a map.
+// token, and the overall row the blend of every distribution recorded: random tables (k,
+// history weight) and random records, against a reference that keeps every token's mass in a map.
 TEST(TopKTable, ARowIsTheBlendOfTheDistributionsRecordedAfterItsToken) {
+  using Row = std::vector<std::pair<Token, float>>;  // best first
+  // The reference blend: `row` keeps `weight` of its mass, the new distribution adds the rest;
+  // an empty row (or weight 0) is replaced.
+  const auto blend = [](Row& row, float weight, std::span<const Token> top, std::span<const float> p, std::size_t k) {
+    if (row.empty() || weight == 0.0f) {
+      row.clear();
+      for (std::size_t i = 0; i < top.size(); ++i) row.emplace_back(top[i], p[i]);
+      return;
+    }
+    std::map<Token, float> mass;
+    for (const auto& [t, m] : row) mass[t] = weight * m;
+    for (std::size_t i = 0; i < top.size(); ++i) mass[top[i]] += (1.0f - weight) * p[i];
+    row.assign(mass.begin(), mass.end());
+    std::stable_sort(row.begin(), row.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    row.resize(std::min(row.size(), k));
+  };
+  const auto expect_row = [](std::span<const Token> row, std::span<const float> probabilities, const Row& expected,
+                             const std::string& what) {
+    ASSERT_EQ(row.size(), expected.size()) << what;
+    ASSERT_EQ(probabilities.size(), row.size()) << what;
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      EXPECT_EQ(row[i], expected[i].first) << what << ", rank " << i;
+      EXPECT_NEAR(probabilities[i], expected[i].second, 1e-6f) << what << ", rank " << i;
+    }
+  };
   std::mt19937_64 rng(29);
   constexpr Token kVocab = 12;
   for (int trial = 0; trial < 300; ++trial) {
@@ -367,7 +459,8 @@ TEST(TopKTable, ARowIsTheBlendOfTheDistributionsRecordedAfterItsToken) {
     SCOPED_TRACE("trial " + std::to_string(trial) + ", k " + std::to_string(k) + ", weight " + std::to_string(weight));
     TopKTable table(kVocab, k, true, weight);
     EXPECT_EQ(table.history_weight(), weight);
-    std::vector<std::vector<std::pair<Token, float>>> expected(kVocab);  // per token: its row, best first
+    std::vector<Row> expected(kVocab);
+    Row overall;
     for (int record = 0; record < 12; ++record) {
       const auto token = static_cast<Token>(rng() % 3);  // few tokens, so rows are recorded often
       // A distribution's top: 1 .. k distinct tokens, best first, summing to at most 1.
@@ -380,38 +473,27 @@ TEST(TopKTable, ARowIsTheBlendOfTheDistributionsRecordedAfterItsToken) {
       for (float& x : p) left -= (x = left * std::uniform_real_distribution<float>(0.05f, 0.7f)(rng));
       std::sort(p.rbegin(), p.rend());
       const std::vector<Token> top(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(n));
-      if (rng() % 8 == 0) {  // a row without probabilities is replaced, not blended
+      if (rng() % 8 == 0) {  // a row without probabilities is replaced, not blended, and not in the overall row
         std::vector<Token> row(k);
         for (std::size_t i = 0; i < k; ++i) row[i] = pool[i];
         table.record(std::vector<Token>{token}, row);
         expected[token].clear();
         continue;
       }
-      table.record_distribution(token, top, p);
-      std::vector<std::pair<Token, float>>& row = expected[token];
-      if (row.empty() || weight == 0.0f) {
-        row.clear();
-        for (std::size_t i = 0; i < n; ++i) row.emplace_back(top[i], p[i]);
-        continue;
+      if (rng() % 20 == 0) {  // clear() forgets the overall row too
+        table.clear();
+        for (Row& row : expected) row.clear();
+        overall.clear();
       }
-      std::map<Token, float> mass;
-      for (const auto& [t, m] : row) mass[t] = weight * m;
-      for (std::size_t i = 0; i < n; ++i) mass[top[i]] += (1.0f - weight) * p[i];
-      row.assign(mass.begin(), mass.end());
-      std::stable_sort(row.begin(), row.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-      row.resize(std::min(row.size(), k));
+      table.record_distribution(token, top, p);
+      blend(expected[token], weight, top, p, k);
+      blend(overall, TopKTable::kOverallHistoryWeight, top, p, k);
     }
     for (Token t = 0; t < 3; ++t) {
       if (expected[t].empty()) continue;
-      const std::span<const Token> row = table.row(t);
-      const std::span<const float> probabilities = table.row_probabilities(t);
-      ASSERT_EQ(row.size(), expected[t].size()) << "token " << t;
-      ASSERT_EQ(probabilities.size(), row.size());
-      for (std::size_t i = 0; i < row.size(); ++i) {
-        EXPECT_EQ(row[i], expected[t][i].first) << "token " << t << ", rank " << i;
-        EXPECT_NEAR(probabilities[i], expected[t][i].second, 1e-6f) << "token " << t << ", rank " << i;
-      }
+      expect_row(table.row(t), table.row_probabilities(t), expected[t], "token " + std::to_string(t));
     }
+    expect_row(table.overall_row(), table.overall_row_probabilities(), overall, "the overall row");
   }
 }
 

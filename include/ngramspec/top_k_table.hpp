@@ -55,6 +55,9 @@ class TopKTable {
   static constexpr std::size_t kMaxVocabSize = std::size_t{1} << 24;
   /// What a row's earlier distributions keep when a new one is recorded (history_weight()).
   static constexpr float kDefaultHistoryWeight = 0.6f;
+  /// What the overall row's earlier distributions keep when any row is recorded: every recorded
+  /// row blends into it, several a pass, so it keeps more of its past than a token's row does.
+  static constexpr float kOverallHistoryWeight = 0.9f;
 
   /// Bytes a table of `vocab_size` rows of `k` tokens holds: the rows and a byte a row (exact
   /// for vocab_size <= kMaxVocabSize and k <= kMaxK, where nothing overflows).
@@ -130,7 +133,7 @@ class TopKTable {
   /// when fewer tokens survive its filters). A row recorded before with probabilities becomes
   /// history_weight() × itself + (1 - history_weight()) × the new one, token by token, of which
   /// the k() most probable are kept, best first (ties to the lower id); otherwise the new one
-  /// replaces it. Throws std::invalid_argument naming the value, recording nothing, for a table
+  /// replaces it. Either way it also blends into overall_row(). Throws std::invalid_argument naming the value, recording nothing, for a table
   /// without probabilities, sizes that differ or lie outside 1 .. k(), a token outside the
   /// vocabulary, or a probability outside [0, 1].
   void record_distribution(Token token, std::span<const Token> top, std::span<const float> probabilities) {
@@ -153,13 +156,37 @@ class TopKTable {
       }
     }
     const std::size_t at = static_cast<std::size_t>(token) * k_;
+    if (overall_count_ == 0) {
+      std::copy(top.begin(), top.end(), overall_tokens_.begin());
+      std::copy(probabilities.begin(), probabilities.end(), overall_probabilities_.begin());
+      overall_count_ = static_cast<std::uint8_t>(top.size());
+    } else {
+      overall_count_ = static_cast<std::uint8_t>(blend(overall_tokens_.data(), overall_probabilities_.data(),
+                                                       overall_count_, kOverallHistoryWeight, top, probabilities));
+    }
     if (history_weight_ > 0.0f && (filled_[token] & kWithProbabilities) != 0) {
-      blend(at, static_cast<std::size_t>(filled_[token] & kCountMask), top, probabilities);
+      const std::size_t kept = blend(rows_.data() + at, probabilities_.data() + at,
+                                     static_cast<std::size_t>(filled_[token] & kCountMask), history_weight_, top,
+                                     probabilities);
+      filled_[token] = static_cast<std::uint8_t>(kept | kWithProbabilities);
       return;
     }
     std::copy(top.begin(), top.end(), rows_.begin() + static_cast<std::ptrdiff_t>(at));
     std::copy(probabilities.begin(), probabilities.end(), probabilities_.begin() + static_cast<std::ptrdiff_t>(at));
     filled_[token] = static_cast<std::uint8_t>(top.size() | kWithProbabilities);
+  }
+
+  /// The overall row: every distribution record_distribution() recorded, whatever token it
+  /// followed, blended as a token's row is but keeping kOverallHistoryWeight of its past each
+  /// time; best first, at most k() tokens; empty until a distribution is recorded (clear() empties
+  /// it). It is what the model tends to say next anywhere of late: a drafter that draws where a
+  /// token has no row yet (one not seen before in a fresh request) draws from it rather than
+  /// drafting nothing (docs/BENCHMARKS.md#sampling measures it). Rows recorded
+  /// without probabilities (record()) do not enter it.
+  [[nodiscard]] std::span<const Token> overall_row() const noexcept { return {overall_tokens_.data(), overall_count_}; }
+  /// The probabilities of overall_row()'s tokens.
+  [[nodiscard]] std::span<const float> overall_row_probabilities() const noexcept {
+    return {overall_probabilities_.data(), overall_count_};
   }
 
   /// What a row's earlier distributions weigh when a new one is recorded: 0 keeps the last one
@@ -193,7 +220,10 @@ class TopKTable {
   [[nodiscard]] bool has_probabilities() const noexcept { return !probabilities_.empty(); }
 
   /// Forgets every row; keeps the memory.
-  void clear() noexcept { std::fill(filled_.begin(), filled_.end(), std::uint8_t{0}); }
+  void clear() noexcept {
+    std::fill(filled_.begin(), filled_.end(), std::uint8_t{0});
+    overall_count_ = 0;
+  }
 
   [[nodiscard]] std::size_t k() const noexcept { return k_; }
   [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_; }
@@ -203,17 +233,17 @@ class TopKTable {
   }
 
  private:
-  // The row at `at` (its first `old_count` entries) blended with a new distribution: both lists
-  // are at most kMaxK long, so the union fits on the stack and the merge allocates nothing.
-  void blend(std::size_t at, std::size_t old_count, std::span<const Token> top,
-             std::span<const float> probabilities) noexcept {
+  // A row (`tokens`, `mass`: its first `old_count` entries) blended with a new distribution, each
+  // old entry keeping `keep` of its mass; returns the entries kept (at most k_). Both lists are at
+  // most kMaxK long, so the union fits on the stack and the merge allocates nothing.
+  std::size_t blend(Token* row_tokens, float* row_mass, std::size_t old_count, float keep, std::span<const Token> top,
+                    std::span<const float> probabilities) const noexcept {
     std::array<Token, 2 * kMaxK> tokens;
     std::array<float, 2 * kMaxK> mass;
-    const float keep = history_weight_;
     std::size_t n = 0;
     for (std::size_t j = 0; j < old_count; ++j) {
-      tokens[n] = rows_[at + j];
-      mass[n++] = keep * probabilities_[at + j];
+      tokens[n] = row_tokens[j];
+      mass[n++] = keep * row_mass[j];
     }
     for (std::size_t i = 0; i < top.size(); ++i) {
       const float added = (1.0f - keep) * probabilities[i];
@@ -234,10 +264,10 @@ class TopKTable {
                         return mass[a] != mass[b] ? mass[a] > mass[b] : tokens[a] < tokens[b];
                       });
     for (std::size_t i = 0; i < kept; ++i) {
-      rows_[at + i] = tokens[order[i]];
-      probabilities_[at + i] = std::min(1.0f, mass[order[i]]);
+      row_tokens[i] = tokens[order[i]];
+      row_mass[i] = std::min(1.0f, mass[order[i]]);
     }
-    filled_[at / k_] = static_cast<std::uint8_t>(kept | kWithProbabilities);
+    return kept;
   }
 
   void check(Token token, const char* what) const {
@@ -257,6 +287,9 @@ class TopKTable {
   std::vector<Token> rows_;
   std::vector<float> probabilities_;  // with probabilities: one per row token
   std::vector<std::uint8_t> filled_;
+  std::array<Token, kMaxK> overall_tokens_{};
+  std::array<float, kMaxK> overall_probabilities_{};
+  std::uint8_t overall_count_ = 0;
 };
 
 }  // namespace ngramspec

@@ -49,7 +49,9 @@ struct TreeConfig {
   /// instead of taken best first, each node saying what it was drawn from (predict_tree with
   /// a DraftDistributions): for SamplingMode::rejection at temperature > 0, where a draft
   /// drawn from a distribution near the model's is accepted with probability
-  /// sum min(p, q) instead of p(x). Off by default: greedy decoding and the exact mode accept
+  /// sum min(p, q) instead of p(x). Where a node's token has no row yet, one candidate is drawn
+  /// from the table's overall row (TopKTable::overall_row()) instead of none, calibrated as a
+  /// class of its own (kOverallClass). Off by default: greedy decoding and the exact mode accept
   /// the model's best candidates more often than drawn ones. Rows recorded without
   /// probabilities are taken best first either way.
   bool draw_recycled = false;
@@ -74,7 +76,9 @@ struct TreeConfig {
 /// - the text: the continuations seen after the node's last 3, 2 and 1 tokens (counts over
 ///   everything observed, most frequent first, ties to the most recent);
 /// - the model: the top-k it predicted after the node's token the last time it verified that
-///   token (a TopKTable, fed by observe_pass()).
+///   token (a TopKTable, fed by observe_pass()); when drawing (TreeConfig::draw_recycled) and
+///   that token has no row yet, one candidate drawn from the table's overall row
+///   (TopKTable::overall_row(), what the model tends to say next anywhere of late).
 /// A text candidate's estimate is its share of its context's counts times its context order's
 /// scale, and a model candidate's the acceptance rate of its rank; scales and rates are
 /// measured online on every node whose parent the pass accepted (the only nodes whose fate
@@ -110,9 +114,12 @@ class TreeDrafter {
   static constexpr std::size_t kFirstTextClass = 1;
   /// The first top-k class, that of rank 0: after every text class.
   static constexpr std::size_t kFirstTopKClass = kFirstTextClass + kOrders * kSlotsPerContext;
+  /// The class of a candidate drawn from the table's overall row where the node's token has no
+  /// row (draw_recycled): after every top-k rank.
+  static constexpr std::uint8_t kOverallClass = kFirstTopKClass + TopKTable::kMaxK;
   /// Classes in all: room for every top-k rank.
   static constexpr std::size_t kClasses = 48;
-  static_assert(kFirstTopKClass + TopKTable::kMaxK <= kClasses, "a class for every top-k rank");
+  static_assert(kOverallClass < kClasses, "a class for every top-k rank and the overall row");
   /// The class of the text's rank-`rank` continuation after a context of `order` (1 .. kOrders) tokens.
   [[nodiscard]] static constexpr std::uint8_t text_class(std::size_t order, std::size_t rank) noexcept {
     return static_cast<std::uint8_t>(kFirstTextClass + (order - 1) * kSlotsPerContext + rank);
@@ -241,6 +248,7 @@ class TreeDrafter {
     std::uint32_t row_size;
     const Token* row;
     const float* row_probabilities;  // the row's, when it has them and draw_recycled is on; else nullptr
+    bool overall;  // the row is the table's overall row (the token has none): one candidate, kOverallClass
   };
   // One entry of predict_tree's heap, in one integer, so that comparing and moving entries is
   // one instruction: the path probability's bits on top (a non-negative float orders as its

@@ -205,16 +205,33 @@ def drawing_rows(vocab: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     return top, probabilities
 
 
+def blend_overall(overall: dict[int, float], tokens, probabilities, k: int) -> dict[int, float]:
+    """The table's overall row after one more recorded distribution (TopKTable::overall_row): the
+    first replaces it, then each keeps 0.9 of its mass; the k most probable kept, ties to the lower id."""
+    if not overall:
+        merged = {int(t): float(p) for t, p in zip(tokens, probabilities)}
+    else:
+        merged = {t: 0.9 * m for t, m in overall.items()}
+        for t, p in zip(tokens, probabilities):
+            merged[int(t)] = merged.get(int(t), 0.0) + 0.1 * float(p)
+    return dict(sorted(merged.items(), key=lambda item: (-item[1], item[0]))[:k])
+
+
 def test_drawn_trees_give_each_node_its_q_from_the_recorded_probabilities() -> None:
     # Over random passes (a random model answer per entry): each node's q is empty (chosen) or a
     # support of tokens from the recorded row of its parent's token, with their recorded
-    # probabilities, never one taken before it at its parent; drawn nodes appear once rows are recorded.
+    # probabilities, never one taken before it at its parent; where the parent's token has no
+    # row yet, one node's support is from the overall row of every distribution recorded. Drawn nodes appear once rows are recorded.
     vocab, k = 16, 4
     top_rows, p_rows = drawing_rows(vocab, k)
     spec = BatchSpeculator(max_sequences=3, tree={"vocab_size": vocab, "top_k": k, "draw_recycled": True,
                                                   "draw_seed": 9, "successor_slots": 64})
     rng = random.Random(3)
     drawn = 0
+    drawn_overall = 0
+    # The sequences share one table (shared_top_k), kept from request to request.
+    recorded: set[int] = set()  # the tokens whose rows were recorded
+    overall: dict[int, float] = {}
     for request in range(12):
         ids = [3 * request + s for s in range(3)]
         last = {}
@@ -230,6 +247,7 @@ def test_drawn_trees_give_each_node_its_q_from_the_recorded_probabilities() -> N
             for i, seq_id in enumerate(ids):
                 begin, end = int(offsets[i]), int(offsets[i + 1])
                 taken: dict[int, set[int]] = {}
+                from_overall: set[int] = set()  # parents with a node drawn from the overall row
                 for n in range(begin, end):
                     up = int(parents[n])
                     parent_token = last[seq_id] if up == -1 else int(tokens[begin + up])
@@ -238,10 +256,20 @@ def test_drawn_trees_give_each_node_its_q_from_the_recorded_probabilities() -> N
                     if support:
                         drawn += 1
                         assert int(tokens[n]) in support
-                        row = [int(t) for t in top_rows[parent_token]]
-                        assert set(support) <= set(row) and not set(support) & siblings
-                        for t, q in zip(support, q_probabilities[q_offsets[n]:q_offsets[n + 1]]):
-                            assert q == pytest.approx(p_rows[parent_token][row.index(t)])
+                        assert not set(support) & siblings
+                        supports = q_probabilities[q_offsets[n]:q_offsets[n + 1]]
+                        if parent_token in recorded:
+                            row = [int(t) for t in top_rows[parent_token]]
+                            assert set(support) <= set(row)
+                            for t, q in zip(support, supports):
+                                assert q == pytest.approx(p_rows[parent_token][row.index(t)])
+                        else:
+                            drawn_overall += 1
+                            assert up not in from_overall
+                            from_overall.add(up)
+                            assert set(support) <= set(overall)
+                            for t, q in zip(support, supports):
+                                assert q == pytest.approx(overall[t], rel=1e-5)
                     siblings.add(int(tokens[n]))
                 model_tokens += [rng.randrange(vocab) for _ in range(end - begin + 1)]
                 model_offsets.append(len(model_tokens))
@@ -251,6 +279,9 @@ def test_drawn_trees_give_each_node_its_q_from_the_recorded_probabilities() -> N
             top = top_rows[fed].reshape(-1)
             steps, kept = spec.accept_trees(ids, model_tokens, model_offsets, top,
                                             top_probabilities=p_rows[fed].reshape(-1))
+            for token in fed:  # in the batch's order, each sequence's entries in turn
+                recorded.add(token)
+                overall = blend_overall(overall, top_rows[token], p_rows[token], k)
             still = []
             for i, seq_id in enumerate(ids):
                 emitted = int(steps["emitted"][i])
@@ -261,7 +292,7 @@ def test_drawn_trees_give_each_node_its_q_from_the_recorded_probabilities() -> N
                 else:
                     still.append(seq_id)
             ids = still
-    assert drawn > 50
+    assert drawn > 50 and drawn_overall > 10
 
 
 def test_drawing_calls_refuse_bad_arguments_by_name_and_value() -> None:
