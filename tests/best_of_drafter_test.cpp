@@ -41,7 +41,7 @@ TEST(BestOfDrafter, GreedyDecodingEqualsPlainWhicheverDrafts) {
   const auto pick = [&rng](std::uint64_t lo, std::uint64_t hi) {
     return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
   };
-  for (int trial = 0; trial < 200; ++trial) {
+  for (int trial = 0; trial < 400; ++trial) {
     const NamedRule target = random_rule(rng);
     // The draft model: the target's rule, or another one (noise and margin keep its argmax the rule's).
     const NextTokenRule draft_rule =
@@ -55,7 +55,7 @@ TEST(BestOfDrafter, GreedyDecodingEqualsPlainWhicheverDrafts) {
     // A gate that often stops the text's drafts short of the room, which a continuation fills.
     MatchDrafter text(MatchConfig{.min_confidence = static_cast<double>(pick(0, 6)) / 10.0});
     BestOfConfig config;
-    config.second_draft_cost = static_cast<double>(pick(0, 10)) / 10.0;
+    config.second_draft_cost = static_cast<double>(pick(0, 10)) / 40.0;  // 0 .. 0.25: cheap enough to be tried
     config.explore_every = pick(0, 4);
     config.continue_first = pick(0, 3) != 0;
     std::optional<VerifyCost> cost;
@@ -109,13 +109,15 @@ struct Outcome {
   std::size_t draft_forwards = 0;
 };
 Outcome decode(const NextTokenRule& target_rule, const NextTokenRule& draft_rule, std::size_t vocab,
-               std::span<const Token> prompt, BestOfConfig config) {
+               std::span<const Token> prompt, BestOfConfig config,
+               const std::optional<VerifyCost>& cost = std::nullopt) {
   Model draft(draft_rule, vocab, 7, 1.0f, 3.0f, 8);
   ModelDrafter<Model> model_drafter(draft, vocab, ModelDraftConfig{.max_drafts = 4});
   MatchDrafter text;
-  Best best(text, model_drafter, std::nullopt, config);
+  Best best(text, model_drafter, cost, config);
   GreedyModel model(target_rule, 8);
   SpeculativeDecoder decoder(model, best);
+  decoder.set_verify_cost(cost);
   DecodeOptions options;
   options.max_new_tokens = 200;
   options.max_drafts = 4;
@@ -148,6 +150,25 @@ TEST(BestOfDrafter, ADraftModelThatLosesNeverRuns) {
   EXPECT_EQ(o.model.passes, 0U);
   EXPECT_EQ(o.draft_forwards, 0U);
   EXPECT_GT(o.text.accepted, 100U);
+}
+
+TEST(BestOfDrafter, ADraftModelThatCouldNotWinIsNotEvenTried) {
+  // A pass costs a plain pass a token (knee:1), so no draft ever pays: tries of a draft model
+  // (explore_every 2, a draft at a tenth of a pass) would spend its passes for nothing, and are
+  // skipped. A pass that carries drafts for free (knee:5) keeps trying it, the same draft model
+  // that drafts nothing the target says.
+  BestOfConfig config;
+  config.second_draft_cost = 0.1;
+  config.explore_every = 2;
+  const std::vector<Token> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  const HashRule target{16, 2, 7, false};
+  const HashRule wrong{16, 2, 99, false};
+  const Outcome paying_nothing = decode(target, wrong, 16, prompt, config, VerifyCost::knee(1));
+  EXPECT_EQ(paying_nothing.model.passes, 0U);
+  EXPECT_EQ(paying_nothing.draft_forwards, 0U);
+  const Outcome free_drafts = decode(target, wrong, 16, prompt, config, VerifyCost::knee(5));
+  EXPECT_GT(free_drafts.model.passes, 0U);
+  EXPECT_GT(free_drafts.draft_forwards, 0U);
 }
 
 TEST(BestOfDrafter, BadCostsAreRefusedNamingFieldAndValue) {

@@ -31,7 +31,9 @@ struct BestOfConfig {
   /// record follows the text (0: never); each try doubles the wait for the next, up to 1024
   /// passes, and a pass it wins on its record resets it. A draft model tried pays for every
   /// token it fell behind, so a try waits until that costs at most 16 passes (second_draft_cost
-  /// times the tokens: at the start of a request, say). Default 16.
+  /// times the tokens: at the start of a request, say), and is skipped when even all of its
+  /// drafts accepted could not beat the first's choice under the cost (where no pass of drafts
+  /// pays). Default 16.
   std::size_t explore_every = 16;
   /// Whether a pass may also send the first's drafts continued by the second (a second with
   /// continue_drafts(): ModelDrafter), when that promises more: the text's copy, then the
@@ -205,14 +207,36 @@ class BestOfDrafter {
     // record follows the text (the first's estimates are read afresh every pass); each try
     // doubles the wait for the next and a pass it wins on its record resets it, and a try waits
     // until catching up costs at most kTryBudget passes (a new request's prompt, say), since it
-    // feeds every token the second fell behind.
+    // feeds every token the second fell behind. A try is skipped when it could never win, not
+    // even with every draft it adds accepted and nothing to catch up (a CPU where a pass of
+    // drafts costs about a pass a token, say): it would spend the second's rows and the pass's
+    // for nothing.
+    const auto second_could_win = [&] {
+      for (std::size_t k = 1; k <= room; ++k) {
+        if (static_cast<double>(k + 1) / pass_cost(k, config_.second_draft_cost, k) > first_value) return true;
+      }
+      return false;
+    };
+    const auto continuation_could_win = [&] {
+      const double all = static_cast<double>(probabilities[made - 1]);
+      for (std::size_t c = 1; c <= room - made; ++c) {
+        const double all_accepted =
+            (expected + all * static_cast<double>(c)) /
+            (pass_cost(made + c, config_.first_draft_cost, made) +
+             config_.second_draft_cost * static_cast<double>(made + c));
+        if (all_accepted > first_value) return true;
+      }
+      return false;
+    };
     bool explored = false;
     if (choice == Source::first && config_.explore_every != 0) {
-      if (second_tries_.idle >= second_tries_.wait && config_.second_draft_cost * static_cast<double>(behind_) <= kTryBudget) {
+      if (second_tries_.idle >= second_tries_.wait &&
+          config_.second_draft_cost * static_cast<double>(behind_) <= kTryBudget && second_could_win()) {
         choice = Source::second;
         explored = true;
       } else if (can_continue && continued_tries_.idle >= continued_tries_.wait &&
-                 config_.second_draft_cost * static_cast<double>(behind_ + made) <= kTryBudget) {
+                 config_.second_draft_cost * static_cast<double>(behind_ + made) <= kTryBudget &&
+                 continuation_could_win()) {
         choice = Source::continued;
         explored = true;
       }
