@@ -13,18 +13,26 @@
 
 namespace ngramspec {
 
+/// The first index i whose parents[i] is neither kTreeRoot nor an index below i (parents.size()
+/// when `parents` describes a tree in topological order): the rule every tree pass is checked by,
+/// for callers that report it their own way (the C ABI).
+[[nodiscard]] inline std::size_t first_invalid_tree_parent(std::span<const std::int32_t> parents) noexcept {
+  for (std::size_t i = 0; i < parents.size(); ++i) {
+    const std::int32_t p = parents[i];
+    if (p != kTreeRoot && (p < 0 || static_cast<std::size_t>(p) >= i)) return i;
+  }
+  return parents.size();
+}
+
 /// Checks that `parents` describes a tree in topological order: each parents[i] is kTreeRoot
 /// or an index below i. Throws std::invalid_argument naming the first index that is not, and
 /// its value.
 inline void validate_tree_parents(std::span<const std::int32_t> parents) {
-  for (std::size_t i = 0; i < parents.size(); ++i) {
-    const std::int32_t p = parents[i];
-    if (p != kTreeRoot && (p < 0 || static_cast<std::size_t>(p) >= i)) {
-      throw ArgumentError("ngramspec", "tree node " + std::to_string(i) + " has parent " + std::to_string(p) +
-                                           "; a parent is kTreeRoot (-1) or an earlier node (0 .. " +
-                                           (i == 0 ? std::string("none") : std::to_string(i - 1)) + ")");
-    }
-  }
+  const std::size_t i = first_invalid_tree_parent(parents);
+  if (i == parents.size()) return;
+  throw ArgumentError("ngramspec", "tree node " + std::to_string(i) + " has parent " + std::to_string(parents[i]) +
+                                       "; a parent is kTreeRoot (-1) or an earlier node (0 .. " +
+                                       (i == 0 ? std::string("none") : std::to_string(i - 1)) + ")");
 }
 
 /// A draft tree: candidate continuations of a sequence, sharing their prefixes.

@@ -8,6 +8,7 @@
 
 #include "common.hpp"
 #include "ngramspec/draft_distribution.hpp"
+#include "ngramspec/draft_tree.hpp"
 #include "ngramspec/ngramspec.h"
 #include "ngramspec/sampling_options.hpp"
 #include "ngramspec/token.hpp"
@@ -145,23 +146,22 @@ void load_distributions(ngramspec::DraftDistributions& q, std::size_t n, const s
   }
 }
 
+static_assert(NGRAMSPEC_TREE_ROOT == ngramspec::kTreeRoot, "one root marker");
+
 // NGRAMSPEC_OK when parents[0 .. n_nodes) make a tree, as ngramspec_batch_propose_trees writes them: each
-// NGRAMSPEC_TREE_ROOT or an earlier node.
+// NGRAMSPEC_TREE_ROOT or an earlier node (ngramspec::first_invalid_tree_parent), named in C's terms.
 ngramspec_status check_parents(const char* where, const std::int32_t* parents, std::size_t n_nodes) noexcept {
-  for (std::size_t j = 0; j < n_nodes; ++j) {
-    const std::int32_t parent = parents[j];
-    if (parent == NGRAMSPEC_TREE_ROOT || (parent >= 0 && static_cast<std::size_t>(parent) < j)) continue;
-    if (j == 0) {
-      return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
-                  "%s: parents[0] = %d is invalid: node 0's parent must be NGRAMSPEC_TREE_ROOT (-1), there being no "
-                  "earlier node",
-                  where, static_cast<int>(parent));
-    }
+  const std::size_t j = ngramspec::first_invalid_tree_parent(std::span<const std::int32_t>(parents, n_nodes));
+  if (j == n_nodes) return NGRAMSPEC_OK;
+  if (j == 0) {
     return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
-                "%s: parents[%zu] = %d is invalid: it must be NGRAMSPEC_TREE_ROOT (-1) or an earlier node, 0 .. %zu",
-                where, j, static_cast<int>(parent), j - 1);
+                "%s: parents[0] = %d is invalid: node 0's parent must be NGRAMSPEC_TREE_ROOT (-1), there being no "
+                "earlier node",
+                where, static_cast<int>(parents[0]));
   }
-  return NGRAMSPEC_OK;
+  return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+              "%s: parents[%zu] = %d is invalid: it must be NGRAMSPEC_TREE_ROOT (-1) or an earlier node, 0 .. %zu",
+              where, j, static_cast<int>(parents[j]), j - 1);
 }
 
 }  // namespace

@@ -288,24 +288,36 @@ class Script {
     }
   }
 
+  // A verify call's rows of logits: finite mostly, now and then -inf (masked), NaN or +inf
+  // (refused when read); passed as null now and then, and with a wrong count now and then.
+  struct Rows {
+    std::vector<float> logits;
+    bool odd = false;  // a non-finite logit among them
+    const float* in = nullptr;
+    std::size_t n = 0;
+  };
+  Rows random_rows(std::size_t rows, std::size_t vocab) {
+    Rows r;
+    r.logits.resize(rows * vocab);
+    for (float& l : r.logits) {
+      switch (in_.in_range(0, 40)) {
+        case 0: l = -std::numeric_limits<float>::infinity(); r.odd = true; break;
+        case 1: l = std::numeric_limits<float>::quiet_NaN(); r.odd = true; break;
+        case 2: l = std::numeric_limits<float>::infinity(); r.odd = true; break;
+        default: l = static_cast<float>(in_.in_range(0, 60)) / 10.0f - 3.0f;
+      }
+    }
+    r.in = maybe_null(r.logits.data());
+    r.n = r.logits.size();
+    if (in_.in_range(0, 15) == 0) r.n = in_.in_range(0, r.logits.size() + 3) % (r.logits.size() + 1);
+    return r;
+  }
+
   void verify_tree(std::size_t s) {
     ngramspec_sampler* sampler = samplers_[s];
     const std::size_t vocab = sampler != nullptr ? sampler_vocab_[s] : in_.in_range(1, 12);
     const std::size_t n_nodes = in_.in_range(0, 6);
-    // Rows: finite mostly, now and then -inf (masked), NaN or +inf (refused when read).
-    bool odd_logit = false;
-    std::vector<float> logits((n_nodes + 1) * vocab);
-    for (float& l : logits) {
-      switch (in_.in_range(0, 40)) {
-        case 0: l = -std::numeric_limits<float>::infinity(); odd_logit = true; break;
-        case 1: l = std::numeric_limits<float>::quiet_NaN(); odd_logit = true; break;
-        case 2: l = std::numeric_limits<float>::infinity(); odd_logit = true; break;
-        default: l = static_cast<float>(in_.in_range(0, 60)) / 10.0f - 3.0f;
-      }
-    }
-    const float* logits_in = maybe_null(logits.data());
-    std::size_t n_logits = logits.size();
-    if (in_.in_range(0, 15) == 0) n_logits = in_.in_range(0, logits.size() + 3) % (logits.size() + 1);
+    const Rows rows = random_rows(n_nodes + 1, vocab);
     // Nodes: each the root's child or an earlier node's, now and then a parent that is neither.
     std::vector<Token> tokens(n_nodes);
     std::vector<std::int32_t> parents(n_nodes);
@@ -350,13 +362,13 @@ class Script {
       q_probabilities.clear();
     }
     const bool valid =
-        sampler != nullptr && logits_in != nullptr && n_logits == logits.size() && parents_valid && q_valid;
+        sampler != nullptr && rows.in != nullptr && rows.n == rows.logits.size() && parents_valid && q_valid;
     std::vector<Token> model_tokens(n_nodes + 1, kSentinel);
     std::vector<std::size_t> path(n_nodes + 1, kSizeSentinel);
     std::size_t accepted = kSizeSentinel;
     Token next = kSentinel;
     const bool ok = check_status(
-        ngramspec_sampler_verify_tree(sampler, logits_in, n_logits, in_.in_range(0, 1000),
+        ngramspec_sampler_verify_tree(sampler, rows.in, rows.n, in_.in_range(0, 1000),
                                       tokens.empty() ? maybe_null(tokens.data()) : tokens.data(),
                                       parents.empty() ? maybe_null(parents.data()) : parents.data(), n_nodes,
                                       with_q ? offsets.data() : nullptr, with_q ? q_tokens.data() : nullptr,
@@ -364,7 +376,7 @@ class Script {
                                       path.data(), &accepted, &next),
         "ngramspec_sampler_verify_tree");
     // A row read with NaN or +inf, or masked whole, fails a call whose arguments are otherwise valid.
-    if (!(odd_logit && valid && !ok)) expect_valid(ok, valid, "ngramspec_sampler_verify_tree");
+    if (!(rows.odd && valid && !ok)) expect_valid(ok, valid, "ngramspec_sampler_verify_tree");
     if (!ok) {
       const bool untouched =
           accepted == kSizeSentinel && next == kSentinel &&
@@ -385,11 +397,11 @@ class Script {
     for (const Token t : model_tokens) {
       if (t >= vocab) fuzz_fail("verify_tree wrote a model token outside the vocabulary");
     }
-    if (sampler_options_[s].temperature == 0.0f && !odd_logit) {
+    if (sampler_options_[s].temperature == 0.0f && !rows.odd) {
       // Greedy: from the root, each row's argmax (ties to the lowest id) leads to the first child that
       // carries it; the walk ends at the first row whose argmax no child carries.
       const auto argmax = [&](std::size_t row) {
-        const float* r = logits.data() + row * vocab;
+        const float* r = rows.logits.data() + row * vocab;
         return static_cast<Token>(std::max_element(r, r + vocab) - r);
       };
       std::size_t e = 0;
@@ -409,20 +421,7 @@ class Script {
     ngramspec_sampler* sampler = samplers_[s];
     const std::size_t vocab = sampler != nullptr ? sampler_vocab_[s] : in_.in_range(1, 12);
     const std::size_t n_drafts = in_.in_range(0, 5);
-    // Rows: finite mostly, now and then -inf (masked), NaN or +inf (refused when read).
-    bool odd_logit = false;
-    std::vector<float> logits((n_drafts + 1) * vocab);
-    for (float& l : logits) {
-      switch (in_.in_range(0, 40)) {
-        case 0: l = -std::numeric_limits<float>::infinity(); odd_logit = true; break;
-        case 1: l = std::numeric_limits<float>::quiet_NaN(); odd_logit = true; break;
-        case 2: l = std::numeric_limits<float>::infinity(); odd_logit = true; break;
-        default: l = static_cast<float>(in_.in_range(0, 60)) / 10.0f - 3.0f;
-      }
-    }
-    const float* logits_in = maybe_null(logits.data());
-    std::size_t n_logits = logits.size();
-    if (in_.in_range(0, 15) == 0) n_logits = in_.in_range(0, logits.size() + 3) % (logits.size() + 1);
+    const Rows rows = random_rows(n_drafts + 1, vocab);
     std::vector<Token> drafts(n_drafts);
     for (Token& t : drafts) t = in_.in_range(0, 9) == 0 ? token() : static_cast<Token>(in_.in_range(0, vocab - 1));
     // q: none, or a support per draft (empty: chosen), valid mostly.
@@ -451,27 +450,27 @@ class Script {
                   offsets.back() == q_tokens.size();
       }
     }
-    const bool valid = sampler != nullptr && logits_in != nullptr && n_logits == logits.size() && q_valid;
+    const bool valid = sampler != nullptr && rows.in != nullptr && rows.n == rows.logits.size() && q_valid;
     std::size_t accepted = kSizeSentinel;
     Token next = kSentinel;
     const bool ok = check_status(
-        ngramspec_sampler_verify_chain(sampler, logits_in, n_logits, in_.in_range(0, 1000),
+        ngramspec_sampler_verify_chain(sampler, rows.in, rows.n, in_.in_range(0, 1000),
                                        drafts.empty() ? maybe_null(drafts.data()) : drafts.data(), n_drafts,
                                        with_q ? offsets.data() : nullptr, with_q ? q_tokens.data() : nullptr,
                                        with_q ? q_probabilities.data() : nullptr, q_tokens.size(), &accepted, &next),
         "ngramspec_sampler_verify_chain");
     // A row read with NaN or +inf, or masked whole, fails a call whose arguments are otherwise valid.
-    if (!(odd_logit && valid && !ok)) expect_valid(ok, valid, "ngramspec_sampler_verify_chain");
+    if (!(rows.odd && valid && !ok)) expect_valid(ok, valid, "ngramspec_sampler_verify_chain");
     if (!ok) {
       if (accepted != kSizeSentinel || next != kSentinel) fuzz_fail("a failed verify_chain wrote its outputs");
       return;
     }
     if (accepted > n_drafts) fuzz_fail("verify_chain accepted more drafts than it had");
     if (next >= vocab) fuzz_fail("verify_chain returned a token outside the vocabulary");
-    if (sampler_options_[s].temperature == 0.0f && !odd_logit) {
+    if (sampler_options_[s].temperature == 0.0f && !rows.odd) {
       // Greedy: the argmax prefix (ties to the lowest id), then the argmax after it.
       const auto argmax = [&](std::size_t row) {
-        const float* r = logits.data() + row * vocab;
+        const float* r = rows.logits.data() + row * vocab;
         return static_cast<Token>(std::max_element(r, r + vocab) - r);
       };
       std::size_t greedy = 0;
