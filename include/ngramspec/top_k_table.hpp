@@ -133,9 +133,9 @@ class TopKTable {
   /// when fewer tokens survive its filters). A row recorded before with probabilities becomes
   /// history_weight() × itself + (1 - history_weight()) × the new one, token by token, of which
   /// the k() most probable are kept, best first (ties to the lower id); otherwise the new one
-  /// replaces it. Either way it also blends into overall_row(). Throws std::invalid_argument naming the value, recording nothing, for a table
-  /// without probabilities, sizes that differ or lie outside 1 .. k(), a token outside the
-  /// vocabulary, or a probability outside [0, 1].
+  /// replaces it. Either way it also blends into overall_row(). Throws std::invalid_argument
+  /// naming the value, recording nothing, for a table without probabilities, sizes that differ
+  /// or lie outside 1 .. k(), a token outside the vocabulary, or a probability outside [0, 1].
   void record_distribution(Token token, std::span<const Token> top, std::span<const float> probabilities) {
     if (probabilities_.empty()) {
       throw ArgumentError("ngramspec",
