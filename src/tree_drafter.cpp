@@ -237,11 +237,15 @@ float TreeDrafter::locate(Context& context, std::size_t spine_made) const noexce
   context.overall = false;
   if (config_.draw_recycled && !row.empty()) {
     context.row_probabilities = table_->row_probabilities(context.tokens[kOrders - 1]).data();
-  } else if (config_.draw_recycled && row.empty() && table_ != nullptr && !table_->overall_row().empty()) {
-    context.overall = true;
-    context.row = table_->overall_row().data();
-    context.row_size = static_cast<std::uint32_t>(table_->overall_row().size());
-    context.row_probabilities = table_->overall_row_probabilities().data();
+  } else if (config_.draw_recycled && table_ != nullptr) {
+    // No row for the token: one candidate drawn from the overall row, when there is one.
+    const std::span<const Token> overall = table_->overall_row();
+    context.overall = !overall.empty();
+    if (context.overall) {
+      context.row = overall.data();
+      context.row_size = static_cast<std::uint32_t>(overall.size());
+      context.row_probabilities = table_->overall_row_probabilities().data();
+    }
   }
   // Beside a drawn row the text speaks only after 2 or 3 tokens: after the one token the row
   // also follows, the model's own distribution drawn from is accepted more often than the text's
@@ -256,11 +260,7 @@ float TreeDrafter::locate(Context& context, std::size_t spine_made) const noexce
   if (context.text != nullptr) {
     best = std::max(best, std::min(1.0f, share(*context.text, 0) * estimates_[text_class(context.text_order, 0)]));
   }
-  if (context.overall) {
-    best = std::max(best, std::min(1.0f, estimates_[kOverallClass]));
-  } else if (!row.empty()) {
-    best = std::max(best, std::min(1.0f, estimates_[top_k_class(0)]));
-  }
+  if (context.row_size != 0) best = std::max(best, std::min(1.0f, estimates_[row_class(context, 0)]));
   return best;
 }
 
@@ -288,11 +288,11 @@ std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, 
   std::uint64_t seen = 0;  // bit (token & 63) set: the token may already be out
   while (n < config_.max_children) {
     const bool text_left = text != nullptr && t < kSlotsPerContext && text->counts[t] != 0;
+    // The overall row offers one draw; a token's row, every rank.
     const bool row_left = r < (context.overall ? std::min<std::size_t>(1, row.size()) : row.size());
     const float text_p =
         text_left ? std::min({text_cap, 1.0f, share(*text, t) * estimates_[text_class(text_order, 0)]}) : -1.0f;
-    const float row_p =
-        row_left ? std::min(row_cap, estimates_[context.overall ? kOverallClass : top_k_class(r)]) : -1.0f;
+    const float row_p = row_left ? std::min(row_cap, estimates_[row_class(context, r)]) : -1.0f;
     const float spine_p = spine_left ? spine_conditional_[next_spine] : -1.0f;
     Candidate next;
     if (spine_p >= text_p && spine_p >= row_p && spine_left) {
@@ -303,7 +303,7 @@ std::size_t TreeDrafter::expand(const Context& context, std::size_t spine_made, 
       text_cap = text_p;
       ++t;
     } else if (row_left) {
-      next = Candidate{row[r], row_p, context.overall ? kOverallClass : top_k_class(r), 1.0f};
+      next = Candidate{row[r], row_p, row_class(context, r), 1.0f};
       row_cap = row_p;
       ++r;
       if (drawn) {

@@ -258,6 +258,11 @@ class TreeDrafter {
   using HeapEntry = std::uint64_t;
   static constexpr std::uint32_t kExpand = 0xff;
 
+  // The calibration class of the rank-`rank` candidate of a node's row: its top-k rank's, or the
+  // overall row's.
+  [[nodiscard]] static std::uint8_t row_class(const Context& context, std::size_t rank) noexcept {
+    return context.overall ? kOverallClass : top_k_class(rank);
+  }
   void learn(Token token) noexcept;
   void check_pass(const DraftTree& tree, std::span<const Token> fed, std::span<const Token> model_tokens,
                   std::span<const std::size_t> kept, std::span<const Token> top) const;

@@ -150,8 +150,8 @@ class BatchSpeculator(Closable):
         top-k candidates are drawn from the probabilities :meth:`accept_trees` records with
         `top_probabilities`, for an engine that verifies by rejection sampling; the tables then keep
         probabilities), ``draw_seed`` (the draws' seed, default 0) and ``recycled_history`` (with
-        ``draw_recycled``: what a row keeps of the distributions recorded before, default 0.6). A tree batch reads `corpus_file`
-        too (its drafters' spine drafts from it).
+        ``draw_recycled``: what a row keeps of the distributions recorded before, default 0.6). A tree
+        batch reads `corpus_file` too (its drafters' spine drafts from it).
         `vocab_size`: the model's vocabulary (0, the default: unknown; for a tree batch, the tree's
         ``vocab_size`` then, which may not disagree); the drafters cut drafts at their first token
         not below it and count the tokens cut (:attr:`BatchStats.out_of_vocabulary`), and a

@@ -221,7 +221,8 @@ def test_drawn_trees_give_each_node_its_q_from_the_recorded_probabilities() -> N
     # Over random passes (a random model answer per entry): each node's q is empty (chosen) or a
     # support of tokens from the recorded row of its parent's token, with their recorded
     # probabilities, never one taken before it at its parent; where the parent's token has no
-    # row yet, one node's support is from the overall row of every distribution recorded. Drawn nodes appear once rows are recorded.
+    # row yet, one node's support is from the overall row of every distribution recorded. Drawn nodes
+    # appear once rows are recorded.
     vocab, k = 16, 4
     top_rows, p_rows = drawing_rows(vocab, k)
     spec = BatchSpeculator(max_sequences=3, tree={"vocab_size": vocab, "top_k": k, "draw_recycled": True,
