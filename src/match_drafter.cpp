@@ -9,7 +9,6 @@
 #include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
 #include "ngramspec/detail/prefetch.hpp"
-#include "ngramspec/detail/renamed_setting.hpp"
 
 namespace ngramspec {
 namespace {
@@ -22,18 +21,12 @@ namespace {
 constexpr std::size_t kMinIndexCapacity = MatchDrafter::kMaxCountOrder;
 
 MatchConfig validated(MatchConfig config) {
-  const MatchConfig defaults{};
-  const char* const where = "ngramspec::MatchConfig";
-  // The names the values were set by, for the messages below.
-  const char* const capacity = detail::fold_renamed_setting(config.index_capacity, config.cap,
-                                                            defaults.index_capacity, where, "index_capacity", "cap");
-  const char* const max_drafts = detail::fold_renamed_setting(config.max_drafts, config.draft_count,
-                                                              defaults.max_drafts, where, "max_drafts", "draft_count");
   if (config.index_capacity < kMinIndexCapacity) {
-    invalid(capacity, config.index_capacity, "must be at least " + std::to_string(kMinIndexCapacity));
+    invalid("index_capacity", config.index_capacity, "must be at least " + std::to_string(kMinIndexCapacity));
   }
   if (config.index_capacity > MatchDrafter::kMaxIndexCapacity) {
-    invalid(capacity, config.index_capacity, "must be at most " + std::to_string(MatchDrafter::kMaxIndexCapacity));
+    invalid("index_capacity", config.index_capacity,
+            "must be at most " + std::to_string(MatchDrafter::kMaxIndexCapacity));
   }
   if (config.count_window != 0 &&
       (config.count_window < kMinIndexCapacity || config.count_window > MatchDrafter::kMaxIndexCapacity)) {
@@ -42,7 +35,7 @@ MatchConfig validated(MatchConfig config) {
                 std::to_string(MatchDrafter::kMaxIndexCapacity));
   }
   if (config.copy_min_match == 0) invalid("copy_min_match", config.copy_min_match, "must be at least 1");
-  if (config.max_drafts == 0) invalid(max_drafts, config.max_drafts, "must be at least 1");
+  if (config.max_drafts == 0) invalid("max_drafts", config.max_drafts, "must be at least 1");
   if (config.count_max_order < 2 || config.count_max_order > MatchDrafter::kMaxCountOrder) {
     invalid("count_max_order", config.count_max_order,
             "must be between 2 and " + std::to_string(MatchDrafter::kMaxCountOrder));

@@ -7,7 +7,6 @@
 
 #include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
-#include "ngramspec/detail/renamed_setting.hpp"
 
 namespace ngramspec {
 namespace {
@@ -17,9 +16,6 @@ namespace {
 }
 
 NGramConfig validated(NGramConfig config) {
-  const char* const max_drafts = detail::fold_renamed_setting(config.max_drafts, config.draft_count,
-                                                              NGramConfig{}.max_drafts, "ngramspec::NGramConfig",
-                                                              "max_drafts", "draft_count");
   if (config.min_order < 2) invalid("min_order", config.min_order, "must be at least 2 (a bigram)");
   if (config.max_order < config.min_order) {
     invalid("max_order", config.max_order, "must be at least min_order (" + std::to_string(config.min_order) + ")");
@@ -27,7 +23,7 @@ NGramConfig validated(NGramConfig config) {
   if (config.max_order > NGramPredictor::kMaxSupportedOrder) {
     invalid("max_order", config.max_order, "must be at most " + std::to_string(NGramPredictor::kMaxSupportedOrder));
   }
-  if (config.max_drafts == 0) invalid(max_drafts, config.max_drafts, "must be at least 1");
+  if (config.max_drafts == 0) invalid("max_drafts", config.max_drafts, "must be at least 1");
   if (config.window < config.max_order) {
     invalid("window", config.window, "must be at least max_order (" + std::to_string(config.max_order) + ")");
   }

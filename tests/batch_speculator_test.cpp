@@ -1321,7 +1321,7 @@ TEST(BatchSpeculatorTrees, DistributionStepsDoNotAllocate) {
   EXPECT_GT(engine.drawn_nodes, 0U);  // the recycled candidates were drawn
 
   // Chains of MatchDrafters give one-hot entries, one per draft, and allocate nothing either.
-  BatchSpeculator<> spec(BatchConfig{.max_sequences = 4}, MatchConfig{.cap = 64, .count_window = 32, .min_confidence = 0});
+  BatchSpeculator<> spec(BatchConfig{.max_sequences = 4}, MatchConfig{.index_capacity = 64, .count_window = 32, .min_confidence = 0});
   std::vector<SequenceId> ids{1, 2, 3, 4};
   std::vector<Token> prompt;
   for (Token t = 0; t < 30; ++t) prompt.push_back(t % 3);

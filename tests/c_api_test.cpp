@@ -312,9 +312,9 @@ TEST(CApiMatchDrafter, BadArgumentsAreReportedAndChangeNothing) {
   };
   std::vector<BadConfig> bad;
   const ngramspec_match_config defaults = ngramspec_match_config_default();
-  bad.push_back({defaults, "cap = 1 is invalid"});
+  bad.push_back({defaults, "index_capacity = 1 is invalid"});
   bad.back().config.cap = 1;
-  bad.push_back({defaults, "cap = 16777217 is invalid"});
+  bad.push_back({defaults, "index_capacity = 16777217 is invalid"});
   bad.back().config.cap = MatchDrafter::kMaxIndexCapacity + 1;
   bad.push_back({defaults, "copy_min_match = 0 is invalid"});
   bad.back().config.copy_min_match = 0;
@@ -798,7 +798,7 @@ TEST(CApiBatch, CreateRejectsBadConfigsNamingTheFieldAndValue) {
   bad.back().config.cost = "";
   bad.push_back({base, {"'table:2=1,1=2' is not a cost"}});
   bad.back().config.cost = "table:2=1,1=2";
-  bad.push_back({base, {"MatchConfig: cap = 2 is invalid"}});
+  bad.push_back({base, {"MatchConfig: index_capacity = 2 is invalid"}});
   bad.back().config.drafter.cap = 2;
   bad.push_back({base, {"MatchConfig: min_confidence = -1"}});
   bad.back().config.drafter.min_confidence = -1;
@@ -2162,7 +2162,7 @@ TEST(CApiCorpusFile, BadArgumentsAreReportedAndChangeNothing) {
   config.cap = 1;
   ngramspec_match_drafter* match = sentinel_handle<ngramspec_match_drafter>();
   EXPECT_INVALID(ngramspec_match_drafter_create_file(&config, nullptr, file.get(), NGRAMSPEC_PREFER_LIVE, &match),
-                 "ngramspec_match_drafter_create_file: ", "MatchConfig: cap = 1 is invalid");
+                 "ngramspec_match_drafter_create_file: ", "MatchConfig: index_capacity = 1 is invalid");
   EXPECT_EQ(match, sentinel_handle<ngramspec_match_drafter>());
   ngramspec_batch_config batch_config = small_batch_config(2);
   batch_config.cost = "knee:0";

@@ -130,54 +130,6 @@ TEST(MatchDrafterConfig, InvalidFieldsAreNamedWithTheirValue) {
   EXPECT_EQ(message(MatchConfig{}), "no exception");
 }
 
-// cap and draft_count, the former names of index_capacity and max_drafts, configure a drafter as
-// the current names do: the same memory and drafts, the value read back under both names; set to
-// values that disagree, the two are refused by name, and a value refused is named as it was set.
-TEST(MatchDrafterConfig, FormerNamesConfigureAsTheCurrentOnes) {
-  for (std::uint64_t seed = 0; seed < 60; ++seed) {
-    std::mt19937_64 rng(seed);
-    const std::size_t capacity = 4 + rng() % 300;
-    const std::size_t max_drafts = 1 + rng() % 12;
-    const double gate = rng() % 2 == 0 ? 0.0 : 0.03;
-    SCOPED_TRACE("seed " + std::to_string(seed) + " capacity " + std::to_string(capacity) + " max_drafts " +
-                 std::to_string(max_drafts) + " gate " + std::to_string(gate));
-    MatchDrafter current(MatchConfig{.index_capacity = capacity, .max_drafts = max_drafts, .min_confidence = gate});
-    MatchDrafter former(MatchConfig{.cap = capacity, .draft_count = max_drafts, .min_confidence = gate});
-    MatchDrafter both(MatchConfig{.index_capacity = capacity,
-                                  .cap = capacity,
-                                  .max_drafts = max_drafts,
-                                  .draft_count = max_drafts,
-                                  .min_confidence = gate});
-    for (const MatchDrafter* drafter : {&current, &former, &both}) {
-      EXPECT_EQ(drafter->memory_bytes(), current.memory_bytes());
-      EXPECT_EQ(drafter->config().index_capacity, capacity);
-      EXPECT_EQ(drafter->config().cap, capacity);
-      EXPECT_EQ(drafter->config().max_drafts, max_drafts);
-      EXPECT_EQ(drafter->config().draft_count, max_drafts);
-      // What a drafter reads back configures the same drafter again.
-      EXPECT_EQ(MatchDrafter(drafter->config()).memory_bytes(), current.memory_bytes());
-    }
-    for (const Token token : random_stream(rng, 1 + rng() % 600)) {
-      current.update(token);
-      former.update(token);
-      both.update(token);
-      const std::size_t room = rng() % 20;
-      ASSERT_EQ(drafts(former, room), drafts(current, room)) << "room " << room;
-      ASSERT_EQ(drafts(both, room), drafts(current, room)) << "room " << room;
-    }
-  }
-  const auto refusal = [](const MatchConfig& config) {
-    return test::invalid_argument_message([&] { MatchDrafter drafter(config); });
-  };
-  EXPECT_THAT(refusal(MatchConfig{.index_capacity = 128, .cap = 64}),
-              HasSubstr("cap = 64 and index_capacity = 128 disagree"));
-  EXPECT_THAT(refusal(MatchConfig{.max_drafts = 4, .draft_count = 8}),
-              HasSubstr("draft_count = 8 and max_drafts = 4 disagree"));
-  EXPECT_THAT(refusal(MatchConfig{.cap = 3}), HasSubstr("cap = 3 is invalid"));
-  EXPECT_THAT(refusal(MatchConfig{.draft_count = 0}), HasSubstr("draft_count = 0 is invalid"));
-  EXPECT_THAT(refusal(MatchConfig{.index_capacity = 3}), HasSubstr("index_capacity = 3 is invalid"));
-}
-
 TEST(MatchDrafterConfig, InvalidMinConfidenceIsNamedWithItsValue) {
   const auto message = [](double min_confidence) {
     try {

@@ -392,32 +392,6 @@ TEST(NGramPredictor, RejectsInvalidConfigNamingFieldAndValue) {
   expect_rejected(make_config(2, 4, 4, NGramPredictor::kMaxWindow + 1), "window", NGramPredictor::kMaxWindow + 1);
 }
 
-// draft_count, the former name of max_drafts, limits the drafts as max_drafts does and reads back
-// under both names; the two set to values that disagree are refused by name, and a value refused
-// is named as it was set.
-TEST(NGramPredictor, DraftCountIsTheFormerNameOfMaxDrafts) {
-  for (std::uint64_t seed = 0; seed < 40; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    const std::size_t max_drafts = 1 + rng() % 10;
-    NGramPredictor current(NGramConfig{.max_drafts = max_drafts, .window = 64});
-    NGramPredictor former(NGramConfig{.draft_count = max_drafts, .window = 64});
-    EXPECT_EQ(former.config().max_drafts, max_drafts);
-    EXPECT_EQ(former.config().draft_count, max_drafts);
-    EXPECT_EQ(current.config().draft_count, max_drafts);
-    EXPECT_EQ(NGramPredictor(former.config()).config().max_drafts, max_drafts);
-    for (int i = 0; i < 200; ++i) {
-      const auto token = static_cast<Token>(rng() % 3);
-      current.update(token);
-      former.update(token);
-      ASSERT_EQ(drafts(former, 16), drafts(current, 16));
-      ASSERT_LE(drafts(former, 16).size(), max_drafts);
-    }
-  }
-  expect_rejected(NGramConfig{.max_drafts = 4, .draft_count = 8}, "draft_count = 8 and max_drafts = 4 disagree", 8);
-  expect_rejected(NGramConfig{.draft_count = 0}, "draft_count = 0 is invalid", 0);
-}
-
 TEST(NGramPredictor, AcceptsBoundaryConfigs) {
   for (const NGramConfig& config :
        {make_config(2, 2, 1, 2),

@@ -26,23 +26,20 @@ enum class CorpusPreference {
 
 /// Configuration of a MatchDrafter; validated once, by the constructor.
 ///
-/// `cap` and `draft_count` are the former names of index_capacity and max_drafts, kept so that
-/// code written against them compiles: the constructor takes the value of a former name that
-/// differs from its default when the current name is left at its default, refuses the two set
-/// to different values (std::invalid_argument naming both), and keeps the value under both names
-/// in config(). Set the current names in new code, by name: each former name sits right after
-/// its current one, so values listed by position land on the former names.
+/// One member per setting, in the order the settings were first given (index_capacity,
+/// copy_min_match, max_drafts, count_max_order; a new setting goes last), so that values listed
+/// by position keep their meaning: `MatchConfig{8192, 16}` is index_capacity, copy_min_match.
+/// index_capacity and max_drafts were first named `cap` and `draft_count`; the former names are
+/// no longer members, so code that names them fails to compile instead of meaning something else.
 struct MatchConfig {
   /// Most tokens the match index holds: the sequence's first index_capacity tokens are copied
   /// from, later ones only move the match. Its tables are sized by it, so set it to the longest
   /// context served.
   std::size_t index_capacity = 8192;
-  std::size_t cap = 8192;           ///< former name of index_capacity
   std::size_t copy_min_match = 2;   ///< copy after the match when it is at least this long; counts below
   /// Most tokens one predict() proposes, beyond the room its caller gives. Unlimited by default,
   /// so that the caller's limit (DecodeOptions::max_drafts for the decoders) is the one setting.
   std::size_t max_drafts = std::numeric_limits<std::size_t>::max();
-  std::size_t draft_count = std::numeric_limits<std::size_t>::max();  ///< former name of max_drafts
   std::size_t count_max_order = 3;  ///< longest n-gram of the counts for short matches: 2..kMaxCountOrder
   /// The counts slide over the last min(count_window, index_capacity) tokens; 0: index_capacity.
   /// Short contexts are local: a window predicts about as well as the whole context

@@ -16,18 +16,17 @@ namespace ngramspec {
 
 /// Configuration of an NGramPredictor; validated once, by the constructor.
 ///
-/// `draft_count` is the former name of max_drafts, kept so that code written against it
-/// compiles: the constructor takes its value when it differs from the default and max_drafts is
-/// left at the default, refuses the two set to different values (std::invalid_argument naming
-/// both), and keeps the value under both names in config(). Set max_drafts in new code, by name:
-/// draft_count sits right after it, so values listed by position land on it (window's among them).
+/// One member per setting, in the order the settings were first given (a new setting goes last),
+/// so that values listed by position keep their meaning: `NGramConfig{2, 4, 4, 512}` is
+/// min_order, max_order, max_drafts, window. max_drafts was first named `draft_count`; the former
+/// name is no longer a member, so code that names it fails to compile instead of meaning
+/// something else.
 struct NGramConfig {
   std::size_t min_order = 2;    ///< shortest n-gram, counting the predicted token (2 = bigram)
   std::size_t max_order = 4;    ///< longest n-gram (4 = three tokens of context)
   /// Most tokens one predict() proposes, beyond the room its caller gives. Unlimited by default,
   /// so that the caller's limit (DecodeOptions::max_drafts for the decoders) is the one setting.
   std::size_t max_drafts = std::numeric_limits<std::size_t>::max();
-  std::size_t draft_count = std::numeric_limits<std::size_t>::max();  ///< former name of max_drafts
   std::size_t window = 512;     ///< sliding window of recent tokens whose n-grams are counted
 };
 

@@ -220,7 +220,7 @@ def test_bad_arguments_raise_type_and_value_errors(tmp_path: Path) -> None:
             BatchSpeculator(max_sequences=1, corpus=mapped)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="room"):
             mapped.draft([1, 2], -1)
-        with pytest.raises(ValueError, match="MatchConfig: cap = 1 is invalid"):
+        with pytest.raises(ValueError, match="MatchConfig: index_capacity = 1 is invalid"):
             MatchDrafter(cap=1, corpus_file=mapped)
         assert mapped._users == 0  # the failed creates let go of it
     with pytest.raises(ValueError, match="closed"):

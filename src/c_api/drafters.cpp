@@ -42,7 +42,7 @@ namespace ngramspec::c_api {
 MatchConfig to_cpp(const ngramspec_match_config* c) noexcept {
   MatchConfig config;
   if (c == nullptr) return config;
-  config.cap = c->cap;
+  config.index_capacity = c->index_capacity;
   config.copy_min_match = c->copy_min_match;
   config.count_max_order = c->count_max_order;
   config.count_window = c->count_window;
@@ -52,7 +52,7 @@ MatchConfig to_cpp(const ngramspec_match_config* c) noexcept {
 
 ngramspec_match_config to_c(const MatchConfig& config) noexcept {
   ngramspec_match_config c;
-  c.cap = config.cap;
+  c.index_capacity = config.index_capacity;
   c.copy_min_match = config.copy_min_match;
   c.count_max_order = config.count_max_order;
   c.count_window = config.count_window;
