@@ -192,6 +192,9 @@ void SharedCorpus::save(const std::filesystem::path& path) const {
 void SharedCorpus::load(const std::filesystem::path& path, ChecksumCheck check) {
   const MappedCorpus file(path);  // a bad file throws here or below, before anything changes
   if (check == ChecksumCheck::verify) file.verify_checksums();
+  // Trusted or not: checksums written over a wrong record table hold, and its records would read
+  // as other text (clamped into the tokens, overlapping).
+  file.verify_records();
   const std::size_t first = file.first_record_kept(tokens_.size());
   const WriterTurn turn(*this);
   clear_locked();
@@ -199,7 +202,6 @@ void SharedCorpus::load(const std::filesystem::path& path, ChecksumCheck check) 
     const CorpusRecord record = file.record(r);
     const std::span<const Token> tokens =
         record.tokens.size() > tokens_.size() ? record.tokens.last(tokens_.size()) : record.tokens;
-    if (tokens.empty()) continue;  // only a corrupted file has one; append() ignores them too
     append_locked(tokens, record.stamp);
   }
 }
