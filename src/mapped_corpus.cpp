@@ -393,21 +393,24 @@ void MappedCorpus::verify_records() const {
   }
 }
 
+void MappedCorpus::verify_tokens(std::size_t from) const {
+  if (vocabulary_.size == 0) return;
+  for (std::size_t p = from; p < tokens_.size(); ++p) {
+    if (tokens_[p] >= vocabulary_.size) {
+      throw CorpusFileError(path_, std::string(format::section_name(0)),
+                            "token " + std::to_string(tokens_[p]) + " at position " + std::to_string(p) +
+                                " is outside the file's vocabulary of " + std::to_string(vocabulary_.size) + " tokens");
+    }
+  }
+}
+
 void MappedCorpus::verify() const {
   verify_checksums();
   const auto fail = [&](std::size_t section, const std::string& problem) {
     throw CorpusFileError(path_, std::string(format::section_name(section)), problem);
   };
   const std::uint64_t held = tokens_.size();
-  // Tokens: inside the vocabulary the file records, when it records one.
-  if (vocabulary_.size != 0) {
-    for (std::uint64_t p = 0; p < held; ++p) {
-      if (tokens_[p] >= vocabulary_.size) {
-        fail(0, "token " + std::to_string(tokens_[p]) + " at position " + std::to_string(p) +
-                    " is outside the file's vocabulary of " + std::to_string(vocabulary_.size) + " tokens");
-      }
-    }
-  }
+  verify_tokens(0);
   verify_records();
   // Tables: every slot names the latest occurrence of an n-gram whose hash it fingerprints and
   // whose home is within max_probe; each n-gram's latest occurrence is stored.

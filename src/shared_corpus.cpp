@@ -196,6 +196,10 @@ void SharedCorpus::load(const std::filesystem::path& path, ChecksumCheck check) 
   // as other text (clamped into the tokens, overlapping).
   file.verify_records();
   const std::size_t first = file.first_record_kept(tokens_.size());
+  // A token outside the file's vocabulary would be drafted to a model that cannot take it.
+  if (first < file.records()) {
+    file.verify_tokens(static_cast<std::size_t>(file.record(first).tokens.data() - file.tokens().data()));
+  }
   const WriterTurn turn(*this);
   clear_locked();
   for (std::size_t r = first; r < file.records(); ++r) {

@@ -651,6 +651,41 @@ TEST(CorpusFileErrors, ARecordTablePastTheTokensUnderFreshChecksumsIsRefusedByEv
   EXPECT_NO_THROW(MappedCorpus(merged).verify());
 }
 
+// A token outside the vocabulary the file records, under fresh checksums: only verify()'s token
+// check tells. A load would hand it to drafters as text (a model that cannot take it answers
+// every request with an error) and a merge would write it out under fresh checksums; each
+// refuses it instead with verify()'s message, naming the token and its position.
+TEST(CorpusFileErrors, ATokenOutsideTheRecordedVocabularyUnderFreshChecksumsIsRefusedByEveryLoaderAndMerge) {
+  TempDir dir;
+  CorpusBuilder builder(CorpusBuilder::kNoCap, CorpusVocabulary{11, 0});
+  for (int r = 0; r < 20; ++r) {
+    std::vector<Token> record;
+    for (int i = 0; i < 3 + r % 5; ++i) record.push_back(static_cast<Token>((r * 3 + i) % 11));
+    builder.add(record, 100 + r);
+  }
+  static_cast<void>(builder.write(dir / "c.ngc"));
+  ASSERT_NO_THROW(MappedCorpus(dir / "c.ngc").verify());
+  Bytes bytes = read_bytes(dir / "c.ngc");
+  const format::SectionEntry tokens = header_of(bytes).sections[0];
+  const std::size_t held = static_cast<std::size_t>(tokens.bytes / sizeof(Token));
+  // The last token: inside every record a load keeps, whatever the corpus's capacity.
+  const std::size_t at = held - 1;
+  const Token foreign = 2130706697;
+  std::memcpy(bytes.data() + tokens.offset + at * sizeof(Token), &foreign, sizeof foreign);
+  fix_checksums(bytes, 0);
+  const auto path = dir / "foreign.ngc";
+  write_bytes(path, bytes);
+  EXPECT_NO_THROW(MappedCorpus(path).verify_checksums());
+  EXPECT_NO_THROW(MappedCorpus(path).verify_records());
+  const std::string expected = "corpus file '" + path.string() + "', section tokens: token 2130706697 at position " +
+                               std::to_string(at) + " is outside the file's vocabulary of 11 tokens";
+  const Readings readings = read_with_each(path);
+  EXPECT_EQ(readings.verify, expected);
+  EXPECT_EQ(readings.load, expected);
+  EXPECT_EQ(readings.load_trusted, expected);
+  EXPECT_EQ(readings.builder_add, expected);
+}
+
 // Random corruptions of the record table (starts moved, entries swapped or repeated, stamps
 // changed) and of the header's first and last stamps, checksums made to hold: load, trusted
 // load and a builder's add (a merge) each refuse exactly the files verify() refuses, with

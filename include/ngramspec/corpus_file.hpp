@@ -32,7 +32,8 @@ struct CorpusVocabulary {
 enum class ChecksumCheck {
   verify,  ///< read every byte once and refuse a file whose sections fail their checksums (the default)
   skip,    ///< trust the body's bytes: for files known good (just written by this process, say); the
-           ///< header and the records are checked all the same (MappedCorpus::verify_records)
+           ///< header, the records and the tokens kept are checked all the same
+           ///< (MappedCorpus::verify_records, verify_tokens)
 };
 
 /// A corpus file could not be read or written: it is missing, truncated, corrupted, of

@@ -86,6 +86,12 @@ class MappedCorpus {
   /// SharedCorpus::load and CorpusBuilder::add (a merge) take no file whose records verify()
   /// refuses.
   void verify_records() const;
+  /// The tokens from position `from` on, as verify() checks them: each below the vocabulary size
+  /// the file records (nothing to check when it records none). Throws CorpusFileError naming the
+  /// "tokens" section, the token and its position. O(tokens read); checksums written over a
+  /// token outside the vocabulary hold, so whatever copies tokens out of a file checks the ones
+  /// it copies: SharedCorpus::load (the records it keeps) and CorpusBuilder::add (every token).
+  void verify_tokens(std::size_t from = 0) const;
 
   /// Tokens held.
   [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(header_->tokens); }

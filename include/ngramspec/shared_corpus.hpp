@@ -95,7 +95,9 @@ class SharedCorpus {
   /// never write its damage out under fresh checksums; ChecksumCheck::skip trusts the body's
   /// bytes (a file this process just wrote) and skips the checksums. Either way the records are
   /// checked against the start bits and the header (MappedCorpus::verify_records, O(records +
-  /// tokens / 64)), so no load takes records that verify() refuses, however their checksums read.
+  /// tokens / 64)), so no load takes records that verify() refuses, however their checksums read;
+  /// and the tokens of the records kept against the vocabulary the file records
+  /// (MappedCorpus::verify_tokens), so no token a model cannot take is ever drafted from it.
   void load(const std::filesystem::path& path, ChecksumCheck check = ChecksumCheck::verify);
 
   /// Writes to `out` up to out.size() tokens that followed the most recent occurrence in the

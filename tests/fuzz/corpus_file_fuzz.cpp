@@ -23,15 +23,16 @@
 //    over the same records;
 //  - checked by verify_records(), which verify() agrees with: a file whose checksums hold is
 //    refused by verify() with verify_records()'s message (or earlier, for a token outside the
-//    recorded vocabulary) when verify_records() refuses it, and otherwise only for its tokens or
-//    its tables, which no load or merge copies;
+//    recorded vocabulary) when verify_records() refuses it, and otherwise only for its tokens
+//    (verify_tokens() says which) or its tables, which no load or merge copies;
 //  - loaded by a SharedCorpus of 256 tokens that holds a record of its own: load() throws
 //    CorpusFileError exactly when mapping, verify_checksums() or verify_records() did (a version
-//    1 file reads as recording no vocabulary), load(ChecksumCheck::skip) exactly when mapping or
-//    verify_records() did, and CorpusBuilder::add (a merge) of the mapped file exactly when
-//    verify_records() did; a refused load leaves the corpus unchanged (size, records, stamp,
-//    drafts); after loading a verified file it drafts as NaiveCorpus over the file's records
-//    with its capacity.
+//    1 file reads as recording no vocabulary) or verify_tokens() over the records it keeps did,
+//    load(ChecksumCheck::skip) exactly when mapping, verify_records() or that verify_tokens()
+//    did, and CorpusBuilder::add (a merge) of the mapped file exactly when verify_records() or
+//    verify_tokens() over every token did; a refused load leaves the corpus unchanged (size,
+//    records, stamp, drafts); after loading a verified file it drafts as NaiveCorpus over the
+//    file's records with its capacity.
 //
 // Flag 0x80 set ("builder" mode): the rest is a byte cap (or none), an alphabet and a script of
 // records (new tokens, exact duplicates, empty ones; stamps that tie, are negative or extreme)
@@ -407,6 +408,7 @@ void run_file(std::uint8_t flags, std::span<const std::uint8_t> input) {
   bool mapped = false;
   bool checksums_hold = false;
   bool records_hold = false;
+  bool kept_tokens_hold = false;
   bool verified = false;
   std::optional<CorpusFileError> verify_refusal;
   std::vector<std::vector<Token>> contexts;
@@ -432,15 +434,45 @@ void run_file(std::uint8_t flags, std::span<const std::uint8_t> input) {
       check_error(e, corpus.path());
       records_refusal = e;
     }
-    // A merge copies the records out under fresh checksums: it takes exactly what verify_records() does.
+    // The tokens inside the recorded vocabulary: all of them (what a merge copies), and those of
+    // the records a load into a corpus of kMinTokens keeps.
+    std::optional<CorpusFileError> tokens_refusal;
+    try {
+      corpus.verify_tokens();
+    } catch (const CorpusFileError& e) {
+      check_error(e, corpus.path());
+      if (e.section() != "tokens") fuzz_fail("verify_tokens() refused naming another section than tokens");
+      tokens_refusal = e;
+    }
+    if (records_hold && corpus.records() > 0) {
+      const std::size_t first = corpus.first_record_kept(SharedCorpus::kMinTokens);
+      try {
+        corpus.verify_tokens(static_cast<std::size_t>(corpus.record(first).tokens.data() - corpus.tokens().data()));
+        kept_tokens_hold = true;
+      } catch (const CorpusFileError& e) {
+        check_error(e, corpus.path());
+      }
+    } else {
+      kept_tokens_hold = true;
+    }
+    if (kept_tokens_hold && tokens_refusal && corpus.records() == 0) {
+      fuzz_fail("verify_tokens() refused a token of a file that holds no record");
+    }
+    // A merge copies the records out under fresh checksums: it takes exactly what verify_records()
+    // and verify_tokens() do, with the first refusal's message.
     try {
       CorpusBuilder merge;
       merge.add(corpus);
-      if (!records_hold) fuzz_fail("CorpusBuilder::add took a file whose records verify_records() refuses");
+      if (!records_hold || tokens_refusal) {
+        fuzz_fail("CorpusBuilder::add took a file whose records or tokens verify() refuses");
+      }
     } catch (const CorpusFileError& e) {
-      if (records_hold) fuzz_fail("CorpusBuilder::add refused a file whose records verify_records() takes");
-      if (std::string(e.what()) != records_refusal->what()) {
-        fuzz_fail("CorpusBuilder::add refused with another message than verify_records()");
+      if (records_hold && !tokens_refusal) {
+        fuzz_fail("CorpusBuilder::add refused a file whose records and tokens verify() takes");
+      }
+      const std::string expected = records_hold ? tokens_refusal->what() : records_refusal->what();
+      if (std::string(e.what()) != expected) {
+        fuzz_fail("CorpusBuilder::add refused with another message than verify_records() or verify_tokens()");
       }
     }
     exercise_mapped(corpus, bytes, flags, contexts, verified, verify_refusal);
@@ -487,9 +519,11 @@ void run_file(std::uint8_t flags, std::span<const std::uint8_t> input) {
   } catch (const CorpusFileError& e) {
     check_error(e, path);
   }
-  // load() verifies the checksums and the records: it takes exactly the files that map and pass both.
-  if (loaded != (checksums_hold && records_hold)) {
-    fuzz_fail("SharedCorpus::load took a file whose checksums or records fail, or refused one that passes both");
+  // load() verifies the checksums, the records and the tokens of the records it keeps: it takes
+  // exactly the files that map and pass all three.
+  if (loaded != (checksums_hold && records_hold && kept_tokens_hold)) {
+    fuzz_fail("SharedCorpus::load took a file whose checksums, records or kept tokens fail, or refused one that "
+              "passes all three");
   }
   // Trusted, it skips the checksums, never the records.
   {
@@ -505,8 +539,8 @@ void run_file(std::uint8_t flags, std::span<const std::uint8_t> input) {
         fuzz_fail("a failed trusted SharedCorpus::load changed the corpus");
       }
     }
-    if (taken != records_hold) {
-      fuzz_fail("a trusted SharedCorpus::load disagrees with verify_records()");
+    if (taken != (records_hold && kept_tokens_hold)) {
+      fuzz_fail("a trusted SharedCorpus::load disagrees with verify_records() and verify_tokens()");
     }
   }
   if (!loaded) {
