@@ -312,6 +312,9 @@ void CorpusBuilder::add(std::span<const Token> tokens, std::int64_t stamp) {
 
 void CorpusBuilder::add(const MappedCorpus& file) {
   file.check_vocabulary(vocabulary_);
+  // A merge writes fresh checksums: records that verify() refuses must not come out under them.
+  file.verify_records();
+  file.verify_tokens();
   if (const std::size_t at = first_outside(file.tokens(), vocabulary_.size); at < file.size()) {
     throw ArgumentError("ngramspec::CorpusBuilder::add", "corpus file '" + file.path().string() + "': token " +
                                                              std::to_string(file.tokens()[at]) + " at position " +

@@ -359,21 +359,12 @@ void MappedCorpus::verify_checksums() const {
   }
 }
 
-void MappedCorpus::verify() const {
-  verify_checksums();
+void MappedCorpus::verify_records() const {
+  if (base_ == nullptr) throw CorpusFileError(path_, "", "nothing is mapped (a moved-from MappedCorpus)");
   const auto fail = [&](std::size_t section, const std::string& problem) {
     throw CorpusFileError(path_, std::string(format::section_name(section)), problem);
   };
   const std::uint64_t held = tokens_.size();
-  // Tokens: inside the vocabulary the file records, when it records one.
-  if (vocabulary_.size != 0) {
-    for (std::uint64_t p = 0; p < held; ++p) {
-      if (tokens_[p] >= vocabulary_.size) {
-        fail(0, "token " + std::to_string(tokens_[p]) + " at position " + std::to_string(p) +
-                    " is outside the file's vocabulary of " + std::to_string(vocabulary_.size) + " tokens");
-      }
-    }
-  }
   // Records: the first at 0, in order, each starting where a start bit is, and no other bits.
   std::uint64_t starts_seen = 0;
   for (std::uint64_t w = 0; w < (held + 63) / 64; ++w) {
@@ -400,6 +391,27 @@ void MappedCorpus::verify() const {
       (records_.front().stamp != header_->first_stamp || records_.back().stamp != header_->last_stamp)) {
     fail(2, "the first and last stamps do not match the header's");
   }
+}
+
+void MappedCorpus::verify_tokens(std::size_t from) const {
+  if (vocabulary_.size == 0) return;
+  for (std::size_t p = from; p < tokens_.size(); ++p) {
+    if (tokens_[p] >= vocabulary_.size) {
+      throw CorpusFileError(path_, std::string(format::section_name(0)),
+                            "token " + std::to_string(tokens_[p]) + " at position " + std::to_string(p) +
+                                " is outside the file's vocabulary of " + std::to_string(vocabulary_.size) + " tokens");
+    }
+  }
+}
+
+void MappedCorpus::verify() const {
+  verify_checksums();
+  const auto fail = [&](std::size_t section, const std::string& problem) {
+    throw CorpusFileError(path_, std::string(format::section_name(section)), problem);
+  };
+  const std::uint64_t held = tokens_.size();
+  verify_tokens(0);
+  verify_records();
   // Tables: every slot names the latest occurrence of an n-gram whose hash it fingerprints and
   // whose home is within max_probe; each n-gram's latest occurrence is stored.
   for (std::size_t order = 1; order <= format::kMaxOrder; ++order) {

@@ -192,14 +192,20 @@ void SharedCorpus::save(const std::filesystem::path& path) const {
 void SharedCorpus::load(const std::filesystem::path& path, ChecksumCheck check) {
   const MappedCorpus file(path);  // a bad file throws here or below, before anything changes
   if (check == ChecksumCheck::verify) file.verify_checksums();
+  // Trusted or not: checksums written over a wrong record table hold, and its records would read
+  // as other text (clamped into the tokens, overlapping).
+  file.verify_records();
   const std::size_t first = file.first_record_kept(tokens_.size());
+  // A token outside the file's vocabulary would be drafted to a model that cannot take it.
+  if (first < file.records()) {
+    file.verify_tokens(static_cast<std::size_t>(file.record(first).tokens.data() - file.tokens().data()));
+  }
   const WriterTurn turn(*this);
   clear_locked();
   for (std::size_t r = first; r < file.records(); ++r) {
     const CorpusRecord record = file.record(r);
     const std::span<const Token> tokens =
         record.tokens.size() > tokens_.size() ? record.tokens.last(tokens_.size()) : record.tokens;
-    if (tokens.empty()) continue;  // only a corrupted file has one; append() ignores them too
     append_locked(tokens, record.stamp);
   }
 }

@@ -2616,7 +2616,7 @@ TEST(CApiCorpusFile, TheVocabularyIsRecordedMatchedAndForeignDraftsAreDroppedAnd
 
 // ngramspec_corpus_load verifies every section's checksum: a body damaged since it was written
 // (random bytes over a tenth of it) is refused naming the file, the corpus unchanged;
-// ngramspec_corpus_load_trusted checks only the header.
+// ngramspec_corpus_load_trusted skips the checksums.
 TEST(CApiCorpusFile, LoadRefusesADamagedBodyAndLoadTrustedSkipsTheCheck) {
   const TempDir dir;
   std::mt19937_64 rng(99);
@@ -2656,6 +2656,47 @@ TEST(CApiCorpusFile, LoadRefusesADamagedBodyAndLoadTrustedSkipsTheCheck) {
   EXPECT_GT(records, 1U);
   ASSERT_C_OK(ngramspec_corpus_load(corpus.get(), path.c_str()));  // the good file loads, as many records
   EXPECT_EQ(ngramspec_corpus_records(corpus.get()), records);
+}
+
+// A record table written wrong under checksums made to match (record 10 starts at 10^12): both
+// loads refuse it as ngramspec_corpus_file_verify does, naming record 10, the corpus unchanged.
+TEST(CApiCorpusFile, BothLoadsRefuseARecordTableVerifyRefusesWhateverItsChecksums) {
+  const TempDir dir;
+  const CorpusPtr source = make_corpus(SharedCorpus::min_bytes());
+  for (Token r = 0; r < 20; ++r) {
+    const std::vector<Token> record = {r, r + 1, r + 2, r % 3};
+    ASSERT_C_OK(ngramspec_corpus_append(source.get(), record.data(), record.size()));
+  }
+  const std::filesystem::path path = dir / "forged.ngc";
+  ASSERT_C_OK(ngramspec_corpus_save(source.get(), path.c_str()));
+  std::vector<std::uint8_t> bytes = read_file<std::uint8_t>(path);
+  detail::corpus_format::Header header;
+  std::memcpy(&header, bytes.data(), sizeof header);
+  detail::corpus_format::SectionEntry& records = header.sections[2];
+  const std::uint64_t first = 1000000000000ULL;
+  std::memcpy(bytes.data() + records.offset + 10 * sizeof(detail::corpus_format::RecordEntry), &first, sizeof first);
+  records.checksum = detail::corpus_format::checksum(
+      std::as_bytes(std::span(bytes).subspan(static_cast<std::size_t>(records.offset),
+                                             static_cast<std::size_t>(records.bytes))));
+  header.header_checksum = detail::corpus_format::checksum(
+      std::as_bytes(std::span(&header, 1)).first(offsetof(detail::corpus_format::Header, header_checksum)));
+  std::memcpy(bytes.data(), &header, sizeof header);
+  ASSERT_TRUE(write_file(path, bytes));
+
+  const std::string problem = "corpus file '" + path.string() +
+                              "', section records: record 10 starts at token 1000000000000, not at a start bit after "
+                              "the previous record's start";
+  const CorpusFilePtr file = open_file(path);
+  ASSERT_C_OK(ngramspec_corpus_file_verify_checksums(file.get()));
+  EXPECT_FILE_ERROR(ngramspec_corpus_file_verify(file.get()), "ngramspec_corpus_file_verify: " + problem);
+  const CorpusPtr corpus = make_corpus(SharedCorpus::min_bytes());
+  const std::vector<Token> held = {1, 2, 3};
+  ASSERT_C_OK(ngramspec_corpus_append(corpus.get(), held.data(), held.size()));
+  EXPECT_FILE_ERROR(ngramspec_corpus_load(corpus.get(), path.c_str()), "ngramspec_corpus_load: " + problem);
+  EXPECT_FILE_ERROR(ngramspec_corpus_load_trusted(corpus.get(), path.c_str()),
+                    "ngramspec_corpus_load_trusted: " + problem);
+  EXPECT_EQ(ngramspec_corpus_records(corpus.get()), 1U);
+  EXPECT_EQ(ngramspec_corpus_size(corpus.get()), 3U);
 }
 
 // ---- Allocation ----------------------------------------------------------------------------------

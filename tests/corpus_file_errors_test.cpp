@@ -2,18 +2,24 @@
 // wrong. Structural faults are refused when the file is mapped; corrupted contents by verify(),
 // which drafting survives meanwhile. SharedCorpus::load and save fail whole.
 
+#include <sys/wait.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ngramspec/corpus_builder.hpp"
@@ -532,26 +538,213 @@ TEST(CorpusFileErrors, LoadingABadFileThrowsAndLeavesTheCorpusUnchanged) {
   EXPECT_EQ(corpus.records(), 3U);
 }
 
-TEST(CorpusFileErrors, LoadingAFileWithCorruptedRecordsCountsNoEmptyRecord) {
-  TempDir dir;
-  Bytes bytes = read_bytes(build_small(dir, "c.ngc"));
-  const format::Header header = header_of(bytes);
-  // Every record starts past the last token: as views they are all empty.
-  for (std::uint64_t r = 0; r < header.records; ++r) {
-    const std::uint64_t first = header.tokens;
-    std::memcpy(bytes.data() + header.sections[2].offset + r * sizeof(format::RecordEntry), &first, sizeof first);
+// Twenty records of repeated text (records 0 to 19, stamps 100 to 119), 110 tokens.
+std::filesystem::path build_twenty(const TempDir& dir, const std::string& name) {
+  CorpusBuilder builder;
+  for (int r = 0; r < 20; ++r) {
+    std::vector<Token> record;
+    for (int i = 0; i < 3 + r % 5; ++i) record.push_back(static_cast<Token>((r * 3 + i) % 11));
+    builder.add(record, 100 + r);
   }
-  const auto path = dir / "empty-records.ngc";
+  static_cast<void>(builder.write(dir / name));
+  return dir / name;
+}
+
+std::span<format::RecordEntry> records_of(Bytes& bytes) {
+  const format::SectionEntry section = header_of(bytes).sections[2];
+  return {reinterpret_cast<format::RecordEntry*>(bytes.data() + section.offset),
+          static_cast<std::size_t>(section.bytes / sizeof(format::RecordEntry))};
+}
+
+// What each reader that copies records out of the file says of it: "" when it takes the file,
+// else its refusal's message. A refused load leaves the corpus as it was; a refused add
+// leaves the builder empty.
+struct Readings {
+  std::string verify, load, load_trusted, builder_add;
+};
+
+Readings read_with_each(const std::filesystem::path& path) {
+  Readings out;
+  const auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const CorpusFileError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  out.verify = message([&] { MappedCorpus(path).verify(); });
+  for (const ChecksumCheck check : {ChecksumCheck::verify, ChecksumCheck::skip}) {
+    SharedCorpus corpus(SharedCorpus::min_bytes());
+    corpus.append(std::vector<Token>{40, 41, 42}, 7);
+    (check == ChecksumCheck::verify ? out.load : out.load_trusted) = message([&] { corpus.load(path, check); });
+    if (!(check == ChecksumCheck::verify ? out.load : out.load_trusted).empty()) {
+      EXPECT_EQ(corpus.size(), 3U);
+      EXPECT_EQ(corpus.records(), 1U);
+      EXPECT_EQ(corpus.last_stamp(), 7);
+    }
+  }
+  CorpusBuilder builder;
+  out.builder_add = message([&] { builder.add(MappedCorpus(path)); });
+  if (!out.builder_add.empty()) {
+    EXPECT_EQ(builder.tokens(), 0U);
+  }
+  return out;
+}
+
+// The exit status and what stderr said of `ngramspec-corpus ARGS` (run in `dir`).
+std::pair<int, std::string> run_corpus_tool([[maybe_unused]] const TempDir& dir,
+                                            [[maybe_unused]] const std::string& args) {
+#ifdef NGRAMSPEC_CORPUS_TOOL
+  const std::filesystem::path err = dir / "tool.err";
+  const std::string command = "'" NGRAMSPEC_CORPUS_TOOL "' " + args + " > /dev/null 2> '" + err.string() + "'";
+  const int status = std::system(command.c_str());
+  const std::vector<char> text = test::read_file(err);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, std::string(text.begin(), text.end())};
+#else
+  return {-1, ""};
+#endif
+}
+
+// A record table written wrong under fresh checksums: record 10 starts at 10^12. Its checksums
+// hold, so only the records' structure tells. Mapped, record 9 reads to the end of the tokens
+// (the records after it over again) and record 10 is empty; a load or merge that took it would
+// write that out under fresh checksums, into a file verify() passes. Every reader that copies
+// records refuses it instead, with verify()'s message, which names record 10 and its start.
+TEST(CorpusFileErrors, ARecordTablePastTheTokensUnderFreshChecksumsIsRefusedByEveryLoaderAndMerge) {
+  TempDir dir;
+  Bytes bytes = read_bytes(build_twenty(dir, "c.ngc"));
+  records_of(bytes)[10].first = 1000000000000ULL;
+  fix_checksums(bytes, 2);
+  const auto path = dir / "forged.ngc";
   write_bytes(path, bytes);
-  SharedCorpus corpus(SharedCorpus::min_bytes());
-  corpus.append(std::vector<Token>{1, 2, 3}, 1);
-  // The checksums refuse it by default; trusted, only the structure is checked.
-  expect_refusal(refusal([&] { corpus.load(path); }), path, "records", "checksum mismatch");
-  EXPECT_EQ(corpus.records(), 1U);
-  corpus.load(path, ChecksumCheck::skip);
-  EXPECT_EQ(corpus.size(), 0U);
-  EXPECT_EQ(corpus.records(), 0U);
-  EXPECT_EQ(corpus.appended(), 0U);
+  EXPECT_NO_THROW(MappedCorpus(path).verify_checksums());
+  const std::string problem =
+      "record 10 starts at token 1000000000000, not at a start bit after the previous record's start";
+  const Readings readings = read_with_each(path);
+  const std::string expected = "corpus file '" + path.string() + "', section records: " + problem;
+  EXPECT_EQ(readings.verify, expected);
+  EXPECT_EQ(readings.load, expected);
+  EXPECT_EQ(readings.load_trusted, expected);
+  EXPECT_EQ(readings.builder_add, expected);
+  expect_refusal(refusal([&] { MappedCorpus(path).verify_records(); }), path, "records", problem);
+
+#ifndef NGRAMSPEC_CORPUS_TOOL
+  GTEST_SKIP() << "ngramspec-corpus is not built (NGRAMSPEC_BUILD_TOOLS is off)";
+#endif
+  // ngramspec-corpus merge (with or without checking its shards' checksums) and stats refuse it
+  // too, exiting 1 and writing nothing.
+  const auto merged = dir / "merged.ngc";
+  for (const std::string& args : {"merge '" + merged.string() + "' '" + (dir / "c.ngc").string() + "' '" +
+                                      path.string() + "'",
+                                  "merge '" + merged.string() + "' '" + path.string() + "' --no-verify",
+                                  "stats '" + path.string() + "'", "verify '" + path.string() + "'"}) {
+    SCOPED_TRACE(args);
+    const auto [status, err] = run_corpus_tool(dir, args);
+    EXPECT_EQ(status, 1);
+    EXPECT_EQ(err, "ngramspec-corpus: error: " + expected + "\n");
+    EXPECT_FALSE(std::filesystem::exists(merged));
+  }
+  // The good file merges.
+  const auto [status, err] = run_corpus_tool(dir, "merge '" + merged.string() + "' '" + (dir / "c.ngc").string() + "'");
+  EXPECT_EQ(status, 0) << err;
+  EXPECT_NO_THROW(MappedCorpus(merged).verify());
+}
+
+// A token outside the vocabulary the file records, under fresh checksums: only verify()'s token
+// check tells. A load would hand it to drafters as text (a model that cannot take it answers
+// every request with an error) and a merge would write it out under fresh checksums; each
+// refuses it instead with verify()'s message, naming the token and its position.
+TEST(CorpusFileErrors, ATokenOutsideTheRecordedVocabularyUnderFreshChecksumsIsRefusedByEveryLoaderAndMerge) {
+  TempDir dir;
+  CorpusBuilder builder(CorpusBuilder::kNoCap, CorpusVocabulary{11, 0});
+  for (int r = 0; r < 20; ++r) {
+    std::vector<Token> record;
+    for (int i = 0; i < 3 + r % 5; ++i) record.push_back(static_cast<Token>((r * 3 + i) % 11));
+    builder.add(record, 100 + r);
+  }
+  static_cast<void>(builder.write(dir / "c.ngc"));
+  ASSERT_NO_THROW(MappedCorpus(dir / "c.ngc").verify());
+  Bytes bytes = read_bytes(dir / "c.ngc");
+  const format::SectionEntry tokens = header_of(bytes).sections[0];
+  const std::size_t held = static_cast<std::size_t>(tokens.bytes / sizeof(Token));
+  // The last token: inside every record a load keeps, whatever the corpus's capacity.
+  const std::size_t at = held - 1;
+  const Token foreign = 2130706697;
+  std::memcpy(bytes.data() + tokens.offset + at * sizeof(Token), &foreign, sizeof foreign);
+  fix_checksums(bytes, 0);
+  const auto path = dir / "foreign.ngc";
+  write_bytes(path, bytes);
+  EXPECT_NO_THROW(MappedCorpus(path).verify_checksums());
+  EXPECT_NO_THROW(MappedCorpus(path).verify_records());
+  const std::string expected = "corpus file '" + path.string() + "', section tokens: token 2130706697 at position " +
+                               std::to_string(at) + " is outside the file's vocabulary of 11 tokens";
+  const Readings readings = read_with_each(path);
+  EXPECT_EQ(readings.verify, expected);
+  EXPECT_EQ(readings.load, expected);
+  EXPECT_EQ(readings.load_trusted, expected);
+  EXPECT_EQ(readings.builder_add, expected);
+}
+
+// Random corruptions of the record table (starts moved, entries swapped or repeated, stamps
+// changed) and of the header's first and last stamps, checksums made to hold: load, trusted
+// load and a builder's add (a merge) each refuse exactly the files verify() refuses, with
+// verify()'s message.
+TEST(CorpusFileErrors, EveryLoaderRefusesExactlyTheRecordTablesVerifyRefuses) {
+  TempDir dir;
+  const Bytes whole = read_bytes(build_twenty(dir, "c.ngc"));
+  const format::Header header = header_of(whole);
+  const std::uint64_t held = header.tokens;
+  Bytes copy = whole;
+  std::vector<std::uint64_t> starts;
+  for (const format::RecordEntry& e : records_of(copy)) starts.push_back(e.first);
+  std::mt19937_64 rng(37);
+  std::size_t refused = 0;
+  std::size_t taken = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    Bytes bytes = whole;
+    const std::span<format::RecordEntry> records = records_of(bytes);
+    format::Header h = header_of(bytes);
+    const auto pick = [&] { return static_cast<std::size_t>(rng() % records.size()); };
+    const int changes = 1 + static_cast<int>(rng() % 3);
+    for (int c = 0; c < changes; ++c) {
+      format::RecordEntry& e = records[pick()];
+      switch (rng() % 9) {
+        case 0: e.first = rng() % (held + 3); break;                                  // anywhere, or just past the end
+        case 1: e.first = starts[rng() % starts.size()]; break;                       // another record's start
+        case 2: e.first += rng() % 2 == 0 ? 1 : static_cast<std::uint64_t>(-1); break;  // off by one
+        case 3: e.first = std::uint64_t{1} << (32 + rng() % 32); break;               // far past the tokens
+        case 4: std::swap(e, records[pick()]); break;
+        case 5: e = records[pick()]; break;
+        case 6: e.stamp += static_cast<std::int64_t>(rng() % 5) - 2; break;          // may stay in order
+        case 7: e.stamp = static_cast<std::int64_t>(rng()); break;
+        default:
+          (rng() % 2 == 0 ? h.first_stamp : h.last_stamp) += static_cast<std::int64_t>(rng() % 3) - 1;
+          break;
+      }
+    }
+    put_header(bytes, h);
+    fix_checksums(bytes, 2);
+    const auto path = dir / ("t" + std::to_string(trial) + ".ngc");
+    write_bytes(path, bytes);
+    SCOPED_TRACE(path.string());
+    const Readings readings = [&] {
+      try {
+        static_cast<void>(MappedCorpus(path));  // a header stamp moved past the other is refused here
+      } catch (const CorpusFileError& e) {
+        return Readings{e.what(), e.what(), e.what(), e.what()};
+      }
+      return read_with_each(path);
+    }();
+    ++(readings.verify.empty() ? taken : refused);
+    EXPECT_EQ(readings.load, readings.verify);
+    EXPECT_EQ(readings.load_trusted, readings.verify);
+    EXPECT_EQ(readings.builder_add, readings.verify);
+    std::filesystem::remove(path);
+  }
+  // Both outcomes were tried often.
+  EXPECT_GT(refused, 100U);
+  EXPECT_GT(taken, 20U);
 }
 
 TEST(CorpusFileErrors, SavingIntoAMissingDirectoryNamesThePath) {

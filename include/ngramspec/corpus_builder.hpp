@@ -67,7 +67,9 @@ class CorpusBuilder {
   void add(std::span<const Token> tokens, std::int64_t stamp);
   /// Adds every record of a file (a shard to merge), stamps kept. Throws CorpusFileError naming
   /// the file and both values, adding nothing, when its vocabulary disagrees with the builder's
-  /// (MappedCorpus::check_vocabulary), and std::invalid_argument naming the file, the token and
+  /// (MappedCorpus::check_vocabulary), CorpusFileError naming the record and the value when its
+  /// records are not what verify() accepts (MappedCorpus::verify_records; the checksums are the
+  /// caller's to check), and std::invalid_argument naming the file, the token and
   /// its position when a token is not below the builder's known vocabulary size.
   void add(const MappedCorpus& file);
 

@@ -31,7 +31,9 @@ struct CorpusVocabulary {
 /// Whether reading a corpus file checks every section's checksum (every byte) or only its header.
 enum class ChecksumCheck {
   verify,  ///< read every byte once and refuse a file whose sections fail their checksums (the default)
-  skip,    ///< trust the file's body: for files known good (just written by this process, say)
+  skip,    ///< trust the body's bytes: for files known good (just written by this process, say); the
+           ///< header, the records and the tokens kept are checked all the same
+           ///< (MappedCorpus::verify_records, verify_tokens)
 };
 
 /// A corpus file could not be read or written: it is missing, truncated, corrupted, of

@@ -67,15 +67,31 @@ class MappedCorpus {
   /// ... and the tokens that follow it, up to the end of its record or out.size().
   [[nodiscard]] std::size_t copy(const CorpusMatch& match, std::span<Token> out) const noexcept;
 
-  /// Reads every byte: each section's checksum, then the structure (records in order and
-  /// consistent with the start bits, every table entry pointing at its n-gram's latest
-  /// occurrence, probe runs within the recorded bound). Throws CorpusFileError naming the
-  /// section and what is wrong. Looks every n-gram up, so it takes seconds per GiB
+  /// Reads every byte: each section's checksum, then the structure (every token inside a
+  /// recorded vocabulary, the records as verify_records() checks them, every table entry
+  /// pointing at its n-gram's latest occurrence, probe runs within the recorded bound). Throws
+  /// CorpusFileError naming the section and what is wrong. Looks every n-gram up, so it takes seconds per GiB
   /// (docs/BENCHMARKS.md#corpus-files measures it).
   void verify() const;
   /// The checksums alone: every byte read once, at memory speed (what a merge checks in its
   /// inputs). Throws CorpusFileError naming the section whose checksum does not match.
   void verify_checksums() const;
+  /// The records alone, as verify() checks them: the first at token 0, each starting at a start
+  /// bit after the previous one's start and inside the tokens held, as many start bits as
+  /// records and none past the last token, stamps that never decrease, the first and last the
+  /// header's. Throws CorpusFileError naming the section ("starts" or "records"), the record and
+  /// the value. Reads the starts and records sections only: O(records + tokens / 64). Checksums
+  /// cannot tell a record table written wrong (or forged under fresh checksums) from a good one,
+  /// so whatever reads records out of a file checks them here, trusted or not:
+  /// SharedCorpus::load and CorpusBuilder::add (a merge) take no file whose records verify()
+  /// refuses.
+  void verify_records() const;
+  /// The tokens from position `from` on, as verify() checks them: each below the vocabulary size
+  /// the file records (nothing to check when it records none). Throws CorpusFileError naming the
+  /// "tokens" section, the token and its position. O(tokens read); checksums written over a
+  /// token outside the vocabulary hold, so whatever copies tokens out of a file checks the ones
+  /// it copies: SharedCorpus::load (the records it keeps) and CorpusBuilder::add (every token).
+  void verify_tokens(std::size_t from = 0) const;
 
   /// Tokens held.
   [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(header_->tokens); }

@@ -125,12 +125,13 @@ NGRAMSPEC_API ngramspec_status ngramspec_corpus_draft(const ngramspec_corpus* co
 NGRAMSPEC_API ngramspec_status ngramspec_corpus_save(const ngramspec_corpus* corpus, const char* path);
 /* Since 0.3. Replaces what the corpus holds with the records of the corpus file at `path` (the most
  * recent that fit its capacity), stamps kept. NGRAMSPEC_ERROR_CORPUS_FILE, the corpus unchanged, when
- * the file cannot be read, or when a section fails its checksum: every byte is checked first, so a
- * file damaged since it was written is refused by name and a later save cannot write its damage out
- * under fresh checksums. */
+ * the file cannot be read, when a section fails its checksum (every byte is checked first, so a file
+ * damaged since it was written is refused by name and a later save cannot write its damage out under
+ * fresh checksums), or when its records, or the tokens of the records kept, are not what
+ * ngramspec_corpus_file_verify accepts (the message names the record or the token and the value). */
 NGRAMSPEC_API ngramspec_status ngramspec_corpus_load(ngramspec_corpus* corpus, const char* path);
-/* Since 0.3. ngramspec_corpus_load without the checksums (only the header is checked), for files
- * known good: one this process just wrote, say. */
+/* Since 0.3. ngramspec_corpus_load without the checksums (the header, the records and the
+ * tokens kept are checked, in O(records + tokens kept)), for files known good: one this process just wrote, say. */
 NGRAMSPEC_API ngramspec_status ngramspec_corpus_load_trusted(ngramspec_corpus* corpus, const char* path);
 
 /* ---- Corpus files: a corpus mapped read-only (since 0.3) ---------------------------------------- */

@@ -92,8 +92,12 @@ class SharedCorpus {
   /// section and the problem when it cannot be read; the corpus is then unchanged. By default
   /// every section's checksum is verified first (every byte read once, at memory speed), so a
   /// file damaged since it was written is refused, naming the section, and a later save() can
-  /// never write its damage out under fresh checksums; ChecksumCheck::skip trusts the body (a
-  /// file this process just wrote) and checks only the header.
+  /// never write its damage out under fresh checksums; ChecksumCheck::skip trusts the body's
+  /// bytes (a file this process just wrote) and skips the checksums. Either way the records are
+  /// checked against the start bits and the header (MappedCorpus::verify_records, O(records +
+  /// tokens / 64)), so no load takes records that verify() refuses, however their checksums read;
+  /// and the tokens of the records kept against the vocabulary the file records
+  /// (MappedCorpus::verify_tokens), so no token a model cannot take is ever drafted from it.
   void load(const std::filesystem::path& path, ChecksumCheck check = ChecksumCheck::verify);
 
   /// Writes to `out` up to out.size() tokens that followed the most recent occurrence in the

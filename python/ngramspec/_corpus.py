@@ -182,7 +182,9 @@ class SharedCorpus(_Attachable):
         Every section's checksum is verified first (every byte read once), so a file damaged since
         it was written is refused and a later :meth:`save` cannot write its damage out under fresh
         checksums; ``verify_checksums=False`` trusts the body (a file this process just wrote) and
-        checks only the header."""
+        skips the checksums. Either way the records, and the tokens of the records kept, are checked
+        as :meth:`MappedCorpus.verify` checks them, so a record table written wrong, or a token
+        outside the file's vocabulary, under matching checksums is refused, naming it."""
         handle = self._live("load")
         if not isinstance(verify_checksums, bool):
             raise TypeError(f"verify_checksums must be a bool, not {type(verify_checksums).__name__}")

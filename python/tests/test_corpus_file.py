@@ -365,7 +365,7 @@ def test_load_refuses_a_damaged_body_so_save_cannot_launder_it(tmp_path: Path) -
             saved.verify()
             assert saved.size == 3
 
-    # Trusted, only the header is checked: a flipped token loads.
+    # Trusted, the checksums are skipped: a flipped token loads.
     tokens_offset = sections[0][0]
     flipped = bytearray(data)
     flipped[tokens_offset] ^= 0x01
@@ -377,6 +377,34 @@ def test_load_refuses_a_damaged_body_so_save_cannot_launder_it(tmp_path: Path) -
     assert corpus.records == 8
     with pytest.raises(TypeError, match="verify_checksums must be a bool"):
         corpus.load(path, verify_checksums=1)  # type: ignore[arg-type]
+
+
+def test_both_loads_refuse_a_record_table_verify_refuses_under_checksums_made_to_match(tmp_path: Path) -> None:
+    corpus = SharedCorpus(1 << 16)
+    for i in range(20):
+        corpus.append([(3 * i + j) % 11 for j in range(3 + i % 5)])
+    path = tmp_path / "c.ngc"
+    corpus.save(path)
+    forged = bytearray(path.read_bytes())
+    records_offset, records_bytes = struct.unpack_from("<QQ", forged, SECTIONS_AT + 40 * 2 + 8)
+    struct.pack_into("<Q", forged, records_offset + 16 * 10, 10**12)  # record 10 starts far past the tokens
+    struct.pack_into("<Q", forged, SECTIONS_AT + 40 * 2 + 24, checksum(bytes(forged[records_offset:][:records_bytes])))
+    struct.pack_into("<Q", forged, HEADER_CHECKSUM_AT, checksum(bytes(forged[:HEADER_CHECKSUM_AT])))
+    path = spoiled(tmp_path, "forged.ngc", bytes(forged))
+    problem = (f"corpus file '{path}', section records: record 10 starts at token 1000000000000, not at a start bit "
+               "after the previous record's start")
+    with MappedCorpus(path) as mapped:
+        mapped.verify_checksums()  # the checksums hold
+        with pytest.raises(CorpusFileError) as verify_error:
+            mapped.verify()
+        assert str(verify_error.value) == f"ngramspec_corpus_file_verify: {problem}"
+    target = SharedCorpus(1 << 16)
+    target.append([9, 8, 7], stamp=5)
+    for verify_checksums, function in ((True, "ngramspec_corpus_load"), (False, "ngramspec_corpus_load_trusted")):
+        with pytest.raises(CorpusFileError) as load_error:
+            target.load(path, verify_checksums=verify_checksums)
+        assert str(load_error.value) == f"{function}: {problem}"
+        assert (target.size, target.records, target.last_stamp) == (3, 1, 5)  # unchanged
 
 
 def test_drafters_and_batches_refuse_another_vocabulary_and_drop_foreign_drafts(tmp_path: Path) -> None:

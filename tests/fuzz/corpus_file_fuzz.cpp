@@ -21,11 +21,18 @@
 //    tokens() in stamp order, ngrams(n) is at most the number of distinct n-grams inside records
 //    (each is stored once), and every draft equals NaiveCorpus's (support/reference_corpus.hpp)
 //    over the same records;
+//  - checked by verify_records(), which verify() agrees with: a file whose checksums hold is
+//    refused by verify() with verify_records()'s message (or earlier, for a token outside the
+//    recorded vocabulary) when verify_records() refuses it, and otherwise only for its tokens
+//    (verify_tokens() says which) or its tables, which no load or merge copies;
 //  - loaded by a SharedCorpus of 256 tokens that holds a record of its own: load() throws
-//    CorpusFileError exactly when mapping or verify_checksums() did (a version 1 file reads as
-//    recording no vocabulary), and then the corpus is unchanged (size, records,
-//    stamp, drafts); after loading a verified file it drafts as NaiveCorpus over the file's
-//    records with its capacity.
+//    CorpusFileError exactly when mapping, verify_checksums() or verify_records() did (a version
+//    1 file reads as recording no vocabulary) or verify_tokens() over the records it keeps did,
+//    load(ChecksumCheck::skip) exactly when mapping, verify_records() or that verify_tokens()
+//    did, and CorpusBuilder::add (a merge) of the mapped file exactly when verify_records() or
+//    verify_tokens() over every token did; a refused load leaves the corpus unchanged (size,
+//    records, stamp, drafts); after loading a verified file it drafts as NaiveCorpus over the
+//    file's records with its capacity.
 //
 // Flag 0x80 set ("builder" mode): the rest is a byte cap (or none), an alphabet and a script of
 // records (new tokens, exact duplicates, empty ones; stamps that tie, are negative or extreme)
@@ -338,7 +345,8 @@ std::vector<std::uint8_t> repaired(std::uint8_t flags, std::span<const std::uint
 }
 
 void exercise_mapped(const MappedCorpus& corpus, std::span<const std::uint8_t> bytes, std::uint8_t flags,
-                     std::vector<std::vector<Token>>& contexts, bool& verified) {
+                     std::vector<std::vector<Token>>& contexts, bool& verified,
+                     std::optional<CorpusFileError>& refusal) {
   const std::span<const Token> held = corpus.tokens();
   if (held.size() != corpus.size()) fuzz_fail("tokens() and size() disagree");
   if (corpus.file_bytes() != bytes.size()) fuzz_fail("file_bytes() is not the file's size");
@@ -381,6 +389,7 @@ void exercise_mapped(const MappedCorpus& corpus, std::span<const std::uint8_t> b
   } catch (const CorpusFileError& e) {
     check_error(e, corpus.path());
     if (e.section().empty()) fuzz_fail("verify() of a mapped file blamed no section");
+    refusal = e;
   }
   if (!verified) return;
   const NaiveCorpus naive = check_verified_records(corpus);
@@ -398,7 +407,10 @@ void run_file(std::uint8_t flags, std::span<const std::uint8_t> input) {
 
   bool mapped = false;
   bool checksums_hold = false;
+  bool records_hold = false;
+  bool kept_tokens_hold = false;
   bool verified = false;
+  std::optional<CorpusFileError> verify_refusal;
   std::vector<std::vector<Token>> contexts;
   std::size_t held = 0;
   try {
@@ -414,8 +426,66 @@ void run_file(std::uint8_t flags, std::span<const std::uint8_t> input) {
     } catch (const CorpusFileError& e) {
       check_error(e, corpus.path());
     }
-    exercise_mapped(corpus, bytes, flags, contexts, verified);
+    std::optional<CorpusFileError> records_refusal;
+    try {
+      corpus.verify_records();
+      records_hold = true;
+    } catch (const CorpusFileError& e) {
+      check_error(e, corpus.path());
+      records_refusal = e;
+    }
+    // The tokens inside the recorded vocabulary: all of them (what a merge copies), and those of
+    // the records a load into a corpus of kMinTokens keeps.
+    std::optional<CorpusFileError> tokens_refusal;
+    try {
+      corpus.verify_tokens();
+    } catch (const CorpusFileError& e) {
+      check_error(e, corpus.path());
+      if (e.section() != "tokens") fuzz_fail("verify_tokens() refused naming another section than tokens");
+      tokens_refusal = e;
+    }
+    if (records_hold && corpus.records() > 0) {
+      const std::size_t first = corpus.first_record_kept(SharedCorpus::kMinTokens);
+      try {
+        corpus.verify_tokens(static_cast<std::size_t>(corpus.record(first).tokens.data() - corpus.tokens().data()));
+        kept_tokens_hold = true;
+      } catch (const CorpusFileError& e) {
+        check_error(e, corpus.path());
+      }
+    } else {
+      kept_tokens_hold = true;
+    }
+    if (kept_tokens_hold && tokens_refusal && corpus.records() == 0) {
+      fuzz_fail("verify_tokens() refused a token of a file that holds no record");
+    }
+    // A merge copies the records out under fresh checksums: it takes exactly what verify_records()
+    // and verify_tokens() do, with the first refusal's message.
+    try {
+      CorpusBuilder merge;
+      merge.add(corpus);
+      if (!records_hold || tokens_refusal) {
+        fuzz_fail("CorpusBuilder::add took a file whose records or tokens verify() refuses");
+      }
+    } catch (const CorpusFileError& e) {
+      if (records_hold && !tokens_refusal) {
+        fuzz_fail("CorpusBuilder::add refused a file whose records and tokens verify() takes");
+      }
+      const std::string expected = records_hold ? tokens_refusal->what() : records_refusal->what();
+      if (std::string(e.what()) != expected) {
+        fuzz_fail("CorpusBuilder::add refused with another message than verify_records() or verify_tokens()");
+      }
+    }
+    exercise_mapped(corpus, bytes, flags, contexts, verified, verify_refusal);
     if (verified && !checksums_hold) fuzz_fail("verify() passed a file whose checksums fail");
+    if (verified && !records_hold) fuzz_fail("verify() passed a file whose records verify_records() refuses");
+    if (checksums_hold && !records_hold && verify_refusal->section() != "tokens" &&
+        std::string(verify_refusal->what()) != records_refusal->what()) {
+      fuzz_fail("verify() refused a file whose records verify_records() refuses with another message");
+    }
+    if (checksums_hold && records_hold && !verified && verify_refusal->section() != "tokens" &&
+        verify_refusal->section().rfind("ngrams", 0) != 0) {
+      fuzz_fail("verify() refused records that verify_records() takes");
+    }
     // Moving keeps the mapping and leaves an empty corpus behind, which verify() refuses.
     const MappedCorpus moved(std::move(corpus));
     if (moved.size() != held || corpus.size() != 0 || corpus.records() != 0) {  // NOLINT(bugprone-use-after-move)
@@ -449,9 +519,29 @@ void run_file(std::uint8_t flags, std::span<const std::uint8_t> input) {
   } catch (const CorpusFileError& e) {
     check_error(e, path);
   }
-  // load() verifies the checksums: it takes exactly the files that map and whose checksums hold.
-  if (loaded != checksums_hold) {
-    fuzz_fail("SharedCorpus::load took a file whose checksums fail, or refused one that maps and whose checksums hold");
+  // load() verifies the checksums, the records and the tokens of the records it keeps: it takes
+  // exactly the files that map and pass all three.
+  if (loaded != (checksums_hold && records_hold && kept_tokens_hold)) {
+    fuzz_fail("SharedCorpus::load took a file whose checksums, records or kept tokens fail, or refused one that "
+              "passes all three");
+  }
+  // Trusted, it skips the checksums, never the records.
+  {
+    SharedCorpus trusted(SharedCorpus::min_bytes());
+    trusted.append(own, 3);
+    bool taken = false;
+    try {
+      trusted.load(path, ChecksumCheck::skip);
+      taken = true;
+    } catch (const CorpusFileError& e) {
+      check_error(e, path);
+      if (trusted.size() != size_before || trusted.records() != records_before) {
+        fuzz_fail("a failed trusted SharedCorpus::load changed the corpus");
+      }
+    }
+    if (taken != (records_hold && kept_tokens_hold)) {
+      fuzz_fail("a trusted SharedCorpus::load disagrees with verify_records() and verify_tokens()");
+    }
   }
   if (!loaded) {
     if (shared.size() != size_before || shared.records() != records_before || shared.last_stamp() != stamp_before) {
@@ -464,15 +554,15 @@ void run_file(std::uint8_t flags, std::span<const std::uint8_t> input) {
     }
     return;
   }
-  // A corrupted file's records may overlap (each is clamped into the tokens, not checked against
-  // the next), so only the capacity bounds what a load of one holds.
+  // The records it took tile the tokens (verify_records), so it keeps the most recent tokens
+  // that fit, whatever the tables hold.
   if (shared.size() > shared.capacity_tokens() || shared.records() > shared.appended()) {
     fuzz_fail("SharedCorpus::load holds more than its capacity, or records without tokens");
   }
-  if (!verified) return;
   if (shared.size() != std::min(held, shared.capacity_tokens())) {
-    fuzz_fail("SharedCorpus::load of a verified file did not keep the most recent tokens that fit");
+    fuzz_fail("SharedCorpus::load did not keep the most recent tokens that fit");
   }
+  if (!verified) return;
   // The reference with the live corpus's capacity, over the verified file's records.
   const MappedCorpus again(path);
   NaiveCorpus naive(shared.capacity_tokens());

@@ -313,8 +313,10 @@ std::string stamp_text(std::int64_t stamp) {
 int run_stats(const CorpusOptions& options) {
   const std::string& path = options.inputs.front();
   const MappedCorpus corpus(path);
-  // What the statistics describe is what the file held when written: a damaged body is refused.
+  // What the statistics describe is what the file held when written: a damaged body is refused,
+  // and so are records that verify refuses (the statistics count n-grams within records).
   corpus.verify_checksums();
+  corpus.verify_records();
   const CorpusVocabulary& vocabulary = corpus.vocabulary();
   const auto orders = order_stats(corpus);
   const double per_token =

@@ -97,7 +97,8 @@ options:
   --max-bytes SIZE     the most bytes OUT may take: bytes, or a number with K, M or G (KiB,
                        MiB, GiB; powers of 1024). Default: no cap (up to 4294967295 tokens)
   --no-verify          skip checking each shard's checksums before merging (by default a
-                       corrupted shard fails the merge instead of spreading into OUT)
+                       corrupted shard fails the merge instead of spreading into OUT); a
+                       shard whose records verify refuses fails it either way
   --vocab-size N       the vocabulary size recorded in OUT (1 to 4294967296). Default: the one
                        the shards record; shards that record different ones (or another than
                        this) are refused, naming both, as is a token not below it
@@ -131,8 +132,9 @@ options:
                        percentage, either may be empty (e.g. 50%:; default all)
   --json               one JSON object instead of the table
 
-Every section's checksum is verified first (every byte read once, at memory speed): a file
-damaged since it was written is refused, naming the section, and stats exits 1.
+Every section's checksum is verified first (every byte read once, at memory speed), then the
+records as verify checks them: a file damaged since it was written, or whose records verify
+refuses, is refused, naming the section, and stats exits 1.
 )";
 
 constexpr const char* kVerifyUsage = R"(usage: ngramspec-corpus verify FILE [FILE ...]
