@@ -470,7 +470,8 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_propose_trees(ngramspec_batch* ba
                                                              size_t* n_nodes);
 /* Decides the tree pass, as above: offsets as ngramspec_batch_accept's; top NULL with n_top 0 (none)
  * or n_top = n_model_tokens x ngramspec_batch_top_k(), its tokens and the model tokens below the
- * top-k table's vocab_size; kept has room for kept_capacity >= n_model_tokens entries. */
+ * top-k table's vocab_size, each row listing a token once (with probabilities, up to the row's first
+ * probability 0); kept has room for kept_capacity >= n_model_tokens entries. */
 NGRAMSPEC_API ngramspec_status ngramspec_batch_accept_trees(ngramspec_batch* batch, const ngramspec_sequence_id* ids,
                                                             size_t n_ids, const ngramspec_token* model_tokens,
                                                             size_t n_model_tokens, const size_t* offsets,

@@ -440,7 +440,8 @@ class BatchSpeculator(Closable):
         ``model_tokens[offsets[i] + kept[...]]``, and its KV entry ``kept[offsets[i] + j]`` goes to
         position cache length + j. Both are views of buffers this object reuses. Raises ValueError
         (the library's message), changing nothing, for bad offsets or sizes, a top-k token outside
-        the table's vocabulary, or an unknown, finished or repeated id, and for `top_probabilities`
+        the table's vocabulary or listed twice in its row, or an unknown, finished or repeated id, and
+        for `top_probabilities`
         of another length than `top`, a probability outside [0, 1], a row whose first probability is
         0, or a batch made without ``draw_recycled``."""
         ids_array, ids_pointer, n = ids_arg_remembered(ids, self._last_ids)
@@ -453,7 +454,10 @@ class BatchSpeculator(Closable):
         if top_probabilities is not None:
             if top is None:
                 raise ValueError("top_probabilities needs top: the probabilities are those of top's tokens")
-            probabilities = np.ascontiguousarray(top_probabilities, dtype=np.float32).reshape(-1)
+            probabilities = np.ascontiguousarray(top_probabilities, dtype=np.float32)
+            if probabilities.ndim != 1:  # flat as top is: rows of another shape would be read out of order
+                raise ValueError(f"top_probabilities must be one-dimensional, as top is; it has shape "
+                                 f"{probabilities.shape}")
             if probabilities.shape[0] != n_top:
                 raise ValueError(f"top_probabilities has {probabilities.shape[0]} values; it needs one per token of "
                                  f"top, {n_top}")
