@@ -99,7 +99,10 @@ class VerifyCost(Closable):
         array = probabilities
         if not (isinstance(array, np.ndarray) and array.dtype == np.float32 and array.flags.c_contiguous
                 and array.flags.writeable and array.ndim == 1):
-            array = np.array(probabilities, dtype=np.float32).reshape(-1)
+            array = np.array(probabilities, dtype=np.float32)
+            if array.ndim != 1:
+                raise ValueError(f"probabilities must be one-dimensional (one sequence's candidates); it has shape "
+                                 f"{array.shape}")
         status = lib.ngramspec_plan_drafts(self._checked(), size_arg(base_tokens, "base_tokens"),
                                            float(base_expected), array.ctypes.data, array.shape[0],
                                            self._count_address)

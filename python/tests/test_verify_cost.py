@@ -132,3 +132,9 @@ def test_a_pass_of_any_count_never_costs_less_for_more_tokens() -> None:
 def test_a_cost_is_read_in_decimal_as_every_number(cost: str) -> None:
     with pytest.raises(ValueError, match=re.escape(f"cost '{cost}' is not a finite number in decimal")):
         VerifyCost(f"table:1=1,2={cost}")
+
+
+def test_plan_takes_one_sequence_of_probabilities_and_refuses_other_shapes() -> None:
+    with pytest.raises(ValueError, match=r"probabilities must be one-dimensional \(one sequence's candidates\); it "
+                                         r"has shape \(2, 2\)"):
+        VerifyCost("knee:4").plan([[0.9, 0.8], [0.7, 0.6]])
