@@ -75,7 +75,9 @@ class VerifyCost {
   /// pays it at any batch size). Whatever the truth below N, flat or proportional, a draft the
   /// planner sends there pays: it is held to at least the bar the truth sets (docs/ALGORITHM.md,
   /// "A table measured on N sequences"). The replay prices its passes the same way. Flat and
-  /// knee curves start at 1 token, and a base of 0 costs what 1 does: unchanged.
+  /// knee curves start at 1 token, and a base of 0 costs what 1 does: unchanged. A base + drafts
+  /// past SIZE_MAX is priced on the curve's tail beyond it, never as the small pass a wrapped
+  /// count would be.
   [[nodiscard]] double pass(std::size_t base_tokens, std::size_t drafts) const noexcept {
     const std::size_t first = points_.front().tokens;
     if (base_tokens >= first || base_tokens == 0) return of_sum(base_tokens, drafts);
