@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 __all__ = ["TokensLike", "IdsLike", "OffsetsLike", "Remembered", "tokens_arg", "ids_arg", "offsets_arg",
            "tokens_arg_remembered", "ids_arg_remembered", "offsets_arg_remembered", "out_tokens", "out_floats",
-           "out_offsets", "size_arg", "sizes_arg", "whole_arg"]
+           "out_offsets", "size_arg", "sizes_arg", "whole_arg", "float32_arg"]
 
 TokensLike = Union[Sequence[int], npt.NDArray[np.integer[Any]]]
 IdsLike = Union[Sequence[int], npt.NDArray[np.integer[Any]]]
@@ -174,6 +174,23 @@ def sizes_arg(value: Any, what: str) -> np.ndarray:
     values and other shapes are refused naming `what` and the value or shape, never truncated, wrapped or
     flattened."""
     return _integers(value, what, 0xFFFFFFFFFFFFFFFF, _UINTP)
+
+
+_FLOAT32_TINY = float(np.nextafter(np.float32(0), np.float32(1)))  # 1.4e-45, the smallest positive
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def float32_arg(value: Any, what: str) -> float:
+    """`value` as a float for a float32 field of the library: a finite value that float32 turns into 0 or inf
+    would change its meaning without a word (a temperature of 1e-50 would become 0, greedy), so it is refused
+    naming `what` and the value. Every value float32 holds means what it says (a temperature of 1.4e-45
+    samples; it is not greedy)."""
+    number = float(value)
+    magnitude = abs(number)
+    if magnitude != 0 and magnitude < _FLOAT32_TINY or np.isfinite(number) and magnitude > _FLOAT32_MAX:
+        raise ValueError(f"{what} = {number!r} is invalid: the library keeps it as a float32, whose positive values "
+                         f"run from {_FLOAT32_TINY!r} to {_FLOAT32_MAX!r} (0 is its own value)")
+    return number
 
 
 def whole_arg(value: Any, what: str) -> int:

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._closable import Closable
-from ._arrays import (IdsLike, OffsetsLike, Remembered, TokensLike, ids_arg, ids_arg_remembered,
+from ._arrays import (IdsLike, OffsetsLike, Remembered, TokensLike, float32_arg, ids_arg, ids_arg_remembered,
                       offsets_arg_remembered, out_offsets, out_tokens, size_arg, tokens_arg, tokens_arg_remembered)
 from ._corpus import CorpusPreferenceName, MappedCorpus, SharedCorpus, create_attached, preference_arg
 from ._drafters import match_config
@@ -572,7 +572,7 @@ def _tree_config(tree: Any) -> _CTreeConfig | None:
         elif name == "recycled_history":
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise TypeError(f"tree setting recycled_history must be a number, not {type(value).__name__}")
-            config.recycled_history = float(value)  # its range is the library's to check
+            config.recycled_history = float32_arg(value, "tree setting recycled_history")  # its range: the library's
         else:
             setattr(config, name, size_arg(value, f"tree setting {name}"))
     if "recycled_history" in tree and not config.draw_recycled:

@@ -9,7 +9,7 @@ from typing import Any, Literal, Optional, Sequence, Union
 import numpy as np
 import numpy.typing as npt
 
-from ._arrays import OffsetsLike, TokensLike, size_arg, sizes_arg, tokens_arg
+from ._arrays import OffsetsLike, TokensLike, float32_arg, size_arg, sizes_arg, tokens_arg
 from ._closable import Closable
 from ._errors import raise_status
 from ._native import SamplingOptions, lib
@@ -228,7 +228,7 @@ def _options(temperature: float, top_k: int, top_p: float, min_p: float, seed: i
     for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-        _check_float32(name, float(value))
+        float32_arg(value, name)
     options.temperature = float(temperature)
     options.top_k = size_arg(top_k, "top_k")
     options.top_p = float(top_p)
@@ -236,20 +236,6 @@ def _options(temperature: float, top_k: int, top_p: float, min_p: float, seed: i
     options.seed = size_arg(seed, "seed")
     options.mode = _MODES[mode]
     return options
-
-
-_FLOAT32_TINY = float(np.nextafter(np.float32(0), np.float32(1)))  # 1.4e-45, the smallest positive
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-def _check_float32(name: str, value: float) -> None:
-    """The options are float32 in the library: a finite value that float32 turns into 0 or inf would change
-    its meaning without a word (a temperature of 1e-50 would become 0, greedy), so it is refused. Every
-    value float32 holds means what it says there (a temperature of 1.4e-45 samples, it is not greedy)."""
-    magnitude = abs(value)
-    if magnitude != 0 and magnitude < _FLOAT32_TINY or np.isfinite(value) and magnitude > _FLOAT32_MAX:
-        raise ValueError(f"{name} = {value!r} is invalid: the library keeps it as a float32, whose positive values "
-                         f"run from {_FLOAT32_TINY!r} to {_FLOAT32_MAX!r} (0 is its own value)")
 
 
 def _floats_1d(values: Any, what: str) -> np.ndarray:

@@ -306,6 +306,9 @@ def test_drawing_calls_refuse_bad_arguments_by_name_and_value() -> None:
         BatchSpeculator(max_sequences=1, tree={"draw_seed": -1})
     with pytest.raises(ValueError, match="tree->recycled_history = 1 is invalid: it must be in \\[0, 1\\)"):
         BatchSpeculator(max_sequences=1, tree={"recycled_history": 1.0, "draw_recycled": True})
+    with pytest.raises(ValueError, match=r"tree setting recycled_history = 1e-50 is invalid: the library keeps it "
+                                         r"as a float32"):  # float32 would make it 0 without a word
+        BatchSpeculator(max_sequences=1, tree={"vocab_size": 32, "recycled_history": 1e-50, "draw_recycled": True})
     with pytest.raises(TypeError, match="recycled_history must be a number, not str"):
         BatchSpeculator(max_sequences=1, tree={"recycled_history": "0.5", "draw_recycled": True})
     with pytest.raises(ValueError, match="recycled_history weighs the distributions drawn from: it needs draw_recycled"):
