@@ -529,7 +529,8 @@ NGRAMSPEC_API double ngramspec_verify_cost_of(const ngramspec_verify_cost* cost,
 /* What a pass of `base_tokens` tokens carrying `drafts` drafts more costs, as the planner prices it
  * (VerifyCost::pass): the cost of base_tokens + drafts, except below the first point N of a table (measured on N
  * sequences, it says nothing of fewer): a plain pass there costs the first point's cost times base_tokens / N,
- * and drafts add what they add over N. 0 for a NULL cost. */
+ * and drafts add what they add over N. A sum past SIZE_MAX is priced on the curve's tail, never wrapped. 0 for
+ * a NULL cost. */
 NGRAMSPEC_API double ngramspec_verify_cost_of_pass(const ngramspec_verify_cost* cost, size_t base_tokens,
                                                    size_t drafts);
 /* The spec that ngramspec_verify_cost_create reads back into an equal cost, costs normalized so that the
