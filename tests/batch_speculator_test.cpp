@@ -1394,6 +1394,25 @@ TEST(BatchSpeculatorTrees, AcceptTreesRecordsEveryEntrysRowWithItsProbabilities)
   }
 }
 
+// In a vocabulary of fewer than top_k() tokens a row lists each token once and can then only
+// repeat: what follows the vocabulary's size is not read for repeats.
+TEST(BatchSpeculatorTrees, ARowOverAVocabularySmallerThanKRepeatsOnlyPastIt) {
+  TopKTable table(2, 4);
+  BatchSpeculator<TreeDrafter> spec(BatchConfig{.max_sequences = 1}, [&] { return TreeDrafter(TreeConfig{}, &table); });
+  const SequenceId id = 3;
+  spec.begin(id, {0, 1, 0});
+  std::vector<StepOutcome> steps(1);
+  std::vector<std::size_t> kept(1);
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept_trees(std::span(&id, 1), std::vector<Token>{1}, std::vector<std::size_t>{0, 1},
+                                  std::vector<Token>{0, 0, 1, 1}, steps, kept);
+              }),
+              HasSubstr("sequence 3: top[1] = 0 is invalid: token 0 is also top[0]"));
+  spec.accept_trees(std::span(&id, 1), std::vector<Token>{1}, std::vector<std::size_t>{0, 1},
+                    std::vector<Token>{0, 1, 0, 1}, steps, kept);
+  EXPECT_EQ(steps[0].emitted, 1U);
+}
+
 TEST(BatchSpeculatorTrees, AcceptTreesRefusesBadProbabilitiesChangingNothing) {
   const std::string where = "ngramspec::BatchSpeculator::accept_trees: ";
   DrawingTreeEngine engine;
