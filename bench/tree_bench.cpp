@@ -45,6 +45,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,25 @@ const std::vector<Token>& stream() {
   return tokens;
 }
 
+// The top-k row after stream position `from` as the bench models it: the next distinct tokens of
+// the stream (a model's row lists each token once, and observe_pass refuses one that does not).
+void top_row(std::size_t from, std::span<Token> row) {
+  const std::vector<Token>& s = stream();
+  std::size_t n = 0;
+  for (std::size_t j = from; j < s.size() && n < row.size(); ++j) {
+    if (std::find(row.begin(), row.begin() + static_cast<std::ptrdiff_t>(n), s[j]) ==
+        row.begin() + static_cast<std::ptrdiff_t>(n)) {
+      row[n++] = s[j];
+    }
+  }
+  for (Token t = 0; n < row.size(); ++t) {  // the stream's end: tokens not listed yet
+    if (std::find(row.begin(), row.begin() + static_cast<std::ptrdiff_t>(n), t) ==
+        row.begin() + static_cast<std::ptrdiff_t>(n)) {
+      row[n++] = t;
+    }
+  }
+}
+
 // Feeds the drafter token `i` of the stream and, as a model pass would, the top-k row after it.
 void observe(TreeDrafter& drafter, std::size_t i) {
   const std::vector<Token>& s = stream();
@@ -102,7 +122,7 @@ void observe(TreeDrafter& drafter, std::size_t i) {
   const Token fed[1] = {s[i]};
   const Token next[1] = {s[i + 1]};
   Token top[kTopK];
-  for (std::size_t r = 0; r < kTopK; ++r) top[r] = s[i + 1 + r];
+  top_row(i + 1, top);
   const std::size_t kept[1] = {0};
   drafter.observe_pass(none, fed, next, kept, top);
 }
@@ -259,7 +279,7 @@ struct Pass {
     for (std::size_t i = 0; i <= nodes; ++i) {
       fed[i] = s[kContext + i];
       next[i] = s[kContext + i + 1];
-      for (std::size_t r = 0; r < kTopK; ++r) top[i * kTopK + r] = s[kContext + i + 1 + r];
+      top_row(kContext + i + 1, std::span<Token>(top).subspan(i * kTopK, kTopK));
     }
   }
 };

@@ -86,6 +86,12 @@ TreeDrafter::TreeDrafter(TreeConfig config, TopKTable* top_k, const SharedCorpus
                                              config_.recycled_history);
     table_ = own_table_.get();
   }
+  if (config_.draw_recycled && table_ == nullptr) {
+    // Drawing would be off without a word: there are no rows to draw from.
+    throw ArgumentError("ngramspec", "TreeConfig::draw_recycled = true needs a top-k table to draw from, and "
+                                     "TreeConfig::vocab_size = 0 makes none: set vocab_size (the drafter's own "
+                                     "table) or pass a TopKTable");
+  }
   for (auto& table : successors_) table.assign(slots, Successors{});
   successor_mask_ = slots - 1;
   contexts_.resize(DraftTree::kMaxNodes + 1);
@@ -542,6 +548,23 @@ void TreeDrafter::check_pass(const DraftTree& tree, std::span<const Token> fed, 
   };
   check_vocabulary(fed, "a fed token");
   check_vocabulary(top, "a top-k token");
+  // The rows it records (below): a token twice in one would come back as twin siblings. In a
+  // vocabulary of fewer than k tokens, a row's tokens past the vocabulary's size can only repeat.
+  if (config_.draw_recycled && table_->has_probabilities()) return;
+  const std::size_t k = table_->k();
+  const std::size_t distinct = std::min(k, table_->vocab_size());
+  for (std::size_t row = 0; row < top.size(); row += k) {
+    for (std::size_t j = row + 1; j < row + distinct; ++j) {
+      const auto earlier = std::find(top.begin() + static_cast<std::ptrdiff_t>(row),
+                                     top.begin() + static_cast<std::ptrdiff_t>(j), top[j]);
+      if (earlier != top.begin() + static_cast<std::ptrdiff_t>(j)) {
+        refuse("top[" + std::to_string(j) + "] = " + std::to_string(top[j]) + " is invalid: token " +
+               std::to_string(top[j]) + " is also top[" + std::to_string(earlier - top.begin()) +
+               "], in the same row (entry " + std::to_string(row / k) + "); a row lists " + std::to_string(k) +
+               " distinct tokens");
+      }
+    }
+  }
 }
 
 void TreeDrafter::observe_pass(const DraftTree& tree, std::span<const Token> fed, std::span<const Token> model_tokens,

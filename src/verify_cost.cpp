@@ -3,7 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -26,18 +26,23 @@ std::string number_text(double value) {
 
 std::size_t parse_count(std::string_view spec, std::string_view text, const char* what) {
   const detail::ParsedNumber<std::size_t> count = detail::parse_whole<std::size_t>(text);
+  if (count.status == detail::NumberStatus::out_of_range) {
+    bad_spec(spec, std::string(what) + " '" + std::string(text) + "' is more than " +
+                       std::to_string(std::numeric_limits<std::size_t>::max()));
+  }
   if (!count.ok()) bad_spec(spec, std::string(what) + " '" + std::string(text) + "' is not a whole number");
   return count.value;
 }
 
 double parse_cost(std::string_view spec, std::string_view text) {
-  const std::string copy(text);
-  char* end = nullptr;
-  const double value = copy.empty() ? NAN : std::strtod(copy.c_str(), &end);
-  if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value)) {
-    bad_spec(spec, "cost '" + copy + "' is not a finite number");
+  // The reader of every number of the project: a cost in hexadecimal, with a sign or spaces, or
+  // inf, is refused here as it is on every command line.
+  const detail::ParsedNumber<double> cost = detail::parse_real<double>(text);
+  if (cost.status == detail::NumberStatus::out_of_range) {
+    bad_spec(spec, "cost '" + std::string(text) + "' is out of the range of a double");
   }
-  return value;
+  if (!cost.ok()) bad_spec(spec, "cost '" + std::string(text) + "' is not a finite number in decimal");
+  return cost.value;
 }
 
 }  // namespace

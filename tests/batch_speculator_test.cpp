@@ -1083,17 +1083,24 @@ TEST(BatchSpeculatorTrees, BadCallsNameWhatIsWrongAndChangeNothing) {
               HasSubstr("sequence 2: top[5] = 64 is outside the top-k table's vocabulary of 64"));
   EXPECT_THAT(invalid_argument_message([&] {
                 spec.accept_trees(both, std::vector<Token>{3, 70}, std::vector<std::size_t>{0, 1, 2},
-                                  std::vector<Token>(8, 1), steps, kept);
+                                  std::vector<Token>{1, 2, 3, 4, 1, 2, 3, 4}, steps, kept);
               }),
               HasSubstr("sequence 2: model_tokens[1] = 70 is outside the top-k table's vocabulary of 64"));
   EXPECT_THAT(invalid_argument_message([&] {
                 spec.accept_trees(both, std::vector<Token>{3, 5}, std::vector<std::size_t>{0, 1, 3}, {}, steps, kept);
               }),
               HasSubstr("offsets[0] = 0 and offsets[2] = 3 are invalid"));
+  // A row is the model's top_k() best tokens: one listed twice would come back as twin siblings.
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept_trees(both, std::vector<Token>{3, 5}, std::vector<std::size_t>{0, 1, 2},
+                                  std::vector<Token>{1, 2, 3, 4, 9, 8, 7, 8}, steps, kept);
+              }),
+              HasSubstr("sequence 2: top[7] = 8 is invalid: token 8 is also top[5], in the same row (entry 1); a row "
+                        "lists 4 distinct tokens"));
   EXPECT_EQ(spec.state(1).generated, 0U);
   EXPECT_EQ(spec.stats().emitted, 0U);
-  spec.accept_trees(both, std::vector<Token>{3, 5}, std::vector<std::size_t>{0, 1, 2}, std::vector<Token>(8, 1),
-                    steps, kept);
+  spec.accept_trees(both, std::vector<Token>{3, 5}, std::vector<std::size_t>{0, 1, 2},
+                    std::vector<Token>{1, 2, 3, 4, 9, 8, 7, 6}, steps, kept);
   EXPECT_EQ(spec.state(1).generated, 1U);
   EXPECT_EQ(kept[0], 0U);
   EXPECT_EQ(kept[1], 0U);
@@ -1387,6 +1394,25 @@ TEST(BatchSpeculatorTrees, AcceptTreesRecordsEveryEntrysRowWithItsProbabilities)
   }
 }
 
+// In a vocabulary of fewer than top_k() tokens a row lists each token once and can then only
+// repeat: what follows the vocabulary's size is not read for repeats.
+TEST(BatchSpeculatorTrees, ARowOverAVocabularySmallerThanKRepeatsOnlyPastIt) {
+  TopKTable table(2, 4);
+  BatchSpeculator<TreeDrafter> spec(BatchConfig{.max_sequences = 1}, [&] { return TreeDrafter(TreeConfig{}, &table); });
+  const SequenceId id = 3;
+  spec.begin(id, {0, 1, 0});
+  std::vector<StepOutcome> steps(1);
+  std::vector<std::size_t> kept(1);
+  EXPECT_THAT(invalid_argument_message([&] {
+                spec.accept_trees(std::span(&id, 1), std::vector<Token>{1}, std::vector<std::size_t>{0, 1},
+                                  std::vector<Token>{0, 0, 1, 1}, steps, kept);
+              }),
+              HasSubstr("sequence 3: top[1] = 0 is invalid: token 0 is also top[0]"));
+  spec.accept_trees(std::span(&id, 1), std::vector<Token>{1}, std::vector<std::size_t>{0, 1},
+                    std::vector<Token>{0, 1, 0, 1}, steps, kept);
+  EXPECT_EQ(steps[0].emitted, 1U);
+}
+
 TEST(BatchSpeculatorTrees, AcceptTreesRefusesBadProbabilitiesChangingNothing) {
   const std::string where = "ngramspec::BatchSpeculator::accept_trees: ";
   DrawingTreeEngine engine;
@@ -1420,6 +1446,18 @@ TEST(BatchSpeculatorTrees, AcceptTreesRefusesBadProbabilitiesChangingNothing) {
                                          engine.kept);
               }),
               HasSubstr(where + "top_probabilities has 3 elements; it needs top.size() = "));
+  // A row lists a token once, as far as it is recorded: to its first probability 0 (here its
+  // third token); past it, what the filters dropped may repeat.
+  const Token first_token = engine.top[at - 1];
+  const Token second_token = engine.top[at];
+  engine.top[at] = first_token;
+  EXPECT_THAT(refused(), HasSubstr(where + "sequence 2: top[" + std::to_string(at) + "] = " +
+                                   std::to_string(first_token) + " is invalid: token " + std::to_string(first_token) +
+                                   " is also top[" + std::to_string(at - 1) + "], in the same row (entry " +
+                                   std::to_string(engine.model_offsets[2]) + "); a row lists 4 distinct tokens"));
+  engine.top[at] = second_token;
+  ASSERT_EQ(engine.probabilities[at + 1], 0.0f);
+  engine.top[at + 1] = first_token;
   EXPECT_EQ(engine.spec.state(0).generated, generated);
   engine.accept();  // the same pass, now valid, is taken
   EXPECT_GT(engine.spec.state(0).generated, generated);

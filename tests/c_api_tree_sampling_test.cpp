@@ -141,6 +141,23 @@ TEST(CApiTreeSampling, RecycledHistoryIsReadFromItsVersionAndRefusedOutsideZeroT
   EXPECT_NE(make_batch(tree), nullptr);
 }
 
+TEST(CApiTreeSampling, DrawRecycledWithoutTheVocabularyIsRefusedByName) {
+  // Without tree->vocab_size there is no top-k table: drawing would be off, top_k 0, without a word.
+  ngramspec_tree_config tree = drawing_config(0);
+  tree.vocab_size = 0;
+  ngramspec_batch* p = nullptr;
+  EXPECT_INVALID(ngramspec_batch_create_tree(nullptr, &tree, nullptr, &p), "ngramspec_batch_create_tree",
+                 "tree->draw_recycled = 1 needs the top-k table, and tree->vocab_size = 0 makes none");
+  EXPECT_EQ(p, nullptr);
+  tree.shared_top_k = 0;
+  EXPECT_INVALID(ngramspec_batch_create_tree(nullptr, &tree, nullptr, &p), "ngramspec_batch_create_tree",
+                 "tree->vocab_size = 0");
+  tree.draw_recycled = 0;
+  EXPECT_C_OK(ngramspec_batch_create_tree(nullptr, &tree, nullptr, &p));
+  EXPECT_EQ(ngramspec_batch_top_k(p), 0U);
+  ngramspec_batch_free(p);
+}
+
 // The rows a drawing batch draws from blend what accept_trees_q recorded after their token by
 // recycled_history: after rows A then B for token 1, the next tree's first drawn node under the
 // root (token 1) is drawn from h A + (1 - h) B, which the ratio of two of its tokens' q shows.
@@ -315,8 +332,18 @@ TEST(CApiTreeSampling, AcceptTreesQRefusesBadProbabilitiesByNameAndChangesNothin
   EXPECT_INVALID(ngramspec_batch_accept_trees_q(r.batch.get(), &r.id, 1, &model_token, 1, model_offsets, top, short_p,
                                                 kTopK - 1, &step, kept, 1),
                  "ngramspec_batch_accept_trees_q", "top has 3 tokens");
-  // Nothing changed: the pass is still pending and is decided by a valid call.
+  // A row that lists a token twice would come back as twin siblings in later trees, and as a q
+  // support holding the token twice.
   const float good[kTopK] = {0.4f, 0.3f, 0.2f, 0.1f};
+  const Token twice[kTopK] = {3, 1, 0, 1};
+  EXPECT_INVALID(ngramspec_batch_accept_trees_q(r.batch.get(), &r.id, 1, &model_token, 1, model_offsets, twice, good,
+                                                kTopK, &step, kept, 1),
+                 "ngramspec_batch_accept_trees_q",
+                 "sequence 1: top[3] = 1 is invalid: token 1 is also top[1], in the same row (entry 0)");
+  EXPECT_INVALID(ngramspec_batch_accept_trees(r.batch.get(), &r.id, 1, &model_token, 1, model_offsets, twice, kTopK,
+                                              &step, kept, 1),
+                 "ngramspec_batch_accept_trees", "sequence 1: top[3] = 1 is invalid");
+  // Nothing changed: the pass is still pending and is decided by a valid call.
   ASSERT_C_OK(ngramspec_batch_accept_trees_q(r.batch.get(), &r.id, 1, &model_token, 1, model_offsets, top, good, kTopK,
                                              &step, kept, 1));
   EXPECT_EQ(step.emitted, 1U);

@@ -203,6 +203,58 @@ TEST(DraftPlannerProperty, OneSequenceIsExact) {
   }
 }
 
+// Beyond a curve's last point a pass costs s·tokens + c, and a batch that emits its last tokens
+// (base_expected = base_tokens) gains from k drafts more, relative to the plain pass, less the
+// larger its base: so a larger base never makes more drafts pay, up to the largest base a count
+// holds. A sum base + drafts that wrapped past SIZE_MAX priced such a pass as a small one.
+TEST(DraftPlannerProperty, PastTheLastPointALargerBaseNeverPlansMoreDrafts) {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  DraftPlanner planner;
+  std::mt19937_64 rng(64);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const VerifyCost cost = random_cost(rng);
+    SCOPED_TRACE(cost.spec());
+    const std::size_t small = cost.points().back().tokens + rng() % 1000;
+    const std::size_t large = rng() % 2 == 0 ? kMax - rng() % 16 : small + rng() % (kMax - small);
+    std::vector<std::size_t> offsets{0};
+    std::vector<float> p;
+    for (std::size_t i = 1 + rng() % 3; i > 0; --i) {
+      float chance = 1;
+      for (std::size_t j = rng() % 8; j > 0; --j) p.push_back(chance *= static_cast<float>(rng() % 1001) / 1000);
+      offsets.push_back(p.size());
+    }
+    const auto planned = [&](std::size_t base) {
+      std::vector<float> work = p;
+      std::vector<std::size_t> lengths(offsets.size() - 1);
+      return planner.plan(&cost, base, static_cast<double>(base), 0, work, offsets, lengths);
+    };
+    const auto planned_one = [&](std::size_t base) {
+      std::vector<float> work(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(offsets[1]));
+      return DraftPlanner::plan_one(&cost, base, static_cast<double>(base), 0, work);
+    };
+    ASSERT_LE(planned(large), planned(small)) << small << " -> " << large;
+    ASSERT_LE(planned_one(large), planned_one(small)) << small << " -> " << large;
+    const std::size_t room = 1 + rng() % 64;
+    if (DraftPlanner::drafts_can_pay(cost, large, static_cast<double>(large), room)) {
+      ASSERT_TRUE(DraftPlanner::drafts_can_pay(cost, small, static_cast<double>(small), room))
+          << small << " -> " << large;
+    }
+  }
+}
+
+TEST(DraftPlanner, ABaseOfSizeMaxPlansNoDraftThatCannotPay) {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  const VerifyCost knee = VerifyCost::knee(1);  // every token costs a pass: only a certain draft pays
+  std::vector<float> p(5, 0.9f);
+  EXPECT_EQ(DraftPlanner::plan_one(&knee, kMax, static_cast<double>(kMax), 0, p), 0U);
+  EXPECT_FALSE(DraftPlanner::drafts_can_pay(knee, kMax, static_cast<double>(kMax), 5));
+  DraftPlanner planner;
+  std::vector<float> batch(5, 0.9f);
+  const std::vector<std::size_t> offsets{0, 2, 5};
+  std::vector<std::size_t> lengths(2);
+  EXPECT_EQ(planner.plan(&knee, kMax - 1, static_cast<double>(kMax - 1), 0, batch, offsets, lengths), 0U);
+}
+
 TEST(DraftPlanner, WithoutACostEverythingIsSentAndABudgetKeepsTheMostProbable) {
   DraftPlanner planner;
   std::vector<float> p = {0.9f, 0.5f, 0.1f, 0.8f, 0.7f, 0.05f};

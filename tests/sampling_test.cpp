@@ -280,6 +280,16 @@ TEST(TokenSampler, TemperatureZeroIsArgmaxTiesToLowestIdAndIgnoresSeedAndFilters
   EXPECT_EQ(sampler.sample(std::vector<float>{-1e30f, -3e38f, -1e31f}, 0.0), 0U);
 }
 
+// Every positive temperature a float holds samples, down to the smallest: it is not greedy (the
+// Python package refuses a smaller one, which the float would make 0, instead of going greedy).
+TEST(TokenSampler, TheSmallestPositiveTemperatureSamplesAmongTiedMaxima) {
+  TokenSampler sampler(SamplingOptions{.temperature = std::numeric_limits<float>::denorm_min()}, 4);
+  const std::vector<float> logits = {3.0f, 3.0f, 0.0f, 3.0f};
+  EXPECT_EQ(sampler.sample(logits, 0.1), 0U);
+  EXPECT_EQ(sampler.sample(logits, 0.5), 1U);
+  EXPECT_EQ(sampler.sample(logits, 0.9), 3U);
+}
+
 TEST(TokenSampler, InverseCdfInAscendingIdOrder) {
   TokenSampler sampler(SamplingOptions{.temperature = 1.0f}, 3);
   const std::vector<float> logits = log_probs({0.25, 0.25, 0.5});

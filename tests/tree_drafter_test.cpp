@@ -284,6 +284,15 @@ TEST(TreeDrafter, CalibrationFollowsWhatPassesAccept) {
   EXPECT_FLOAT_EQ(drafter.class_estimate(13), before);
 }
 
+// `rows` top rows of k tokens each: first, first + 1, ..., as a model's k best are distinct.
+std::vector<Token> rows_from(Token first, std::size_t rows, std::size_t k) {
+  std::vector<Token> top;
+  for (std::size_t e = 0; e < rows; ++e) {
+    for (std::size_t r = 0; r < k; ++r) top.push_back(first + static_cast<Token>(r));
+  }
+  return top;
+}
+
 TEST(TreeDrafter, CarryOverKeepsWhatItLearntAcrossReset) {
   TreeConfig config;
   config.vocab_size = 50;
@@ -293,7 +302,7 @@ TEST(TreeDrafter, CarryOverKeepsWhatItLearntAcrossReset) {
   pass.add(kTreeRoot, 6, 0.5f);
   drafter.update(std::vector<Token>{5});
   drafter.observe_pass(pass, std::vector<Token>{5, 6}, std::vector<Token>{6, 1},
-                       std::vector<std::size_t>{0, 1}, std::vector<Token>(2 * config.top_k, 6));
+                       std::vector<std::size_t>{0, 1}, rows_from(6, 2, config.top_k));
   drafter.reset();
   drafter.update(std::vector<Token>{5});
   DraftTree tree(4);
@@ -304,7 +313,7 @@ TEST(TreeDrafter, CarryOverKeepsWhatItLearntAcrossReset) {
   TreeDrafter forgets(config);
   forgets.update(std::vector<Token>{5});
   forgets.observe_pass(pass, std::vector<Token>{5, 6}, std::vector<Token>{6, 1}, std::vector<std::size_t>{0, 1},
-                       std::vector<Token>(2 * config.top_k, 6));
+                       rows_from(6, 2, config.top_k));
   forgets.reset();
   forgets.update(std::vector<Token>{5});
   EXPECT_EQ(forgets.predict_tree(tree, 4, 2), 0U);
@@ -316,7 +325,7 @@ TEST(TreeDrafter, CopiesShareNothingAndMovesKeepTheTable) {
   TreeDrafter a(config);
   TreeDrafter b(a);
   a.observe_pass(DraftTree{}, std::vector<Token>{3}, std::vector<Token>{4}, std::vector<std::size_t>{0},
-                 std::vector<Token>(config.top_k, 4));
+                 rows_from(4, 1, config.top_k));
   EXPECT_FALSE(a.top_k_table()->row(3).empty());
   EXPECT_TRUE(b.top_k_table()->row(3).empty());
   EXPECT_NE(a.top_k_table(), b.top_k_table());
@@ -364,6 +373,16 @@ TEST(TreeDrafter, RefusesBadConfigurationNamingTheValue) {
   config = {};
   config.chain.min_confidence = 2.0;
   EXPECT_NE(invalid_argument_message([&] { TreeDrafter d(config); }).find("min_confidence"), std::string::npos);
+  // Drawing needs rows to draw from: without a table it would be off without a word.
+  config = {};
+  config.draw_recycled = true;
+  EXPECT_EQ(invalid_argument_message([&] { TreeDrafter d(config); }),
+            "ngramspec: TreeConfig::draw_recycled = true needs a top-k table to draw from, and "
+            "TreeConfig::vocab_size = 0 makes none: set vocab_size (the drafter's own table) or pass a TopKTable");
+  TopKTable shared(16, config.top_k, true);
+  EXPECT_NE(TreeDrafter(config, &shared).top_k_table(), nullptr);
+  config.vocab_size = 16;
+  EXPECT_TRUE(TreeDrafter(config).top_k_table()->has_probabilities());
 }
 
 TEST(TreeDrafter, ObservePassRefusesAPassThatIsNotTheTreesNamingTheValue) {
@@ -377,7 +396,7 @@ TEST(TreeDrafter, ObservePassRefusesAPassThatIsNotTheTreesNamingTheValue) {
   const std::vector<Token> fed = {1, 3, 4};
   const std::vector<Token> next = {3, 4, 5};
   const std::vector<std::size_t> path = {0, 1, 2};
-  const std::vector<Token> top(6, 2);
+  const std::vector<Token> top = {2, 1, 2, 5, 2, 6};
   const float before = drafter.class_estimate(13);
   EXPECT_EQ(invalid_argument_message([&] { drafter.observe_pass(tree, std::vector<Token>{1, 3}, next, path, {}); }),
             "ngramspec: TreeDrafter::observe_pass: 2 fed and 3 model tokens for a tree of 2 nodes; it needs 3 each");
@@ -394,6 +413,11 @@ TEST(TreeDrafter, ObservePassRefusesAPassThatIsNotTheTreesNamingTheValue) {
             "ngramspec: TreeDrafter::observe_pass: a top-k token 10 is outside the top-k table's vocabulary of 10");
   EXPECT_EQ(invalid_argument_message([&] { drafter.observe_pass(tree, std::vector<Token>{1, 3, 12}, next, path, top); }),
             "ngramspec: TreeDrafter::observe_pass: a fed token 12 is outside the top-k table's vocabulary of 10");
+  EXPECT_EQ(invalid_argument_message([&] {
+              drafter.observe_pass(tree, fed, next, path, std::vector<Token>{2, 1, 7, 7, 2, 6});
+            }),
+            "ngramspec: TreeDrafter::observe_pass: top[3] = 7 is invalid: token 7 is also top[2], in the same row "
+            "(entry 1); a row lists 2 distinct tokens");
   // Nothing was learnt from the refused passes; the drafter still takes a good one.
   EXPECT_FLOAT_EQ(drafter.class_estimate(13), before);
   EXPECT_TRUE(drafter.top_k_table()->row(3).empty());

@@ -189,6 +189,107 @@ TEST(VerifyCost, SpecsRoundTripAndCostsNeverDecrease) {
   }
 }
 
+constexpr std::size_t kMaxCount = std::numeric_limits<std::size_t>::max();
+
+// A random curve of every form: flat, knees short and as long as a count can be, steep tables,
+// and staircases (a flat run, then a step), their points anywhere up to SIZE_MAX.
+VerifyCost random_wide_cost(std::mt19937_64& rng) {
+  switch (rng() % 5) {
+    case 0:
+      return VerifyCost::flat();
+    case 1:
+      return VerifyCost::knee(1 + rng() % 64);
+    case 2:
+      return VerifyCost::knee(rng() % 2 == 0 ? kMaxCount - rng() % 64 : 1 + rng() % (kMaxCount / 2));
+    default: {
+      const bool stairs = rng() % 5 == 4;
+      std::vector<VerifyCost::Point> points;
+      std::size_t t = 1 + rng() % 8;
+      double c = 0.5 + static_cast<double>(rng() % 100) / 50;
+      for (std::size_t i = 1 + rng() % 5; i > 0; --i) {
+        points.push_back({t, c});
+        if (stairs) {
+          points.push_back({t + 1, c *= 1 + static_cast<double>(rng() % 8)});
+          ++t;
+        }
+        const std::size_t room = kMaxCount - t;
+        if (room < 2) break;
+        t += 1 + (rng() % 3 == 0 ? rng() % (room / 2) : rng() % std::min<std::size_t>(room - 1, 40));
+        c += static_cast<double>(rng() % 100) / 10;
+      }
+      return VerifyCost::table(points);
+    }
+  }
+}
+
+std::size_t random_count(std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0:
+      return rng() % 64;
+    case 1:
+      return kMaxCount - rng() % 64;
+    case 2:
+      return kMaxCount / 2 - 32 + rng() % 64;
+    default:
+      return rng();
+  }
+}
+
+// What cost.pass(base, drafts) is by its definition, in long double so that no sum wraps: the
+// curve goes on past SIZE_MAX tokens with its tail slope.
+long double reference_pass(const VerifyCost& cost, std::size_t base, std::size_t drafts) {
+  const auto of_sum = [&](std::size_t a, std::size_t b) -> long double {
+    if (b <= kMaxCount - a) return cost(a + b);
+    const VerifyCost::Point last = cost.points().back();
+    return last.cost + static_cast<long double>(cost.tail_slope()) *
+                           (static_cast<long double>(a) + static_cast<long double>(b) -
+                            static_cast<long double>(last.tokens));
+  };
+  const VerifyCost::Point first = cost.points().front();
+  if (base >= first.tokens || base == 0) return of_sum(base, drafts);
+  const long double plain =
+      first.cost * static_cast<long double>(base) / static_cast<long double>(first.tokens);
+  return drafts == 0 ? plain : plain + of_sum(first.tokens, drafts) - first.cost;
+}
+
+// For random curves and counts up to SIZE_MAX, a pass never costs less for carrying more tokens,
+// more drafts or a larger base, never less than the plain pass, and costs what its definition
+// says even where base + drafts is past SIZE_MAX.
+TEST(VerifyCostProperty, PassesOfAnyCountNeverCostLessForMoreTokensAndNeverWrap) {
+  std::mt19937_64 rng(37);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const VerifyCost cost = random_wide_cost(rng);
+    SCOPED_TRACE(cost.spec());
+    // A base of 0 is priced as a pass of its drafts alone (VerifyCost::pass), not as a base below
+    // a table's first point: the monotonicity in the base starts at 1.
+    const std::size_t base = std::max<std::size_t>(1, random_count(rng));
+    const std::size_t drafts = random_count(rng);
+    const std::size_t more_base = base + std::min(random_count(rng), kMaxCount - base);
+    const std::size_t more_drafts = drafts + std::min(random_count(rng), kMaxCount - drafts);
+    const double c = cost.pass(base, drafts);
+    ASSERT_TRUE(std::isfinite(c)) << base << " + " << drafts;
+    ASSERT_GE(c, cost.pass(base, 0)) << base << " + " << drafts;
+    ASSERT_GE(cost.pass(base, more_drafts), c) << base << " + " << drafts << " -> " << more_drafts;
+    ASSERT_GE(cost.pass(more_base, drafts), c) << base << " -> " << more_base << " + " << drafts;
+    ASSERT_GE(cost.pass(more_base, more_drafts), c) << base << " + " << drafts;
+    const long double expected = reference_pass(cost, base, drafts);
+    ASSERT_NEAR(c, static_cast<double>(expected), 1e-9 * std::max(1.0L, expected)) << base << " + " << drafts;
+    ASSERT_GE(cost.marginal(base), 0) << base;
+  }
+}
+
+TEST(VerifyCost, APassPastSizeMaxTokensCostsMoreThanThePlainPass) {
+  const VerifyCost knee = VerifyCost::parse("knee:1");
+  // A double cannot tell 2^64 tokens from 2^64 + 2; what matters is that such a pass is not
+  // priced as a pass of 1 token.
+  EXPECT_GE(knee.pass(kMaxCount, 2), knee.pass(kMaxCount, 0));
+  EXPECT_GT(knee.pass(kMaxCount, 2), 1e19);
+  EXPECT_GE(knee.marginal(kMaxCount), 0);
+  const VerifyCost table = VerifyCost::parse("table:5=3,10=6");
+  EXPECT_GT(table.pass(3, kMaxCount), 0.19 * 1.8e19);  // normalized: 0.2 a token
+  EXPECT_GE(table.pass(3, kMaxCount), table.pass(3, kMaxCount - 1));
+}
+
 TEST(VerifyCost, BadCurvesNameWhatIsWrong) {
   EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::knee(0); }), HasSubstr("flat_tokens = 0 is invalid"));
   EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::knee(4, -1); }), HasSubstr("base = -1 is invalid"));
@@ -204,10 +305,22 @@ TEST(VerifyCost, BadCurvesNameWhatIsWrong) {
   EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("knee"); }), HasSubstr("'knee' is not a cost"));
   EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("knee:x"); }), HasSubstr("'x' is not a whole number"));
   EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("knee:0"); }), HasSubstr("at least 1 token"));
+  EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("knee:18446744073709551616"); }),
+              HasSubstr("knee '18446744073709551616' is more than 18446744073709551615"));
   EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("table:"); }), HasSubstr("no points"));
   EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("table:1=1,"); }), HasSubstr("ends with a comma"));
   EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("table:1=nan"); }),
               HasSubstr("cost 'nan' is not a finite number"));
+  // Costs are read as every number of the project is (detail::parse_real): decimal, finite, the
+  // whole text.
+  for (const char* cost : {"0x1p1", "0X2", "inf", "-inf", "infinity", "+2", " 2", "2 ", "2f"}) {
+    const std::string spec = std::string("table:1=1,2=") + cost;
+    EXPECT_THAT(invalid_argument_message([&] { (void)VerifyCost::parse(spec); }),
+                HasSubstr("cost '" + std::string(cost) + "' is not"))
+        << spec;
+  }
+  EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("table:1=1,2=1e999"); }),
+              HasSubstr("cost '1e999' is out of the range of a double"));
   EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("table:1"); }),
               HasSubstr("point '1' is not TOKENS=COST"));
   EXPECT_THAT(invalid_argument_message([] { (void)VerifyCost::parse("roofline:3"); }),

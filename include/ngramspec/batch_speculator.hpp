@@ -296,8 +296,9 @@ class BatchSpeculator {
   /// offsets[i + 1]) may be overwritten. Tells each drafter how its pass went and feeds it the
   /// emitted tokens. Throws std::invalid_argument, changing nothing, for what accept() refuses,
   /// a sequence with more model tokens than one plus its tree's nodes, `kept` shorter than
-  /// model_tokens, `top` of another size (or any with top_k() 0), or a token of top or of
-  /// model_tokens outside the vocabulary of the sequence's top-k table.
+  /// model_tokens, `top` of another size (or any with top_k() 0), a token of top or of
+  /// model_tokens outside the vocabulary of the sequence's top-k table, or a row of top that
+  /// lists a token twice (with top_probabilities, up to the row's first probability 0).
   void accept_trees(std::span<const SequenceId> ids, std::span<const Token> model_tokens,
                     std::span<const std::size_t> offsets, std::span<const Token> top, std::span<StepOutcome> steps,
                     std::span<std::size_t> kept) {

@@ -471,7 +471,8 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_propose_trees(ngramspec_batch* ba
                                                              size_t* n_nodes);
 /* Decides the tree pass, as above: offsets as ngramspec_batch_accept's; top NULL with n_top 0 (none)
  * or n_top = n_model_tokens x ngramspec_batch_top_k(), its tokens and the model tokens below the
- * top-k table's vocab_size; kept has room for kept_capacity >= n_model_tokens entries. */
+ * top-k table's vocab_size, each row listing a token once (with probabilities, up to the row's first
+ * probability 0); kept has room for kept_capacity >= n_model_tokens entries. */
 NGRAMSPEC_API ngramspec_status ngramspec_batch_accept_trees(ngramspec_batch* batch, const ngramspec_sequence_id* ids,
                                                             size_t n_ids, const ngramspec_token* model_tokens,
                                                             size_t n_model_tokens, const size_t* offsets,
@@ -529,7 +530,8 @@ NGRAMSPEC_API double ngramspec_verify_cost_of(const ngramspec_verify_cost* cost,
 /* What a pass of `base_tokens` tokens carrying `drafts` drafts more costs, as the planner prices it
  * (VerifyCost::pass): the cost of base_tokens + drafts, except below the first point N of a table (measured on N
  * sequences, it says nothing of fewer): a plain pass there costs the first point's cost times base_tokens / N,
- * and drafts add what they add over N. 0 for a NULL cost. */
+ * and drafts add what they add over N. A sum past SIZE_MAX is priced on the curve's tail, never wrapped. 0 for
+ * a NULL cost. */
 NGRAMSPEC_API double ngramspec_verify_cost_of_pass(const ngramspec_verify_cost* cost, size_t base_tokens,
                                                    size_t drafts);
 /* The spec that ngramspec_verify_cost_create reads back into an equal cost, costs normalized so that the

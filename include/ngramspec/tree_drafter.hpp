@@ -53,7 +53,8 @@ struct TreeConfig {
   /// from the table's overall row (TopKTable::overall_row()) instead of none, calibrated as a
   /// class of its own (kOverallClass). Off by default: greedy decoding and the exact mode accept
   /// the model's best candidates more often than drawn ones. Rows recorded without
-  /// probabilities are taken best first either way.
+  /// probabilities are taken best first either way. Needs a top-k table: vocab_size, or a
+  /// TopKTable passed to the drafter (refused without one).
   bool draw_recycled = false;
   /// Seed of those draws (their randomness is the drafter's own, apart from the verifier's).
   /// The draws also number every tree built since construction or set_draw_seed(), so requests

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -74,15 +75,18 @@ class VerifyCost {
   /// pays it at any batch size). Whatever the truth below N, flat or proportional, a draft the
   /// planner sends there pays: it is held to at least the bar the truth sets (docs/ALGORITHM.md,
   /// "A table measured on N sequences"). The replay prices its passes the same way. Flat and
-  /// knee curves start at 1 token, and a base of 0 costs what 1 does: unchanged.
+  /// knee curves start at 1 token, and a base of 0 costs what 1 does: unchanged. A base + drafts
+  /// past SIZE_MAX is priced on the curve's tail beyond it, never as the small pass a wrapped
+  /// count would be.
   [[nodiscard]] double pass(std::size_t base_tokens, std::size_t drafts) const noexcept {
     const std::size_t first = points_.front().tokens;
-    if (base_tokens >= first || base_tokens == 0) return (*this)(base_tokens + drafts);
+    if (base_tokens >= first || base_tokens == 0) return of_sum(base_tokens, drafts);
     const double plain = points_.front().cost * static_cast<double>(base_tokens) / static_cast<double>(first);
-    return drafts == 0 ? plain : plain + (*this)(first + drafts) - points_.front().cost;
+    // What the drafts add is taken first, so that it is never below 0 by a rounding.
+    return drafts == 0 ? plain : plain + (of_sum(first, drafts) - points_.front().cost);
   }
   /// The cost of one more token after `tokens`: (*this)(tokens + 1) - (*this)(tokens).
-  [[nodiscard]] double marginal(std::size_t tokens) const noexcept { return (*this)(tokens + 1) - (*this)(tokens); }
+  [[nodiscard]] double marginal(std::size_t tokens) const noexcept { return of_sum(tokens, 1) - (*this)(tokens); }
 
   /// The points, normalized (the first costs 1); a knee has two, (1, 1) and (N, 1), and a
   /// tail slope of 1 / N.
@@ -99,6 +103,14 @@ class VerifyCost {
 
  private:
   VerifyCost() = default;
+  /// The cost of a + b tokens, also where the sum is past SIZE_MAX: there the tail goes on at its
+  /// slope. A sum that wrapped would price the largest passes as the smallest, and make drafts on
+  /// a huge base look free.
+  [[nodiscard]] double of_sum(std::size_t a, std::size_t b) const noexcept {
+    constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+    if (b <= kMax - a) return (*this)(a + b);
+    return (*this)(kMax) + tail_slope_ * static_cast<double>(b - (kMax - a));
+  }
   std::vector<Point> points_;
   double tail_slope_ = 0;
   std::string spec_;

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 __all__ = ["TokensLike", "IdsLike", "OffsetsLike", "Remembered", "tokens_arg", "ids_arg", "offsets_arg",
            "tokens_arg_remembered", "ids_arg_remembered", "offsets_arg_remembered", "out_tokens", "out_floats",
-           "out_offsets", "size_arg"]
+           "out_offsets", "size_arg", "sizes_arg", "whole_arg", "float32_arg"]
 
 TokensLike = Union[Sequence[int], npt.NDArray[np.integer[Any]]]
 IdsLike = Union[Sequence[int], npt.NDArray[np.integer[Any]]]
@@ -45,7 +45,7 @@ def _integers(value: Any, what: str, limit: int, dtype: np.dtype[Any]) -> np.nda
             try:
                 items.append(operator.index(item))
             except TypeError:
-                raise TypeError(f"{what} must hold integers; it holds {type(item).__name__}") from None
+                raise TypeError(f"{what} must hold integers; it holds {item!r} ({type(item).__name__})") from None
         for item in items:
             if item < 0 or item > limit:
                 raise ValueError(f"{what} holds {item}, outside 0..{limit}")
@@ -58,7 +58,8 @@ def _integers(value: Any, what: str, limit: int, dtype: np.dtype[Any]) -> np.nda
         return np.empty(0, dtype)
     kind = array.dtype.kind
     if kind not in "iu":
-        raise TypeError(f"{what} must hold integers; it holds {array.dtype}")
+        first = array.reshape(-1)[0]
+        raise TypeError(f"{what} must hold integers; it holds {array.dtype} ({first!r}, ...)")
     if kind == "i" or array.dtype.itemsize > dtype.itemsize:
         low = int(array.min())
         high = int(array.max())
@@ -166,6 +167,44 @@ def out_floats(array: Any, what: str = "probabilities") -> np.ndarray:
 def out_offsets(array: Any, what: str = "offsets") -> np.ndarray:
     """A caller's output array for offsets: writable, C-contiguous, uintp (uint64) or int64."""
     return _writable(array, what, _WIDE_DTYPES, "uintp (or uint64, int64)")
+
+
+def sizes_arg(value: Any, what: str) -> np.ndarray:
+    """A C-contiguous 1-D uintp array of `value`'s integers (offsets into another array): floats, negative
+    values and other shapes are refused naming `what` and the value or shape, never truncated, wrapped or
+    flattened."""
+    return _integers(value, what, 0xFFFFFFFFFFFFFFFF, _UINTP)
+
+
+_FLOAT32_TINY = float(np.nextafter(np.float32(0), np.float32(1)))  # 1.4e-45, the smallest positive
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def float32_arg(value: Any, what: str) -> float:
+    """`value` as a float for a float32 field of the library: a finite value that float32 turns into 0 or inf
+    would change its meaning without a word (a temperature of 1e-50 would become 0, greedy), so it is refused
+    naming `what` and the value. Every value float32 holds means what it says (a temperature of 1.4e-45
+    samples; it is not greedy)."""
+    number = float(value)
+    magnitude = abs(number)
+    if magnitude != 0 and magnitude < _FLOAT32_TINY or np.isfinite(number) and magnitude > _FLOAT32_MAX:
+        raise ValueError(f"{what} = {number!r} is invalid: the library keeps it as a float32, whose positive values "
+                         f"run from {_FLOAT32_TINY!r} to {_FLOAT32_MAX!r} (0 is its own value)")
+    return number
+
+
+def whole_arg(value: Any, what: str) -> int:
+    """`value` as an int: an int, a NumPy integer, or a one-element integer array or tensor (what an engine
+    hands over). A number that is not whole is a ValueError and a bool or anything else a TypeError, naming
+    `what` and the value: int() would truncate 1.9 to 1."""
+    item = value.tolist() if hasattr(value, "tolist") else value
+    while isinstance(item, list) and len(item) == 1:
+        item = item[0]
+    if isinstance(item, bool) or not isinstance(item, (int, float)):
+        raise TypeError(f"{what} = {value!r} is invalid: it must be an int, not {type(value).__name__}")
+    if isinstance(item, float):
+        raise ValueError(f"{what} = {value!r} is invalid: it must be a whole number (an int)")
+    return item
 
 
 def size_arg(value: Any, what: str) -> int:

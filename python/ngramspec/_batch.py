@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._closable import Closable
-from ._arrays import (IdsLike, OffsetsLike, Remembered, TokensLike, ids_arg, ids_arg_remembered,
+from ._arrays import (IdsLike, OffsetsLike, Remembered, TokensLike, float32_arg, ids_arg, ids_arg_remembered,
                       offsets_arg_remembered, out_offsets, out_tokens, size_arg, tokens_arg, tokens_arg_remembered)
 from ._corpus import CorpusPreferenceName, MappedCorpus, SharedCorpus, create_attached, preference_arg
 from ._drafters import match_config
@@ -440,7 +440,8 @@ class BatchSpeculator(Closable):
         ``model_tokens[offsets[i] + kept[...]]``, and its KV entry ``kept[offsets[i] + j]`` goes to
         position cache length + j. Both are views of buffers this object reuses. Raises ValueError
         (the library's message), changing nothing, for bad offsets or sizes, a top-k token outside
-        the table's vocabulary, or an unknown, finished or repeated id, and for `top_probabilities`
+        the table's vocabulary or listed twice in its row, or an unknown, finished or repeated id, and
+        for `top_probabilities`
         of another length than `top`, a probability outside [0, 1], a row whose first probability is
         0, or a batch made without ``draw_recycled``."""
         ids_array, ids_pointer, n = ids_arg_remembered(ids, self._last_ids)
@@ -453,7 +454,10 @@ class BatchSpeculator(Closable):
         if top_probabilities is not None:
             if top is None:
                 raise ValueError("top_probabilities needs top: the probabilities are those of top's tokens")
-            probabilities = np.ascontiguousarray(top_probabilities, dtype=np.float32).reshape(-1)
+            probabilities = np.ascontiguousarray(top_probabilities, dtype=np.float32)
+            if probabilities.ndim != 1:  # flat as top is: rows of another shape would be read out of order
+                raise ValueError(f"top_probabilities must be one-dimensional, as top is; it has shape "
+                                 f"{probabilities.shape}")
             if probabilities.shape[0] != n_top:
                 raise ValueError(f"top_probabilities has {probabilities.shape[0]} values; it needs one per token of "
                                  f"top, {n_top}")
@@ -568,7 +572,7 @@ def _tree_config(tree: Any) -> _CTreeConfig | None:
         elif name == "recycled_history":
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise TypeError(f"tree setting recycled_history must be a number, not {type(value).__name__}")
-            config.recycled_history = float(value)  # its range is the library's to check
+            config.recycled_history = float32_arg(value, "tree setting recycled_history")  # its range: the library's
         else:
             setattr(config, name, size_arg(value, f"tree setting {name}"))
     if "recycled_history" in tree and not config.draw_recycled:

@@ -84,7 +84,8 @@ class VerifyCost(Closable):
         """What a pass of `base_tokens` tokens carrying `drafts` drafts more costs, as the planner
         prices it: ``cost(base_tokens + drafts)``, except below the first point N of a table
         (measured on N sequences, it says nothing of fewer): a plain pass there costs the first
-        point's cost times ``base_tokens / N``, and drafts add what they add over N."""
+        point's cost times ``base_tokens / N``, and drafts add what they add over N. A sum past 2**64 - 1
+        is priced on the curve's tail, never wrapped."""
         return float(lib.ngramspec_verify_cost_of_pass(self._checked(), size_arg(base_tokens, "base_tokens"),
                                                        size_arg(drafts, "drafts")))
 
@@ -99,7 +100,10 @@ class VerifyCost(Closable):
         array = probabilities
         if not (isinstance(array, np.ndarray) and array.dtype == np.float32 and array.flags.c_contiguous
                 and array.flags.writeable and array.ndim == 1):
-            array = np.array(probabilities, dtype=np.float32).reshape(-1)
+            array = np.array(probabilities, dtype=np.float32)
+            if array.ndim != 1:
+                raise ValueError(f"probabilities must be one-dimensional (one sequence's candidates); it has shape "
+                                 f"{array.shape}")
         status = lib.ngramspec_plan_drafts(self._checked(), size_arg(base_tokens, "base_tokens"),
                                            float(base_expected), array.ctypes.data, array.shape[0],
                                            self._count_address)

@@ -9,7 +9,7 @@ from typing import Any, Literal, Optional, Sequence, Union
 import numpy as np
 import numpy.typing as npt
 
-from ._arrays import OffsetsLike, TokensLike, size_arg, tokens_arg
+from ._arrays import OffsetsLike, TokensLike, float32_arg, size_arg, sizes_arg, tokens_arg
 from ._closable import Closable
 from ._errors import raise_status
 from ._native import SamplingOptions, lib
@@ -183,11 +183,11 @@ class TokenSampler(Closable):
         if q_offsets is not None:
             if q_tokens is None or q_probabilities is None:
                 raise ValueError("q_offsets needs q_tokens and q_probabilities: the flat supports it indexes")
-            offsets = np.ascontiguousarray(q_offsets, dtype=np.uintp).reshape(-1)
+            offsets = sizes_arg(q_offsets, "q_offsets")
             if offsets.shape[0] != n_nodes + 1:
                 raise ValueError(f"q_offsets has {offsets.shape[0]} entries; it needs len(tokens) + 1 = {n_nodes + 1}")
             flat_tokens = tokens_arg(q_tokens, "q_tokens")[0]  # type: ignore[arg-type]
-            flat_probabilities = np.ascontiguousarray(q_probabilities, dtype=_F32).reshape(-1)
+            flat_probabilities = _floats_1d(q_probabilities, "q_probabilities")
             if flat_probabilities.shape[0] != flat_tokens.shape[0]:
                 raise ValueError(f"q_probabilities has {flat_probabilities.shape[0]} values; it needs one per token of "
                                  f"q_tokens, {flat_tokens.shape[0]}")
@@ -228,6 +228,7 @@ def _options(temperature: float, top_k: int, top_p: float, min_p: float, seed: i
     for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+        float32_arg(value, name)
     options.temperature = float(temperature)
     options.top_k = size_arg(top_k, "top_k")
     options.top_p = float(top_p)
@@ -235,6 +236,14 @@ def _options(temperature: float, top_k: int, top_p: float, min_p: float, seed: i
     options.seed = size_arg(seed, "seed")
     options.mode = _MODES[mode]
     return options
+
+
+def _floats_1d(values: Any, what: str) -> np.ndarray:
+    """`values` as a C-contiguous 1-D float32 array; another shape is refused by name, not flattened."""
+    array = np.ascontiguousarray(values, dtype=_F32)
+    if array.ndim != 1:
+        raise ValueError(f"{what} must be one-dimensional; it has shape {array.shape}")
+    return array
 
 
 def _parents(parents: npt.ArrayLike, n_nodes: int) -> np.ndarray:
@@ -278,7 +287,7 @@ def _supports(q_tokens: SupportsLike, q_probabilities: SupportsLike,
         raise ValueError(f"q_tokens and q_probabilities have {len(token_rows)} and {len(probability_rows)} "
                          f"supports; they need one per draft, {n_drafts}")
     token_parts = [tokens_arg(t, f"q_tokens[{i}]")[0] for i, t in enumerate(token_rows)]
-    probability_parts = [np.asarray(p, dtype=_F32).reshape(-1) for p in probability_rows]
+    probability_parts = [_floats_1d(p, f"q_probabilities[{i}]") for i, p in enumerate(probability_rows)]
     for i, (t, p) in enumerate(zip(token_parts, probability_parts)):
         if t.shape[0] != p.shape[0]:
             raise ValueError(f"q_tokens[{i}] has {t.shape[0]} tokens and q_probabilities[{i}] {p.shape[0]} "

@@ -415,3 +415,32 @@ def test_the_integrations_doc_uses_this_adapter() -> None:
     for bad in (0, 1025):
         with pytest.raises(ValueError, match=f"num_output_tokens must be in 1..1024, got {bad}"):
             NgramspecCandidateGenerator(num_output_tokens=bad)
+
+
+def test_whole_numbers_are_refused_when_fractional_and_matches_beyond_the_drafts_sent() -> None:
+    # int() would truncate each of these silently: 1.9 drafts would become 1, token 2.7 token 2.
+    with pytest.raises(ValueError, match=r"num_output_tokens = 1\.9 is invalid: it must be a whole number"):
+        NgramspecCandidateGenerator(num_output_tokens=1.9)
+    with pytest.raises(ValueError, match=r"eos_token_id = 2\.7 is invalid: it must be a whole number"):
+        NgramspecCandidateGenerator(eos_token_id=2.7)
+    with pytest.raises(ValueError, match=r"eos_token_id = 3\.5 is invalid"):
+        NgramspecCandidateGenerator(eos_token_id=[2, 3.5])
+    with pytest.raises(ValueError, match=r"max_length = 99\.5 is invalid"):
+        NgramspecCandidateGenerator(max_length=99.5)
+    with pytest.raises(TypeError, match=r"probes = True is invalid: it must be an int"):
+        AcceptanceCalibration(probes=True)
+    generator = NgramspecCandidateGenerator(num_output_tokens=4, eos_token_id=np.array([2]))
+    assert generator.eos_token_ids == {2}
+    period = np.array([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7]], np.int64)
+    out, _ = generator.get_candidates(period)
+    sent = out.shape[1] - period.shape[1]
+    assert sent > 0
+    for bad in (sent + 1, -1):
+        with pytest.raises(ValueError, match=f"update_candidate_strategy: num_matches = {bad} is invalid: it must be "
+                                             f"from 0 to the {sent} drafts the last get_candidates sent"):
+            generator.update_candidate_strategy(out, None, bad)
+    with pytest.raises(ValueError, match=r"num_matches = 1\.5 is invalid"):
+        generator.update_candidate_strategy(out, None, 1.5)
+    assert generator.accepted == 0  # nothing was counted from the refused calls
+    generator.update_candidate_strategy(out, None, np.int64(sent))  # a NumPy integer, as an engine may pass
+    assert generator.accepted == sent

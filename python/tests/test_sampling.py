@@ -5,6 +5,7 @@ drafts from a draft model; an engine loop over a drawing tree batch, each tree v
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -164,6 +165,16 @@ def test_bad_arguments_raise_naming_the_value_and_change_nothing() -> None:
         TokenSampler(0)
     with pytest.raises(ValueError, match="top_k = -1 is invalid"):
         TokenSampler(4, top_k=-1)
+    # The options are float32 in the library: a value it would turn into 0 or inf is refused, not made greedy.
+    for name, value in (("temperature", 1e-50), ("min_p", 1e-46), ("top_p", 1e-60), ("temperature", 1e39)):
+        with pytest.raises(ValueError, match=re.escape(f"{name} = {value!r} is invalid: the library keeps it as a "
+                                                       "float32, ") +
+                                             r"whose positive values run from 1\.401298464324817e-45 to "):
+            TokenSampler(4, **{name: value})
+    tiny = TokenSampler(4, temperature=1.401298464324817e-45)  # the smallest float32 temperature samples, among tied maxima
+    ties = np.array([[3.0, 3.0, 0.0, 3.0]], np.float32)
+    drawn = {tiny.verify_chain(ties, position, [])[1] for position in range(64)}
+    assert drawn == {0, 1, 3}
     sampler = TokenSampler(4, temperature=1.0, mode="rejection", seed=9)
     with pytest.raises(ValueError, match="SamplingOptions::min_p = 1.000000 is invalid"):
         sampler.set_options(min_p=1.0)
@@ -294,6 +305,20 @@ def test_verify_tree_refuses_bad_arguments_naming_the_value() -> None:
         sampler.verify_tree(logits, 0, tokens, [-1, 0, 1], [1, 2], [0.5, 0.5], q_offsets=[0, 1, 2, 5])
     with pytest.raises(ValueError, match=r"q_probabilities\[1\] = -0.5 \(node 1, token 2\) is invalid"):
         sampler.verify_tree(logits, 0, tokens, [-1, 0, 1], [1, 2], [0.5, -0.5], q_offsets=[0, 1, 2, 2])
+    # Offsets are whole and non-negative, and arrays have the shape given: none is truncated, wrapped or flattened.
+    with pytest.raises(TypeError, match=r"q_offsets must hold integers; it holds 1\.7 \(float\)"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 1], [1, 2], [0.5, 0.5], q_offsets=[0, 1, 1.7, 2])
+    with pytest.raises(TypeError, match=r"q_offsets must hold integers; it holds float64 \(0\.0, \.\.\.\)"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 1], [1, 2], [0.5, 0.5],
+                            q_offsets=np.array([0.0, 1.0, 2.0, 2.0]))
+    with pytest.raises(ValueError, match=r"q_offsets holds -1, outside 0\.\.18446744073709551615"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 1], [1, 2], [0.5, 0.5], q_offsets=[0, 1, -1, 2])
+    with pytest.raises(ValueError, match=r"q_offsets must be one-dimensional; it has shape \(2, 2\)"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 1], [1, 2], [0.5, 0.5], q_offsets=[[0, 1], [2, 2]])
+    with pytest.raises(ValueError, match=r"q_probabilities must be one-dimensional; it has shape \(2, 1\)"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 1], [1, 2], [[0.5], [0.5]], q_offsets=[0, 1, 2, 2])
+    with pytest.raises(ValueError, match=r"q_probabilities\[0\] must be one-dimensional; it has shape \(1, 1\)"):
+        sampler.verify_tree(logits, 0, tokens, [-1, 0, 1], [[1], [2], [3]], [[[1.0]], [1.0], [1.0]])
     bad = logits.copy()
     bad[0, 2] = np.nan
     with pytest.raises(ValueError, match="ngramspec_sampler_verify_tree: logit of token 2 at position 7 is NaN"):

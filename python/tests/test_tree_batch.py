@@ -144,6 +144,9 @@ def test_bad_calls_are_errors_with_the_library_message() -> None:
         spec.accept_trees([1, 2], [6, 7], [0, 1, 2], [1, 2, 3])
     with pytest.raises(ValueError, match="sequence 2: top\\[3\\] = 40 is outside the top-k table's vocabulary of 32"):
         spec.accept_trees([1, 2], [6, 7], [0, 1, 2], [1, 2, 3, 40])
+    with pytest.raises(ValueError, match=r"sequence 2: top\[3\] = 9 is invalid: token 9 is also top\[2\], in the "
+                                         r"same row \(entry 1\); a row lists 2 distinct tokens"):
+        spec.accept_trees([1, 2], [6, 7], [0, 1, 2], [1, 2, 9, 9])
     with pytest.raises(ValueError, match="sequence 1 has 2 model tokens; it needs 1 to 1"):
         spec.accept_trees([1, 2], [6, 5, 7], [0, 2, 3])
     steps, kept = spec.accept_trees([1, 2], [6, 7], [0, 1, 2], [1, 2, 3, 4])
@@ -303,11 +306,19 @@ def test_drawing_calls_refuse_bad_arguments_by_name_and_value() -> None:
         BatchSpeculator(max_sequences=1, tree={"draw_seed": -1})
     with pytest.raises(ValueError, match="tree->recycled_history = 1 is invalid: it must be in \\[0, 1\\)"):
         BatchSpeculator(max_sequences=1, tree={"recycled_history": 1.0, "draw_recycled": True})
+    with pytest.raises(ValueError, match=r"tree setting recycled_history = 1e-50 is invalid: the library keeps it "
+                                         r"as a float32"):  # float32 would make it 0 without a word
+        BatchSpeculator(max_sequences=1, tree={"vocab_size": 32, "recycled_history": 1e-50, "draw_recycled": True})
     with pytest.raises(TypeError, match="recycled_history must be a number, not str"):
         BatchSpeculator(max_sequences=1, tree={"recycled_history": "0.5", "draw_recycled": True})
     with pytest.raises(ValueError, match="recycled_history weighs the distributions drawn from: it needs draw_recycled"):
         BatchSpeculator(max_sequences=1, tree={"vocab_size": 32, "recycled_history": 0.5})
     BatchSpeculator(max_sequences=1, tree={"vocab_size": 32, "draw_recycled": True, "recycled_history": 0})
+    # Without a vocabulary there is no top-k table to draw from: refused, not drawing nothing with top_k 0.
+    for shared in (True, False):
+        with pytest.raises(ValueError, match=r"draw_recycled = 1 needs the top-k table, and tree->vocab_size = 0 "
+                                             r"makes none: set tree->vocab_size to the model's vocabulary"):
+            BatchSpeculator(max_sequences=1, tree={"draw_recycled": True, "shared_top_k": shared})
     for drawing in (False, True):
         spec = BatchSpeculator(max_sequences=1, tree={"vocab_size": 32, "top_k": 2, "draw_recycled": drawing})
         spec.begin(1, [5, 6, 5, 6, 5], max_drafts=8)
@@ -317,6 +328,11 @@ def test_drawing_calls_refuse_bad_arguments_by_name_and_value() -> None:
             spec.accept_trees([1], [6], [0, 1], [6, 7], top_probabilities=[0.5])
         with pytest.raises(ValueError, match="top_probabilities needs top"):
             spec.accept_trees([1], [6], [0, 1], top_probabilities=[0.5, 0.5])
+        with pytest.raises(ValueError, match=r"top_probabilities must be one-dimensional, as top is; it has shape "
+                                             r"\(1, 2\)"):
+            spec.accept_trees([1], [6], [0, 1], [6, 7], top_probabilities=[[0.5, 0.5]])
+        with pytest.raises(ValueError, match=r"sequence 1: top\[1\] = 6 is invalid: token 6 is also top\[0\]"):
+            spec.accept_trees([1], [6], [0, 1], [6, 6], top_probabilities=[0.5, 0.5] if drawing else None)
         if not drawing:
             with pytest.raises(ValueError, match="sequence 1: its top-k table keeps no probabilities"):
                 spec.accept_trees([1], [6], [0, 1], [6, 7], top_probabilities=[0.5, 0.5])

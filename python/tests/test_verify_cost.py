@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -102,3 +104,37 @@ def test_a_table_prices_a_pass_below_its_first_point_in_proportion_and_drafts_ov
     assert cost.plan([0.9, 0.8], base_tokens=2, base_expected=2.0) == 0  # 3.7 tokens for 5.25: not worth it
     with pytest.raises(ValueError, match="drafts"):
         cost.of_pass(1, -1)
+
+
+def test_a_pass_of_any_count_never_costs_less_for_more_tokens() -> None:
+    # Counts up to 2**64 - 1: base + drafts past it must not wrap and price a huge pass as a small one.
+    rng = np.random.default_rng(37)
+    top = 2**64 - 1
+
+    def count() -> int:
+        kind = int(rng.integers(0, 3))
+        return int(rng.integers(1, 64)) if kind == 0 else top - int(rng.integers(0, 64)) if kind == 1 else \
+            int(rng.integers(1, 2**63)) * 2
+    for _ in range(2000):
+        cost = VerifyCost(str(rng.choice(["flat", "knee:1", f"knee:{count()}", "table:5=3,10=6",
+                                          f"table:1=1,{min(count(), top - 1) + 1}=9"])))
+        base, drafts = count(), count()
+        more = drafts + min(count(), top - drafts)
+        assert cost.of_pass(base, drafts) >= cost.of_pass(base, 0), (cost.spec, base, drafts)
+        assert cost.of_pass(base, more) >= cost.of_pass(base, drafts), (cost.spec, base, drafts, more)
+    assert VerifyCost("knee:1").of_pass(top, 2) > 1e19
+    assert VerifyCost("table:5=3,10=6").of_pass(3, top) > 3e18
+    # Every token costs a pass: a batch of 2**64 - 1 sequences gains nothing from drafts of 0.9.
+    assert VerifyCost("knee:1").plan([0.9] * 5, base_tokens=top, base_expected=float(top)) == 0
+
+
+@pytest.mark.parametrize("cost", ["0x1p1", "inf", "+2", " 2", "2f"])
+def test_a_cost_is_read_in_decimal_as_every_number(cost: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"cost '{cost}' is not a finite number in decimal")):
+        VerifyCost(f"table:1=1,2={cost}")
+
+
+def test_plan_takes_one_sequence_of_probabilities_and_refuses_other_shapes() -> None:
+    with pytest.raises(ValueError, match=r"probabilities must be one-dimensional \(one sequence's candidates\); it "
+                                         r"has shape \(2, 2\)"):
+        VerifyCost("knee:4").plan([[0.9, 0.8], [0.7, 0.6]])

@@ -50,7 +50,7 @@ def hashed_model(vocab: int = 5000, salt: int = 0) -> Model:
     return next_token
 
 
-def vllm_config(k: int = 4, max_model_len: int = 256, max_num_seqs: int = 4,
+def vllm_config(k: float = 4, max_model_len: float = 256, max_num_seqs: int = 4,
                 proposer: str = "ngramspec.adapters.vllm.NgramspecProposer") -> SimpleNamespace:
     """The parts of vLLM's VllmConfig a custom_class proposer reads."""
     return SimpleNamespace(
@@ -280,6 +280,11 @@ def test_the_proposer_loads_and_answers_as_vllm_expects() -> None:
     assert proposer.propose([[101], [], [109]], counts, tokens)[2] == []  # at max_model_len: none
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         NgramspecProposer(vllm_config(k=0))
+    # A fractional setting is refused, not truncated (2.5 drafts would become 2).
+    with pytest.raises(ValueError, match=r"num_speculative_tokens = 2\.5 is invalid: it must be a whole number"):
+        NgramspecProposer(vllm_config(k=2.5))
+    with pytest.raises(ValueError, match=r"max_model_len = 40\.5 is invalid"):
+        NgramspecProposer(vllm_config(k=3, max_model_len=40.5))
 
 
 def test_repeating_text_gets_its_drafts_accepted() -> None:

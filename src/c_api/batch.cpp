@@ -165,6 +165,13 @@ ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_conf
     return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: tree->recycled_history = %g is invalid: it must be in [0, 1)",
                 where, static_cast<double>(t.recycled_history));
   }
+  if (t.draw_recycled != 0 && t.vocab_size == 0) {
+    // Drawing would be off without a word: no top-k table, no rows to draw from.
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: tree->draw_recycled = %d needs the top-k table, and tree->vocab_size = 0 makes none: set "
+                "tree->vocab_size to the model's vocabulary",
+                where, t.draw_recycled);
+  }
   return guarded(Where{where}, [&] {
     ngramspec::BatchConfig batch;
     ngramspec::TreeConfig drafter;

@@ -73,13 +73,13 @@ class Parameters {
     const auto it = values_.find(key);
     if (it == values_.end()) return fallback;
     const std::string& text = it->second;
-    char* end = nullptr;
-    const double value = text.empty() ? NAN : std::strtod(text.c_str(), &end);
-    if (!std::isfinite(value) || end != text.c_str() + text.size()) {
+    // The project's reader: hexadecimal, inf, a sign or spaces are refused as on every command line.
+    const ngramspec::detail::ParsedNumber<double> value = ngramspec::detail::parse_real<double>(text);
+    if (!value.ok()) {
       throw std::invalid_argument("drafter '" + spec_ + "': " + key + " = '" + text + "' is not a finite number");
     }
     values_.erase(it);
-    return value;
+    return value.value;
   }
   // A parameter that takes one of `choices` (the first is the default); returns its index.
   std::size_t choice(const std::string& key, std::initializer_list<const char*> choices) {

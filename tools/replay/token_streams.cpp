@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "ngramspec/detail/parse_number.hpp"
+
 namespace ngramspec::replay {
 namespace {
 
@@ -144,13 +146,10 @@ SyntheticSpec parse_synthetic(std::string_view text) {
     spec.period = number(parts[1]);
     if (parts.size() == 3) {
       const std::string word(parts[2]);
-      std::size_t used = 0;
-      try {
-        spec.noise = std::stod(word, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (word.empty() || word.front() == ' ' || used != word.size() || !(spec.noise >= 0.0 && spec.noise <= 1.0)) {
+      // The project's reader: hexadecimal, inf, a sign or spaces are refused as on every command line.
+      const ngramspec::detail::ParsedNumber<double> noise = ngramspec::detail::parse_real<double>(word);
+      spec.noise = noise.value;
+      if (!noise.ok() || !(spec.noise >= 0.0 && spec.noise <= 1.0)) {
         bad("noise '" + word + "' is not a probability from 0 to 1");
       }
     }

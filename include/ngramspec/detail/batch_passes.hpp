@@ -158,10 +158,14 @@ void BatchSpeculator<D>::accept_tree_pass(std::span<const SequenceId> ids, std::
                                     offsets[i], vocab);
         detail::check_in_vocabulary(where, ids[i], "top", top.subspan(offsets[i] * top_k_, n * top_k_),
                                     offsets[i] * top_k_, vocab);
-        if (top_probabilities.empty()) return;
-        detail::check_top_probabilities(where, ids[i], kRecords && slot.drafter.top_k_table()->has_probabilities(),
-                                        top_probabilities.subspan(offsets[i] * top_k_, n * top_k_),
-                                        offsets[i] * top_k_, top_k_);
+        const std::span<const float> probabilities =
+            top_probabilities.empty() ? top_probabilities : top_probabilities.subspan(offsets[i] * top_k_, n * top_k_);
+        if (!probabilities.empty()) {
+          detail::check_top_probabilities(where, ids[i], kRecords && slot.drafter.top_k_table()->has_probabilities(),
+                                          probabilities, offsets[i] * top_k_, top_k_);
+        }
+        detail::check_distinct_rows(where, ids[i], top.subspan(offsets[i] * top_k_, n * top_k_), probabilities,
+                                    offsets[i] * top_k_, top_k_, vocab);
       });
   step_sequences(
       model_tokens, offsets, steps,

@@ -66,6 +66,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .._arrays import whole_arg
 from .._corpus import SharedCorpus
 from .._drafters import MatchDrafter
 from .._planner import VerifyCost
@@ -98,11 +99,11 @@ class AcceptanceCalibration:
             raise ValueError(f"prior must be finite and positive, got {prior}")
         if not (0 < memory <= 1):
             raise ValueError(f"memory must be in (0, 1], got {memory}")
-        if int(probes) < 0:
+        if whole_arg(probes, "probes") < 0:
             raise ValueError(f"probes must be at least 0, got {probes}")
         self.prior = float(prior)
         self.memory = float(memory)
-        self.probes = int(probes)
+        self.probes = whole_arg(probes, "probes")
         self.tested = 0.0  #: drafts the model tested, faded
         self.estimated = 0.0  #: the drafter's conditional estimates of the drafts tested, faded
         self.hits = 0.0  #: the drafts accepted among them, faded
@@ -172,10 +173,10 @@ class NgramspecCandidateGenerator:
                  eos_token_id: Any = None, corpus: SharedCorpus | None = None,
                  drafter: Mapping[str, Any] | None = None, cost: VerifyCost | str | None = None,
                  calibration: AcceptanceCalibration | None = None) -> None:
-        if not 1 <= int(num_output_tokens) <= _MAX_DRAFTS:
+        if not 1 <= whole_arg(num_output_tokens, "num_output_tokens") <= _MAX_DRAFTS:
             raise ValueError(f"num_output_tokens must be in 1..{_MAX_DRAFTS}, got {num_output_tokens}")
-        self.num_output_tokens = int(num_output_tokens)
-        self.max_length = None if max_length is None else int(max_length)
+        self.num_output_tokens = whole_arg(num_output_tokens, "num_output_tokens")
+        self.max_length = None if max_length is None else whole_arg(max_length, "max_length")
         self.eos_token_ids = frozenset(_ints(eos_token_id))
         self.cost = VerifyCost(cost) if isinstance(cost, str) else cost
         settings = dict(drafter or {})
@@ -233,7 +234,12 @@ class NgramspecCandidateGenerator:
     def update_candidate_strategy(self, input_ids: Any, scores: Any, num_matches: Any, **kwargs: Any) -> None:
         """Counts the accepted drafts and calibrates the estimates with them; the drafter reads the new
         tokens at the next get_candidates."""
-        matches = int(num_matches)
+        matches = whole_arg(num_matches, "update_candidate_strategy: num_matches")
+        if not 0 <= matches <= self._sent:
+            # The model accepts a prefix of the drafts the last get_candidates sent: more, or fewer than none,
+            # would count drafts that were never sent and calibrate on them.
+            raise ValueError(f"update_candidate_strategy: num_matches = {matches} is invalid: it must be from 0 to "
+                             f"the {self._sent} drafts the last get_candidates sent")
         self.accepted += matches
         self.calibration.observe(self._estimates[:self._sent], matches)
         self._sent = 0
@@ -274,7 +280,7 @@ def measure_model_cost(model: Any, input_ids: Any, max_tokens: int, repeats: int
     import torch
     from transformers import DynamicCache
 
-    if int(max_tokens) < 1:
+    if whole_arg(max_tokens, "max_tokens") < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
     counts = sorted({n for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
                      if n < max_tokens} | {int(max_tokens)})
@@ -378,5 +384,5 @@ def _ints(value: Any) -> list:
     if hasattr(value, "tolist"):
         value = value.tolist()
     if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
-    return [int(value)]
+        return [whole_arg(v, "eos_token_id") for v in value]
+    return [whole_arg(value, "eos_token_id")]

@@ -78,6 +78,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .._arrays import whole_arg
 from .._corpus import SharedCorpus
 from .._drafters import MatchDrafter
 
@@ -145,12 +146,12 @@ class NgramspecProposer:
         scheduler = getattr(vllm_config, "scheduler_config", None)
         k = num_speculative_tokens if num_speculative_tokens is not None else getattr(spec, "num_speculative_tokens", None)
         length = max_model_len if max_model_len is not None else getattr(model, "max_model_len", None)
-        if k is None or int(k) < 1:
+        if k is None or whole_arg(k, "num_speculative_tokens") < 1:
             raise ValueError(f"NgramspecProposer needs num_speculative_tokens >= 1 (speculative_config); got {k!r}")
-        self.k = int(k)
-        self.max_model_len = int(length) if length is not None else None
+        self.k = whole_arg(k, "num_speculative_tokens")
+        self.max_model_len = whole_arg(length, "max_model_len") if length is not None else None
         seqs = max_num_seqs if max_num_seqs is not None else getattr(scheduler, "max_num_seqs", None)
-        self.max_num_seqs = int(seqs) if seqs is not None else 256
+        self.max_num_seqs = whole_arg(seqs, "max_num_seqs") if seqs is not None else 256
         self.corpus = SharedCorpus(self.corpus_bytes) if self.corpus_bytes > 0 else None
         self.stats = ProposerStats()
         self._rows: dict[int, _Request] = {}  # row -> the request that held it at the last call
