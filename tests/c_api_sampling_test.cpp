@@ -125,6 +125,27 @@ TEST(CApiSampling, OptionDefaultsAreTheCppDefaults) {
   EXPECT_EQ(NGRAMSPEC_MAX_SUPPORT, DraftDistributions::kMaxSupport);
 }
 
+// Every struct_size is one that a program built against a version's header sets (its sizeof, or the end of
+// its last field: one version so far) or refused naming the sizes read.
+TEST(CApiSampling, EveryStructSizeIsAVersionsOrRefusedNamingTheSizes) {
+  if (sizeof(std::size_t) != 8 || alignof(ngramspec_sampling_options) != 8) GTEST_SKIP() << "sizes of LP64";
+  for (std::size_t size = 0; size <= sizeof(ngramspec_sampling_options) + 16; ++size) {
+    SCOPED_TRACE("struct_size = " + std::to_string(size));
+    ngramspec_sampling_options o = ngramspec_sampling_options_default();
+    o.struct_size = size;
+    ngramspec_sampler* p = nullptr;
+    if (size != 44 && size != 48) {
+      EXPECT_INVALID(ngramspec_sampler_create(&o, 16, &p),
+                     "ngramspec_sampler_create: options->struct_size = " + std::to_string(size) + " is invalid",
+                     "one of 44, 48 (48: sizeof(ngramspec_sampling_options)");
+      EXPECT_EQ(p, nullptr);
+      continue;
+    }
+    ASSERT_C_OK(ngramspec_sampler_create(&o, 16, &p));
+    ngramspec_sampler_free(p);
+  }
+}
+
 TEST(CApiSampling, BadOptionsAreRefusedNamingTheFieldAndValue) {
   ngramspec_sampler* out = reinterpret_cast<ngramspec_sampler*>(&out);  // a value no failing call may replace
   ngramspec_sampler* const untouched = out;
