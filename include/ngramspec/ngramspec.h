@@ -591,7 +591,9 @@ NGRAMSPEC_API ngramspec_sampling_options ngramspec_sampling_options_default(void
 typedef struct ngramspec_sampler ngramspec_sampler;
 
 /* A sampler with `options` (NULL: the defaults). NGRAMSPEC_ERROR_INVALID_ARGUMENT naming the field and
- * its value for invalid options or a vocab_size of 0. */
+ * its value for invalid options or a vocab_size of 0, and naming vocab_size and the machine's memory for a
+ * vocabulary whose scratch is larger than that memory (refused before allocating); an allocation that fails
+ * NGRAMSPEC_ERROR_OUT_OF_MEMORY naming the scratch. */
 NGRAMSPEC_API ngramspec_status ngramspec_sampler_create(const ngramspec_sampling_options* options,
                                                         size_t vocab_size, ngramspec_sampler** out);
 NGRAMSPEC_API void ngramspec_sampler_free(ngramspec_sampler* sampler);
