@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/sampling_options.hpp"
 #include "ngramspec/token.hpp"
@@ -123,6 +124,41 @@ TEST(CApiSampling, OptionDefaultsAreTheCppDefaults) {
   EXPECT_EQ(c.seed, cpp.seed);
   EXPECT_EQ(c.mode, NGRAMSPEC_SAMPLING_EXACT);
   EXPECT_EQ(NGRAMSPEC_MAX_SUPPORT, DraftDistributions::kMaxSupport);
+}
+
+// Every struct_size is one that a program built against a version's header sets (its sizeof, or the end of
+// its last field: one version so far) or refused naming the sizes read.
+TEST(CApiSampling, EveryStructSizeIsAVersionsOrRefusedNamingTheSizes) {
+  if (sizeof(std::size_t) != 8 || alignof(ngramspec_sampling_options) != 8) GTEST_SKIP() << "sizes of LP64";
+  for (std::size_t size = 0; size <= sizeof(ngramspec_sampling_options) + 16; ++size) {
+    SCOPED_TRACE("struct_size = " + std::to_string(size));
+    ngramspec_sampling_options o = ngramspec_sampling_options_default();
+    o.struct_size = size;
+    ngramspec_sampler* p = nullptr;
+    if (size != 44 && size != 48) {
+      EXPECT_INVALID(ngramspec_sampler_create(&o, 16, &p),
+                     "ngramspec_sampler_create: options->struct_size = " + std::to_string(size) + " is invalid",
+                     "one of 44, 48 (48: sizeof(ngramspec_sampling_options)");
+      EXPECT_EQ(p, nullptr);
+      continue;
+    }
+    ASSERT_C_OK(ngramspec_sampler_create(&o, 16, &p));
+    ngramspec_sampler_free(p);
+  }
+}
+
+// A vocabulary whose scratch (12 bytes a token) is larger than the machine's memory is refused before
+// anything is allocated, naming the vocabulary and the memory, as a tree batch's tables are.
+TEST(CApiSampling, AVocabularyBeyondTheMachinesMemoryIsRefusedBeforeAllocating) {
+  if (sizeof(std::size_t) < 8) GTEST_SKIP() << "2^32 tokens: a 64-bit size_t";
+  const std::size_t vocab = std::size_t{1} << 32;
+  const std::size_t machine = detail::physical_memory_bytes();
+  if (machine == 0 || machine / 12 >= vocab) GTEST_SKIP() << "this machine has the memory for 2^32 tokens' scratch";
+  ngramspec_sampler* out = nullptr;
+  EXPECT_INVALID(ngramspec_sampler_create(nullptr, vocab, &out),
+                 "ngramspec_sampler_create: TokenSampler: vocab_size = 4294967296 takes 51539607552 bytes",
+                 "more than this machine's memory (" + std::to_string(machine) + " bytes)");
+  EXPECT_EQ(out, nullptr);
 }
 
 TEST(CApiSampling, BadOptionsAreRefusedNamingTheFieldAndValue) {

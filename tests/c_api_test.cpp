@@ -1754,8 +1754,7 @@ TEST(CApiTrees, BadCallsNameWhatIsWrongChangeNothingAndTheBatchGoesOn) {
   ngramspec_tree_config unsized = tree;
   unsized.struct_size = 8;
   EXPECT_INVALID(ngramspec_batch_create_tree(&config, &unsized, nullptr, &out), "ngramspec_batch_create_tree",
-                 "tree->struct_size = 8 is invalid: it must be sizeof(ngramspec_tree_config) = " +
-                     std::to_string(sizeof(ngramspec_tree_config)));
+                 "tree->struct_size = 8 is invalid: it must be the size of a version of ngramspec_tree_config");
   ngramspec_tree_config bad = tree;
   bad.max_children = 0;
   EXPECT_INVALID(ngramspec_batch_create_tree(&config, &bad, nullptr, &out), "ngramspec_batch_create_tree",

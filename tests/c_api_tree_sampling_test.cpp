@@ -128,6 +128,43 @@ TEST(CApiTreeSampling, AConfigOfTheFirstVersionReadsTheNewFieldsAsTheirDefaults)
   }
 }
 
+// Every struct_size is one that a program built against a version's header sets (its sizeof, or the end of
+// its last field) or refused naming the sizes read. A version's tail padding is not read: the second
+// version's, where draw_recycled lies now, leaves drawing off, as the fields past any version do.
+TEST(CApiTreeSampling, EveryStructSizeIsAVersionsOrRefusedNamingTheSizes) {
+  if (sizeof(std::size_t) != 8 || alignof(ngramspec_tree_config) != 8) GTEST_SKIP() << "sizes of an LP64 machine";
+  struct Version {
+    std::size_t size;
+    bool draws;  // draw_recycled is one of its fields
+  };
+  const Version versions[] = {{48, false}, {52, false}, {56, false}, {64, true}, {68, true}, {72, true}};
+  ngramspec_tree_config tree = drawing_config(0);
+  tree.draw_recycled = 0;
+  const std::size_t plain = ngramspec_batch_memory_bytes(make_batch(tree).get());
+  tree.draw_recycled = 1;
+  const std::size_t drawing = ngramspec_batch_memory_bytes(make_batch(tree).get());
+  ASSERT_GT(drawing, plain);
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  config.max_sequences = kBatch;
+  for (std::size_t size = 0; size <= sizeof(ngramspec_tree_config) + 16; ++size) {
+    SCOPED_TRACE("struct_size = " + std::to_string(size));
+    tree.struct_size = size;
+    ngramspec_batch* p = nullptr;
+    const auto version =
+        std::find_if(std::begin(versions), std::end(versions), [&](const Version& v) { return v.size == size; });
+    if (version == std::end(versions)) {
+      EXPECT_INVALID(ngramspec_batch_create_tree(&config, &tree, nullptr, &p),
+                     "ngramspec_batch_create_tree: tree->struct_size = " + std::to_string(size) + " is invalid",
+                     "one of 48, 52, 56, 64, 68, 72 (72: sizeof(ngramspec_tree_config)");
+      EXPECT_EQ(p, nullptr);
+      continue;
+    }
+    ASSERT_C_OK(ngramspec_batch_create_tree(&config, &tree, nullptr, &p));
+    const BatchPtr batch(p);
+    EXPECT_EQ(ngramspec_batch_memory_bytes(batch.get()), version->draws ? drawing : plain);
+  }
+}
+
 TEST(CApiTreeSampling, RecycledHistoryIsReadFromItsVersionAndRefusedOutsideZeroToOne) {
   EXPECT_EQ(ngramspec_tree_config_default().recycled_history, ngramspec::TopKTable::kDefaultHistoryWeight);
   ngramspec_tree_config tree = drawing_config(0);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/ngramspec.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/mock_models.hpp"
@@ -418,6 +419,24 @@ TEST(TokenSampler, ChooseUsesThePositionsDraw) {
   HashLogits{.vocab = 10}(std::vector<Token>{3}, logits);
   for (std::uint64_t pos = 0; pos < 200; ++pos) {
     EXPECT_EQ(sampler.choose(logits, pos), sampler.sample(logits, position_uniform(77, pos)));
+  }
+}
+
+// The largest vocabulary a Token numbers, 2^32, takes 48 GiB of scratch: on a machine with less memory it is
+// refused before anything is allocated (a sampler that tried would drive the machine out of memory as its
+// scratch is written), naming the vocabulary and the memory.
+TEST(TokenSampler, AVocabularyBeyondTheMachinesMemoryIsRefusedBeforeAllocating) {
+  if (sizeof(std::size_t) < 8) GTEST_SKIP() << "2^32 tokens: a 64-bit size_t";
+  const std::size_t vocab = std::size_t{1} << 32;
+  const std::size_t machine = detail::physical_memory_bytes();
+  if (machine == 0 || machine / 12 >= vocab) GTEST_SKIP() << "this machine has the memory for 2^32 tokens' scratch";
+  try {
+    const TokenSampler sampler(SamplingOptions{}, vocab);
+    FAIL() << "a sampler of 2^32 tokens was made";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "ngramspec: TokenSampler: vocab_size = 4294967296 takes 51539607552 bytes of "
+                                     "scratch (12 per token), more than this machine's memory (" +
+                                         std::to_string(machine) + " bytes)");
   }
 }
 

@@ -412,8 +412,15 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* 
 enum { NGRAMSPEC_TREE_ROOT = -1 };
 
 /* A tree batch's drafters (TreeConfig). A versioned struct: struct_size is its size, set by
- * ngramspec_tree_config_default; later versions add fields at the end, and a struct_size of an earlier
- * version (up to enrich_counts, or up to draw_seed) is read with the later fields at their defaults. */
+ * ngramspec_tree_config_default; later versions add fields at the end. struct_size says which version a
+ * struct is: the sizeof that a program built against that version's header sets, or the end of that
+ * version's last field. The fields of that version are read, those after it (and its tail padding, where
+ * a later version may have put a field) keep their defaults; any other struct_size is
+ * NGRAMSPEC_ERROR_INVALID_ARGUMENT naming it and the sizes read. The versions end at (bytes with an 8-byte
+ * size_t): 1. carry_over (48); 2. enrich_counts (52, sizeof 56); 3. draw_seed (64; its draw_recycled lies
+ * in version 2's tail padding); 4. recycled_history (68, sizeof 72).
+ * ngramspec_tree_config_default returns this version's struct by value, more than an earlier header's
+ * caller has room for: a program built against an earlier header sets its struct's fields itself. */
 typedef struct ngramspec_tree_config {
   size_t struct_size;     /* sizeof(ngramspec_tree_config) */
   size_t successor_slots; /* continuations kept per context order, a power of two (default 4096) */
@@ -424,15 +431,16 @@ typedef struct ngramspec_tree_config {
   int shared_top_k;       /* nonzero: one top-k table (vocab_size x top_k tokens) that every drafter of the
                              batch shares and learns from (default 1); zero: one per drafter */
   int carry_over;         /* nonzero: a drafter keeps what it learnt for its next sequence (default 0) */
+  /* Version 2: */
   int enrich_counts;      /* nonzero: the model's top-1 after each token also counts as text (default 0) */
-  /* Since 0.3 (a struct_size that ends before draw_recycled reads them as their defaults): */
+  /* Version 3: */
   int draw_recycled;      /* nonzero: the recycled top-k candidates are drawn from the probabilities that
                              ngramspec_batch_accept_trees_q records, for rejection verification; the
                              top-k tables then keep probabilities (default 0) */
   uint64_t draw_seed;     /* the draws' seed (default 0); they also number every tree a drafter has built
                              and are keyed by how many sequences the batch began before, so sequences
                              that share it, side by side or one after another, still draw afresh */
-  /* Since 0.3, after draw_seed (a struct_size that ends at draw_seed reads it as its default): */
+  /* Version 4: */
   float recycled_history; /* with draw_recycled: what a top-k row keeps of the distributions recorded
                              before when a new one is recorded after its token, in [0, 1) (default 0.6;
                              0: the last one alone; TopKTable::history_weight) */
@@ -563,7 +571,9 @@ typedef enum ngramspec_sampling_mode {
 enum { NGRAMSPEC_MAX_SUPPORT = 32 };
 
 /* How a sampler turns a row of logits into a token (SamplingOptions). A versioned struct: struct_size
- * is its size, set by ngramspec_sampling_options_default. Each filter's neutral value switches it off. */
+ * is its size, set by ngramspec_sampling_options_default, read as ngramspec_tree_config's is (a version's
+ * sizeof or the end of its last field; a later version's fields at their defaults). One version so far,
+ * ending at mode (44, sizeof 48 with an 8-byte size_t). Each filter's neutral value switches it off. */
 typedef struct ngramspec_sampling_options {
   size_t struct_size; /* sizeof(ngramspec_sampling_options) */
   float temperature;  /* 0 (default): greedy, argmax with ties to the lowest id; else > 0 and finite */
@@ -584,7 +594,9 @@ NGRAMSPEC_API ngramspec_sampling_options ngramspec_sampling_options_default(void
 typedef struct ngramspec_sampler ngramspec_sampler;
 
 /* A sampler with `options` (NULL: the defaults). NGRAMSPEC_ERROR_INVALID_ARGUMENT naming the field and
- * its value for invalid options or a vocab_size of 0. */
+ * its value for invalid options or a vocab_size of 0, and naming vocab_size and the machine's memory for a
+ * vocabulary whose scratch is larger than that memory (refused before allocating); an allocation that fails
+ * NGRAMSPEC_ERROR_OUT_OF_MEMORY naming the scratch. */
 NGRAMSPEC_API ngramspec_status ngramspec_sampler_create(const ngramspec_sampling_options* options,
                                                         size_t vocab_size, ngramspec_sampler** out);
 NGRAMSPEC_API void ngramspec_sampler_free(ngramspec_sampler* sampler);

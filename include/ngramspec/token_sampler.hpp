@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "ngramspec/allocation_error.hpp"
 #include "ngramspec/argument_error.hpp"
+#include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/position_random.hpp"
 #include "ngramspec/sampling_options.hpp"
@@ -38,7 +40,9 @@ namespace ngramspec {
 class TokenSampler {
  public:
   /// Validates `options` (std::invalid_argument, see validate()) and sizes the scratch;
-  /// std::invalid_argument for a vocabulary of 0 tokens or one that Token cannot number.
+  /// std::invalid_argument for a vocabulary of 0 tokens, one that Token cannot number, or one whose
+  /// scratch (kScratchBytesPerToken per token) is larger than the machine's physical memory;
+  /// AllocationError (a std::bad_alloc) when the scratch cannot be allocated.
   TokenSampler(const SamplingOptions& options, std::size_t vocab_size) : options_(options), vocab_(vocab_size) {
     validate(options_);
     if (vocab_ == 0) throw ArgumentError("ngramspec", "TokenSampler: the vocabulary size is 0");
@@ -46,9 +50,25 @@ class TokenSampler {
       throw ArgumentError(
           "ngramspec", "TokenSampler: vocabulary size " + std::to_string(vocab_) + " exceeds what a Token can number");
     }
-    weights_.resize(vocab_);
-    kept_.resize(vocab_);
+    // Its scratch is written as it is made: one beyond the machine's memory would drive it out of
+    // memory rather than fail, so it is refused first (detail::physical_memory_bytes()).
+    const std::uint64_t bytes = std::uint64_t{vocab_} * kScratchBytesPerToken;  // vocab_ <= 2^32: no wrap
+    const std::size_t machine = detail::physical_memory_bytes();
+    if (machine != 0 && vocab_ > machine / kScratchBytesPerToken) {
+      throw ArgumentError("ngramspec", "TokenSampler: vocab_size = " + std::to_string(vocab_) + " takes " +
+                                           std::to_string(bytes) + " bytes of scratch (" +
+                                           std::to_string(kScratchBytesPerToken) +
+                                           " per token), more than this machine's memory (" +
+                                           std::to_string(machine) + " bytes)");
+    }
+    detail::allocating("a TokenSampler's scratch", static_cast<std::size_t>(bytes), [&] {
+      weights_.resize(vocab_);
+      kept_.resize(vocab_);
+    });
   }
+
+  /// The bytes of scratch a sampler keeps per vocabulary token.
+  static constexpr std::size_t kScratchBytesPerToken = sizeof(double) + sizeof(Token);
 
   /// The token at absolute `position`, chosen from `logits` (vocab_size() floats) with the
   /// draw position_uniform(options().seed, position).

@@ -40,7 +40,8 @@ class TokenSampler(Closable):
     decoding's; a draft is accepted when it equals it) or ``"rejection"`` (speculative sampling: a draft x
     drawn from q is accepted with probability min(1, p(x) / q(x)), otherwise the token is drawn from the
     residual max(0, p - q); the tokens keep the target's distribution p, and more drafts are accepted when
-    q is near p). Raises ValueError naming the option and its value.
+    q is near p). Raises ValueError naming the option and its value, or naming `vocab_size` and the machine's
+    memory when the scratch would not fit in it (refused before anything is allocated).
 
     One sampler per thread; its scratch (about 12 bytes a vocabulary token) is allocated here, and
     :meth:`verify_chain` and :meth:`verify_tree` allocate nothing natively once warm."""

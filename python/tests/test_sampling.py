@@ -5,6 +5,7 @@ drafts from a draft model; an engine loop over a drawing tree batch, each tree v
 from __future__ import annotations
 
 import math
+import os
 import re
 
 import numpy as np
@@ -152,6 +153,17 @@ def test_the_chi_square_test_fails_when_the_declared_q_is_not_the_drawn_one() ->
     counts, _ = first_two_tokens(1.0, 0, "other")
     statistic, critical = chi_square(counts, first_two_probabilities(1.0, 0))
     assert statistic > critical
+
+
+def test_a_vocabulary_beyond_the_machines_memory_is_refused_before_allocating() -> None:
+    # 2^32 tokens take 48 GiB of scratch (12 bytes a token); a machine with less memory refuses them up front,
+    # naming the vocabulary and the memory, instead of running out of memory as the scratch is written.
+    machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if machine >= 12 * 2**32:
+        pytest.skip("this machine has the memory for 2^32 tokens' scratch")
+    with pytest.raises(ValueError, match=r"TokenSampler: vocab_size = 4294967296 takes 51539607552 bytes of scratch "
+                                         rf"\(12 per token\), more than this machine's memory \({machine} bytes\)"):
+        TokenSampler(2**32)
 
 
 def test_bad_arguments_raise_naming_the_value_and_change_nothing() -> None:

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <span>
@@ -124,10 +125,19 @@ ngramspec_tree_config to_c(const ngramspec::TreeConfig& config) noexcept {
   return c;
 }
 
-// The size of the struct's first version, before draw_recycled and draw_seed, and of its second,
-// before recycled_history.
-constexpr std::size_t kTreeConfigFirstSize = offsetof(ngramspec_tree_config, draw_recycled);
-constexpr std::size_t kTreeConfigDrawSize = offsetof(ngramspec_tree_config, recycled_history);
+// The versions of ngramspec_tree_config, as ngramspec.h lists them: each added fields after the
+// last one of the version before, the third (draw_recycled) in the second's tail padding.
+constexpr StructVersion kTreeConfigVersions[] = {
+    {offsetof(ngramspec_tree_config, carry_over) + sizeof(int), member_align<std::size_t, int>},
+    {offsetof(ngramspec_tree_config, enrich_counts) + sizeof(int), member_align<std::size_t, int>},
+    {offsetof(ngramspec_tree_config, draw_seed) + sizeof(std::uint64_t),
+     member_align<std::size_t, int, std::uint64_t>},
+    {offsetof(ngramspec_tree_config, recycled_history) + sizeof(float),
+     member_align<std::size_t, int, std::uint64_t, float>},
+};
+static_assert(std::size(kTreeConfigVersions) > 0 &&
+                  kTreeConfigVersions[std::size(kTreeConfigVersions) - 1].size() == sizeof(ngramspec_tree_config),
+              "a field added to ngramspec_tree_config is a new version: add it to kTreeConfigVersions");
 
 // ngramspec_batch_create, ngramspec_batch_create_file and ngramspec_batch_create_vocab.
 ngramspec_status create_batch(const char* where, const ngramspec_batch_config* config, ngramspec_corpus* corpus,
@@ -149,18 +159,16 @@ ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_conf
                                    const ngramspec_tree_config* tree, ngramspec_corpus* corpus,
                                    const ngramspec_corpus_file* file, ngramspec::CorpusPreference preference,
                                    Vocabulary vocabulary, ngramspec_batch** out) noexcept {
-  // A struct of the first version (an older header's) has its fields up to enrich_counts; the
+  // A struct of an earlier version (an older header's) has its fields up to that version's last; the
   // later ones keep their defaults. Any other size is another header's struct, or one never set.
   ngramspec_tree_config t = ngramspec_tree_config_default();
-  const std::size_t size = tree != nullptr ? tree->struct_size : sizeof(ngramspec_tree_config);
-  if (size != sizeof(ngramspec_tree_config) && size != kTreeConfigFirstSize && size != kTreeConfigDrawSize) {
-    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
-                "%s: tree->struct_size = %zu is invalid: it must be sizeof(ngramspec_tree_config) = %zu, or %zu for the "
-                "struct before draw_recycled, or %zu for the struct before recycled_history (set it with "
-                "ngramspec_tree_config_default)",
-                where, size, sizeof(ngramspec_tree_config), kTreeConfigFirstSize, kTreeConfigDrawSize);
+  if (tree != nullptr) {
+    const std::size_t bytes = struct_bytes(kTreeConfigVersions, tree->struct_size);
+    if (bytes == 0) {
+      return bad_struct_size(where, "tree", "ngramspec_tree_config", tree->struct_size, kTreeConfigVersions);
+    }
+    std::memcpy(&t, tree, bytes);
   }
-  if (tree != nullptr) std::memcpy(&t, tree, size);
   if (!(t.recycled_history >= 0.0f && t.recycled_history < 1.0f)) {
     return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: tree->recycled_history = %g is invalid: it must be in [0, 1)",
                 where, static_cast<double>(t.recycled_history));

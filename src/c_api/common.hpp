@@ -10,8 +10,10 @@
 #ifndef NGRAMSPEC_SRC_C_API_COMMON_HPP
 #define NGRAMSPEC_SRC_C_API_COMMON_HPP
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <span>
@@ -179,6 +181,57 @@ template <class H, class... Args>
 ngramspec_status create_handle(const char* where, H** out, Args&&... args) noexcept {
   if (out == nullptr) return null_argument(where, "out");
   return guarded(Where{where}, [&] { *out = new H(std::forward<Args>(args)...); });
+}
+
+// ---- Versioned structs --------------------------------------------------------------------------
+
+/// One version of a versioned C struct (one whose first field is struct_size): where its last field
+/// ends, and its alignment, its widest field's. A program built against that version's header sets
+/// struct_size to its sizeof, the end rounded up to the alignment (the tail padding that a later version
+/// may fill with a field of its own); one that set it to the end is read alike.
+struct StructVersion {
+  std::size_t end;
+  std::size_t align;
+  [[nodiscard]] constexpr std::size_t size() const noexcept { return (end + align - 1) / align * align; }
+};
+
+/// The alignment of T as a struct member (uint64_t's is 4 on i386, though alignof says 8).
+template <class T>
+struct AsMember {
+  T value;
+};
+template <class... T>
+inline constexpr std::size_t member_align = std::max({alignof(AsMember<T>)...});
+
+/// The bytes to read of a struct whose struct_size is `size`: the end of the version whose end or
+/// sizeof it is (the padding after it is not that version's, and may be garbage); 0 for any other size.
+constexpr std::size_t struct_bytes(std::span<const StructVersion> versions, std::size_t size) noexcept {
+  for (const StructVersion& v : versions) {
+    if (size == v.end || size == v.size()) return v.end;
+  }
+  return 0;
+}
+
+/// Refuses a struct_size that no version of `type` has, naming it and the sizes that are read.
+inline ngramspec_status bad_struct_size(const char* where, const char* name, const char* type, std::size_t size,
+                                        std::span<const StructVersion> versions) noexcept {
+  char sizes[160] = "";
+  std::size_t used = 0;
+  std::size_t last = 0;  // versions ascend, so a size already written is the last one
+  for (const StructVersion& v : versions) {
+    for (const std::size_t s : {v.end, v.size()}) {
+      if (s == last) continue;
+      const std::size_t room = sizeof sizes - used;
+      const int n = std::snprintf(sizes + used, room, "%s%zu", used != 0 ? ", " : "", s);
+      if (n < 0 || static_cast<std::size_t>(n) >= room) break;
+      used += static_cast<std::size_t>(n);
+      last = s;
+    }
+  }
+  return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+              "%s: %s->struct_size = %zu is invalid: it must be the size of a version of %s, one of %s (%zu: "
+              "sizeof(%s) of this header, set by %s_default)",
+              where, name, size, type, sizes, versions.back().size(), type, type);
 }
 
 }  // namespace ngramspec::c_api

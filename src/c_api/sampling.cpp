@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <span>
 #include <vector>
 
@@ -29,18 +31,27 @@ namespace {
 
 using namespace ngramspec::c_api;  // the parts every C function uses
 
+// The versions of ngramspec_sampling_options, as ngramspec.h lists them (one so far).
+constexpr StructVersion kSamplingOptionsVersions[] = {
+    {offsetof(ngramspec_sampling_options, mode) + sizeof(int), member_align<std::size_t, float, std::uint64_t, int>},
+};
+static_assert(kSamplingOptionsVersions[std::size(kSamplingOptionsVersions) - 1].size() ==
+                  sizeof(ngramspec_sampling_options),
+              "a field added to ngramspec_sampling_options is a new version: add it to kSamplingOptionsVersions");
+
 // Sampling options from C (NULL: the defaults) into `out`; false: refused, the last error set.
 // The C++ validation (the sampler's) checks the fields that SamplingOptions has.
 bool to_cpp(const ngramspec_sampling_options* options, ngramspec::SamplingOptions& out, const char* where) noexcept {
-  const ngramspec_sampling_options c = options != nullptr ? *options : ngramspec_sampling_options_default();
-  // The first version of the struct is the only one: a size that is not its size is another
-  // header's struct, or one never set.
-  if (c.struct_size != sizeof(ngramspec_sampling_options)) {
-    fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
-         "%s: options->struct_size = %zu is invalid: it must be sizeof(ngramspec_sampling_options) = %zu (set it "
-         "with ngramspec_sampling_options_default)",
-         where, c.struct_size, sizeof(ngramspec_sampling_options));
-    return false;
+  // A struct of an earlier version has its fields up to that version's last, the later ones keep their
+  // defaults; any other size is another header's struct, or one never set.
+  ngramspec_sampling_options c = ngramspec_sampling_options_default();
+  if (options != nullptr) {
+    const std::size_t bytes = struct_bytes(kSamplingOptionsVersions, options->struct_size);
+    if (bytes == 0) {
+      bad_struct_size(where, "options", "ngramspec_sampling_options", options->struct_size, kSamplingOptionsVersions);
+      return false;
+    }
+    std::memcpy(&c, options, bytes);
   }
   switch (c.mode) {
     case NGRAMSPEC_SAMPLING_EXACT: out.mode = ngramspec::SamplingMode::exact; break;
