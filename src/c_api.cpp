@@ -22,6 +22,7 @@
 #include "c_api/common.hpp"
 #include "ngramspec/allocation_error.hpp"
 #include "ngramspec/corpus_file.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/draft_planner.hpp"
 #include "ngramspec/ngramspec.h"
 #include "ngramspec/token.hpp"
@@ -220,9 +221,9 @@ ngramspec_status ngramspec_plan_drafts(const ngramspec_verify_cost* cost, size_t
   }
   if (!std::isfinite(base_expected) || base_expected <= 0) {
     return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
-                "%s: base_expected = %g is invalid: it must be finite and positive (a pass emits at least its "
+                "%s: base_expected = %s is invalid: it must be finite and positive (a pass emits at least its "
                 "model token)",
-                __func__, base_expected);
+                __func__, ngramspec::detail::number_text(base_expected).c_str());
   }
   *count = ngramspec::DraftPlanner::plan_one(cost == nullptr ? nullptr : &cost->cost, base_tokens, base_expected, 0,
                                              std::span<float>(probabilities, n));

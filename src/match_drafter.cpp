@@ -8,6 +8,7 @@
 
 #include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/fnv1a.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/detail/prefetch.hpp"
 
 namespace ngramspec {
@@ -42,7 +43,8 @@ MatchConfig validated(MatchConfig config) {
   }
   if (!(config.min_confidence >= 0 && config.min_confidence < 1)) {
     throw ArgumentError("ngramspec::MatchConfig",
-                        "min_confidence = " + std::to_string(config.min_confidence) + " is invalid: must be in [0, 1)");
+                        "min_confidence = " + detail::number_text(config.min_confidence) +
+                            " is invalid: must be in [0, 1)");
   }
   if (config.vocab_size > (std::uint64_t{1} << 32)) {
     throw ArgumentError("ngramspec::MatchConfig",

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ngramspec/argument_error.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/position_random.hpp"
 
 namespace ngramspec {
@@ -76,7 +77,7 @@ TreeDrafter::TreeDrafter(TreeConfig config, TopKTable* top_k, const SharedCorpus
                                          std::to_string(TopKTable::kMaxK));
   }
   if (!(config_.recycled_history >= 0.0f && config_.recycled_history < 1.0f)) {
-    throw ArgumentError("ngramspec", "TreeConfig::recycled_history = " + std::to_string(config_.recycled_history) +
+    throw ArgumentError("ngramspec", "TreeConfig::recycled_history = " + detail::number_text(config_.recycled_history) +
                                          "; it must be in [0, 1)");
   }
   if (top_k != nullptr) {

@@ -8,12 +8,15 @@
 #include <string>
 
 #include "ngramspec/argument_error.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/detail/parse_number.hpp"
 
 namespace ngramspec {
 namespace {
 
-std::string number_text(double value) {
+// How spec() writes a cost: six significant digits keep a measured curve readable. Messages name
+// values with detail::number_text, which shows every digit that matters.
+std::string spec_number(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%.6g", value);
   return text;
@@ -52,14 +55,14 @@ VerifyCost VerifyCost::knee(std::size_t flat_tokens, double base) {
     throw ArgumentError("ngramspec::VerifyCost::knee", "flat_tokens = 0 is invalid: must be at least 1");
   if (!(std::isfinite(base) && base > 0)) {
     throw ArgumentError("ngramspec::VerifyCost::knee",
-                        "base = " + number_text(base) + " is invalid: must be finite and positive");
+                        "base = " + detail::number_text(base) + " is invalid: must be finite and positive");
   }
   VerifyCost cost;  // normalized: the flat part costs 1
   cost.points_ = {{1, 1.0}};
   if (flat_tokens > 1) cost.points_.push_back({flat_tokens, 1.0});
   cost.tail_slope_ = 1.0 / static_cast<double>(flat_tokens);
   cost.spec_ = "knee:" + std::to_string(flat_tokens);
-  if (base != 1.0) cost.spec_ += " (base " + number_text(base) + ")";
+  if (base != 1.0) cost.spec_ += " (base " + spec_number(base) + ")";
   return cost;
 }
 
@@ -68,7 +71,8 @@ VerifyCost VerifyCost::table(std::span<const Point> points) {
   for (std::size_t i = 0; i < points.size(); ++i) {
     const Point& p = points[i];
     const std::string name =
-        "point " + std::to_string(i) + " (" + std::to_string(p.tokens) + " tokens, cost " + number_text(p.cost) + ")";
+        "point " + std::to_string(i) + " (" + std::to_string(p.tokens) + " tokens, cost " + detail::number_text(p.cost) +
+        ")";
     if (p.tokens == 0)
       throw ArgumentError("ngramspec::VerifyCost::table", name + " is invalid: tokens must be at least 1");
     if (!(std::isfinite(p.cost) && p.cost > 0)) {
@@ -82,7 +86,7 @@ VerifyCost VerifyCost::table(std::span<const Point> points) {
     if (i > 0 && p.cost < points[i - 1].cost) {
       throw ArgumentError("ngramspec::VerifyCost::table",
                           name + " is invalid: a pass never costs less for carrying more tokens (point " +
-                              std::to_string(i - 1) + " costs " + number_text(points[i - 1].cost) + ")");
+                              std::to_string(i - 1) + " costs " + detail::number_text(points[i - 1].cost) + ")");
     }
   }
   // Normalized so that the one-token pass (the first point's cost) costs 1: only ratios
@@ -96,9 +100,9 @@ VerifyCost VerifyCost::table(std::span<const Point> points) {
     if (!(r <= kMaxCost)) {
       throw ArgumentError("ngramspec::VerifyCost::table",
                           "point " + std::to_string(i) + " (" + std::to_string(points[i].tokens) + " tokens, cost " +
-                              number_text(points[i].cost) + ") is invalid: it costs " +
-                              number_text(points[i].cost / unit) +
-                              " times point 0, more than kMaxCost = " + number_text(kMaxCost));
+                              detail::number_text(points[i].cost) + ") is invalid: it costs " +
+                              detail::number_text(points[i].cost / unit) +
+                              " times point 0, more than kMaxCost = " + detail::number_text(kMaxCost));
     }
     cost.points_.push_back({points[i].tokens, r});
   }
@@ -113,7 +117,7 @@ VerifyCost VerifyCost::table(std::span<const Point> points) {
     if (i != 0) cost.spec_ += ',';
     cost.spec_ += std::to_string(points[i].tokens);
     cost.spec_ += '=';
-    cost.spec_ += number_text(points[i].cost);
+    cost.spec_ += spec_number(points[i].cost);
   }
   return cost;
 }

@@ -174,11 +174,11 @@ TEST(CApiSampling, BadOptionsAreRefusedNamingTheFieldAndValue) {
                  "NGRAMSPEC_SAMPLING_REJECTION (1)");
   o = options_of(-1.0f, 0, 1.0f, 0.0f, 0, NGRAMSPEC_SAMPLING_REJECTION);
   EXPECT_INVALID(ngramspec_sampler_create(&o, 16, &out),
-                 "ngramspec_sampler_create: SamplingOptions::temperature = -1.000000 is invalid");
+                 "ngramspec_sampler_create: SamplingOptions::temperature = -1 is invalid");
   o = options_of(1.0f, 0, 0.0f, 0.0f, 0, NGRAMSPEC_SAMPLING_REJECTION);
-  EXPECT_INVALID(ngramspec_sampler_create(&o, 16, &out), "SamplingOptions::top_p = 0.000000 is invalid");
+  EXPECT_INVALID(ngramspec_sampler_create(&o, 16, &out), "SamplingOptions::top_p = 0 is invalid");
   o = options_of(1.0f, 0, 1.0f, 1.0f, 0, NGRAMSPEC_SAMPLING_REJECTION);
-  EXPECT_INVALID(ngramspec_sampler_create(&o, 16, &out), "SamplingOptions::min_p = 1.000000 is invalid");
+  EXPECT_INVALID(ngramspec_sampler_create(&o, 16, &out), "SamplingOptions::min_p = 1 is invalid");
   EXPECT_INVALID(ngramspec_sampler_create(nullptr, 0, &out), "ngramspec_sampler_create: ",
                  "the vocabulary size is 0");
   EXPECT_EQ(out, untouched);

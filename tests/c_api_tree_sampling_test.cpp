@@ -195,6 +195,17 @@ TEST(CApiTreeSampling, DrawRecycledWithoutTheVocabularyIsRefusedByName) {
   ngramspec_batch_free(p);
 }
 
+// A value refused for lying just past a bound is printed in full, so that it shows why (%g printed 1 for
+// 1.0000001, the float just above 1).
+TEST(CApiTreeSampling, ARecycledHistoryJustPastOneIsNamedInFull) {
+  ngramspec_tree_config tree = drawing_config(0);
+  tree.recycled_history = std::nextafter(1.0f, 2.0f);
+  ngramspec_batch* p = nullptr;
+  EXPECT_INVALID(ngramspec_batch_create_tree(nullptr, &tree, nullptr, &p), "ngramspec_batch_create_tree",
+                 "tree->recycled_history = 1.0000001 is invalid: it must be in [0, 1)");
+  EXPECT_EQ(p, nullptr);
+}
+
 // The rows a drawing batch draws from blend what accept_trees_q recorded after their token by
 // recycled_history: after rows A then B for token 1, the next tree's first drawn node under the
 // root (token 1) is drawn from h A + (1 - h) B, which the ratio of two of its tokens' q shows.

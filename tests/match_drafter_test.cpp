@@ -9,6 +9,7 @@
 #include <limits>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <span>
 #include <sstream>
@@ -139,10 +140,23 @@ TEST(MatchDrafterConfig, InvalidMinConfidenceIsNamedWithItsValue) {
     }
     return std::string("no exception");
   };
-  for (const double bad : {-0.25, -1e-9, 1.0, 1.5, std::numeric_limits<double>::infinity(),
+  // The value in full, so that it shows why: it reads back as the value refused (six decimals printed -1e-9 as
+  // -0.000000 and 1 + 1e-12 as 1.000000).
+  for (const double bad : {-0.25, -1e-9, 1.0, 1.0 + 1e-12, 1.5, std::numeric_limits<double>::infinity(),
                            -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
     SCOPED_TRACE(bad);
-    EXPECT_THAT(message(bad), HasSubstr("min_confidence = " + std::to_string(bad)));
+    const std::string text = message(bad);
+    const std::string prefix = "min_confidence = ";
+    const std::size_t at = text.find(prefix);
+    ASSERT_NE(at, std::string::npos) << text;
+    const std::size_t end = text.find(" is invalid", at);
+    ASSERT_NE(end, std::string::npos) << text;
+    const std::string value = text.substr(at + prefix.size(), end - at - prefix.size());
+    if (std::isnan(bad)) {
+      EXPECT_EQ(value, "nan") << text;
+    } else {
+      EXPECT_EQ(std::strtod(value.c_str(), nullptr), bad) << text;
+    }
   }
   for (const double good : {0.0, 1e-9, 0.1, 0.5, 0.999}) EXPECT_EQ(message(good), "no exception") << good;
   // The default is gated, without a corpus; the naive reference describes the ungated drafter.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <random>
@@ -154,15 +155,15 @@ TEST(SamplingOptions, InvalidValuesThrowNamingFieldAndValue) {
       {{.temperature = -kInf}, "temperature", "-inf"},
       {{.temperature = kInf}, "temperature", "inf"},
       {{.temperature = kNaN}, "temperature", "nan"},
-      {{.temperature = 1.0f, .top_p = 0.0f}, "top_p", "0.0"},
+      {{.temperature = 1.0f, .top_p = 0.0f}, "top_p", "0"},
       {{.temperature = 1.0f, .top_p = -0.25f}, "top_p", "-0.25"},
       {{.temperature = 1.0f, .top_p = 1.5f}, "top_p", "1.5"},
       {{.temperature = 1.0f, .top_p = kNaN}, "top_p", "nan"},
-      {{.temperature = 1.0f, .min_p = 1.0f}, "min_p", "1.0"},
+      {{.temperature = 1.0f, .min_p = 1.0f}, "min_p", "1"},
       {{.temperature = 1.0f, .min_p = -0.125f}, "min_p", "-0.125"},
       {{.temperature = 1.0f, .min_p = kNaN}, "min_p", "nan"},
       // Checked even when greedy, so a request is rejected whatever its temperature.
-      {{.temperature = 0.0f, .top_p = 2.0f}, "top_p", "2.0"},
+      {{.temperature = 0.0f, .top_p = 2.0f}, "top_p", "2"},
   };
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.field + " = " + b.value);
@@ -171,8 +172,46 @@ TEST(SamplingOptions, InvalidValuesThrowNamingFieldAndValue) {
       ADD_FAILURE() << "no exception";
     } catch (const std::invalid_argument& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find("SamplingOptions::" + b.field), std::string::npos) << what;
-      EXPECT_NE(what.find(b.value), std::string::npos) << what;
+      EXPECT_NE(what.find("SamplingOptions::" + b.field + " = " + b.value + " is invalid"), std::string::npos) << what;
+    }
+  }
+}
+
+// A value refused for lying just past a bound is printed so that it shows why: the number in the
+// message reads back as exactly the value refused (six decimals printed top_p = 1.0000001 as 1.000000).
+TEST(SamplingOptions, RefusedValuesPrintInFull) {
+  std::mt19937_64 rng(37);
+  for (int trial = 0; trial < 2000; ++trial) {
+    // A few float steps past a bound, or anywhere out of range.
+    const int steps = static_cast<int>(rng() % 4) + 1;
+    const auto past = [&](float bound, float direction) {
+      float value = bound;
+      for (int i = 0; i < steps; ++i) value = std::nextafter(value, direction);
+      return value;
+    };
+    const float wide = std::ldexp(static_cast<float>(rng() % 1000 + 1), static_cast<int>(rng() % 40) - 20);
+    SamplingOptions options{.temperature = 1.0f};
+    std::string field;
+    float value = 0.0f;
+    switch (rng() % 6) {
+      case 0: field = "temperature", value = options.temperature = past(0.0f, -1.0f); break;
+      case 1: field = "temperature", value = options.temperature = -wide; break;
+      case 2: field = "top_p", value = options.top_p = past(1.0f, 2.0f); break;
+      case 3: field = "top_p", value = options.top_p = past(0.0f, -1.0f); break;
+      case 4: field = "min_p", value = options.min_p = past(1.0f, 2.0f); break;
+      default: field = "min_p", value = options.min_p = 1.0f + wide; break;
+    }
+    SCOPED_TRACE(field);
+    try {
+      validate(options);
+      ADD_FAILURE() << field << " = " << value << " was taken";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      const std::string prefix = "SamplingOptions::" + field + " = ";
+      const std::size_t at = what.find(prefix);
+      ASSERT_NE(at, std::string::npos) << what;
+      const std::string text = what.substr(at + prefix.size(), what.find(' ', at + prefix.size()) - at - prefix.size());
+      EXPECT_EQ(std::strtof(text.c_str(), nullptr), value) << what;
     }
   }
 }

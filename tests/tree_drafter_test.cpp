@@ -523,9 +523,9 @@ TEST(TopKTable, ARowIsTheBlendOfTheDistributionsRecordedAfterItsToken) {
 
 TEST(TopKTable, RefusesAHistoryWeightOutsideZeroToOneNamingIt) {
   EXPECT_EQ(invalid_argument_message([] { TopKTable t(10, 3, true, 1.0f); }),
-            "ngramspec: TopKTable: history_weight = 1.000000; it must be in [0, 1)");
+            "ngramspec: TopKTable: history_weight = 1; it must be in [0, 1)");
   EXPECT_EQ(invalid_argument_message([] { TopKTable t(10, 3, true, -0.25f); }),
-            "ngramspec: TopKTable: history_weight = -0.250000; it must be in [0, 1)");
+            "ngramspec: TopKTable: history_weight = -0.25; it must be in [0, 1)");
   TopKTable table(10, 3, true);
   EXPECT_EQ(table.history_weight(), TopKTable::kDefaultHistoryWeight);
   EXPECT_EQ(invalid_argument_message([&] { table.set_history_weight(std::numeric_limits<float>::quiet_NaN()); }),
@@ -536,7 +536,7 @@ TEST(TopKTable, RefusesAHistoryWeightOutsideZeroToOneNamingIt) {
   config.draw_recycled = true;
   config.recycled_history = 1.5f;
   EXPECT_EQ(invalid_argument_message([&] { TreeDrafter d(config); }),
-            "ngramspec: TreeConfig::recycled_history = 1.500000; it must be in [0, 1)");
+            "ngramspec: TreeConfig::recycled_history = 1.5; it must be in [0, 1)");
   config.recycled_history = 0.25f;
   EXPECT_EQ(TreeDrafter(config).top_k_table()->history_weight(), 0.25f);
 }

@@ -296,6 +296,11 @@ TEST(VerifyCost, BadCurvesNameWhatIsWrong) {
   const std::vector<VerifyCost::Point> decreasing = {{1, 2}, {2, 1}};
   EXPECT_THAT(invalid_argument_message([&] { (void)VerifyCost::table(decreasing); }),
               HasSubstr("point 1 (2 tokens, cost 1) is invalid: a pass never costs less"));
+  // Costs that differ past the sixth digit are named in full, so the message shows why ("costs 1 ... costs 1" did not).
+  const std::vector<VerifyCost::Point> barely = {{1, 1.0}, {2, 1.0000001}, {3, 1.00000005}};
+  EXPECT_THAT(invalid_argument_message([&] { (void)VerifyCost::table(barely); }),
+              HasSubstr("point 2 (3 tokens, cost 1.00000005) is invalid: a pass never costs less for carrying more tokens "
+                        "(point 1 costs 1.0000001)"));
   const std::vector<VerifyCost::Point> unordered = {{4, 1}, {4, 2}};
   EXPECT_THAT(invalid_argument_message([&] { (void)VerifyCost::table(unordered); }),
               HasSubstr("tokens must increase"));

@@ -28,6 +28,9 @@ constexpr const char* kUsage =
     "                          [--no-speculate]\n"
     "                          [--check] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                          [--sampling-mode exact|rejection]\n"
+    "  --model M       the model: a llama2.c checkpoint (its legacy format, version 0), e.g. stories260K.bin\n"
+    "  --tokenizer T   the model's tokenizer in llama2.c's tokenizer.bin format, e.g. tok512.bin for stories260K\n"
+    "  --prompt TEXT   the text to continue (may be empty), one request; or:\n"
     "  --prompts FILE  one prompt a line (empty lines skipped), each a request of its own; prints the totals\n"
     "  --steps N       most tokens generated after the prompt (default 256; generation also stops on BOS and at\n"
     "                  the model's seq_len)\n"
@@ -70,6 +73,12 @@ constexpr const char* kUsage =
     "                  draw the model's recycled candidates from its recorded distributions (needs a temperature)\n"
     "Each option at most once.\n";
 
+// Exit code 2 and the usage for any mistake on the command line.
+[[noreturn]] void usage_error(const char* what) {
+  std::fprintf(stderr, "ngramspec-generate: %s\n%s", what, kUsage);
+  std::exit(2);
+}
+
 // Exit code 2 and the usage for any mistake on the command line, 0 after --help.
 ngramspec::llama2::GenerateOptions parse(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + (argc > 0 ? 1 : 0), argv + argc);
@@ -77,8 +86,7 @@ ngramspec::llama2::GenerateOptions parse(int argc, char** argv) {
   try {
     options = ngramspec::llama2::parse_generate_options(args);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "ngramspec-generate: %s\n%s", e.what(), kUsage);
-    std::exit(2);
+    usage_error(e.what());
   }
   if (options.help) {
     std::fputs(kUsage, stdout);
@@ -144,12 +152,19 @@ int main(int argc, char** argv) {
     const std::vector<std::string> texts = args.prompts_file.empty()
                                                ? std::vector<std::string>{args.prompt}
                                                : ngramspec::cli::read_prompt_lines(args.prompts_file);
+    // --draft-layers is judged against the checkpoint's header before the weights are read (or the tokenizer):
+    // a usage mistake like any other on the command line, refused as quickly.
+    if (args.draft_layers != 0) {
+      const std::size_t layers = Transformer::read_config(args.model).n_layers;
+      if (args.draft_layers > layers) {
+        const std::string what = "--draft-layers " + std::to_string(args.draft_layers) + " is more than the " +
+                                 std::to_string(layers) + " layers of '" + args.model + "': it must be 1 to " +
+                                 std::to_string(layers);
+        usage_error(what.c_str());
+      }
+    }
     Transformer model = Transformer::load(args.model, std::max(width + 1, Transformer::kDefaultMaxBatch));
     const Tokenizer tokenizer(args.tokenizer, model.vocab_size());
-    if (args.draft_layers > model.config().n_layers) {
-      throw std::invalid_argument("--draft-layers " + std::to_string(args.draft_layers) + " is more than the " +
-                                  std::to_string(model.config().n_layers) + " layers of '" + args.model + "'");
-    }
     // The self-draft: the model's first layers over its own weights, with a KV cache of its own.
     std::optional<Transformer> draft;
     if (args.draft_layers != 0) draft.emplace(Transformer::early_exit(model, args.draft_layers));

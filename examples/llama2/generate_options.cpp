@@ -8,6 +8,7 @@
 
 #include "command_line.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/detail/parse_number.hpp"
 #include "ngramspec/top_k_table.hpp"
 #include "ngramspec/tree_drafter.hpp"
@@ -107,7 +108,9 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
       } else {
         throw std::invalid_argument("--sampling-mode must be exact or rejection, got '" + std::string(text) + "'");
       }
-      if (sampling_filter.empty()) sampling_filter = flag;
+      if (sampling_filter.empty() && cli::sampling_mode_needs_temperature(options.sampling.mode)) {
+        sampling_filter = flag;
+      }
     } else if (flag == "--carry-over") {
       options.carry_over = true;
     } else if (flag == "--enrich-counts") {
@@ -122,7 +125,8 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
     } else if (flag == "--draft-cost") {
       options.draft_cost = parse_real(flag, value());
       if (!(*options.draft_cost >= 0.0)) {
-        throw std::invalid_argument("--draft-cost must be >= 0, got " + std::to_string(*options.draft_cost));
+        throw std::invalid_argument("--draft-cost must be >= 0, got " +
+                                    ngramspec::detail::number_text(static_cast<float>(*options.draft_cost)));
       }
     } else if (flag == "--steps") {
       options.steps = parse_count(flag, value());
@@ -176,6 +180,14 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
       throw std::invalid_argument("unknown argument '" + std::string(flag) + "'");
     }
   }
+  // A name given empty is named as such: "required" would send its user looking for an option that is there.
+  const auto refuse_empty = [&](std::string_view option, const std::string& text) {
+    if (given.given(option) && text.empty()) {
+      throw std::invalid_argument(std::string(option) + " needs a file name, got ''");
+    }
+  };
+  refuse_empty("--model", options.model);
+  refuse_empty("--tokenizer", options.tokenizer);
   if (options.model.empty() || options.tokenizer.empty() || (!has_prompt && options.prompts_file.empty())) {
     throw std::invalid_argument("--model, --tokenizer and --prompt (or --prompts) are required");
   }
@@ -228,7 +240,7 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   if (options.k == 0 || options.k > kMaxDraftsPerPass) {
     k_out_of_range(k_flag.empty() ? cli::kMaxDraftsAlias : k_flag, std::to_string(options.k));
   }
-  validate(options.sampling);
+  cli::check_sampling_options(options.sampling);
   // Greedy decoding takes the most likely token: a filter or a seed would change nothing.
   if (options.sampling.temperature == 0 && !sampling_filter.empty()) {
     throw std::invalid_argument(std::string(sampling_filter) +

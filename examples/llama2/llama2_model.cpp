@@ -125,12 +125,10 @@ void validate(const Config& c) {
   }
 }
 
-Transformer Transformer::load(const std::filesystem::path& path, std::size_t max_batch) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw std::runtime_error("llama2: cannot open checkpoint '" + path.string() + "'");
-  file.seekg(0, std::ios::end);
-  const auto file_bytes = static_cast<std::uint64_t>(file.tellg());
-  file.seekg(0);
+namespace {
+
+// The checkpoint's header, read from `file` (at its start, `file_bytes` long) and checked (validate()).
+Config read_header(std::ifstream& file, const std::filesystem::path& path, std::uint64_t file_bytes) {
   if (file_bytes < kHeaderBytes) {
     throw std::invalid_argument("llama2: checkpoint '" + path.string() + "' is truncated: " +
                                 std::to_string(file_bytes) + " bytes, shorter than the 28-byte header");
@@ -154,6 +152,31 @@ Transformer Transformer::load(const std::filesystem::path& path, std::size_t max
   config.vocab_size = static_cast<std::size_t>(header[5] > 0 ? std::int64_t{header[5]} : -std::int64_t{header[5]});
   config.seq_len = static_cast<std::size_t>(header[6]);
   validate(config);
+  return config;
+}
+
+// Opens `path`, saying which file could not be opened; leaves its size in `file_bytes`.
+std::ifstream open_checkpoint(const std::filesystem::path& path, std::uint64_t& file_bytes) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw std::runtime_error("llama2: cannot open checkpoint '" + path.string() + "'");
+  file.seekg(0, std::ios::end);
+  file_bytes = static_cast<std::uint64_t>(file.tellg());
+  file.seekg(0);
+  return file;
+}
+
+}  // namespace
+
+Config Transformer::read_config(const std::filesystem::path& path) {
+  std::uint64_t file_bytes = 0;
+  std::ifstream file = open_checkpoint(path, file_bytes);
+  return read_header(file, path, file_bytes);
+}
+
+Transformer Transformer::load(const std::filesystem::path& path, std::size_t max_batch) {
+  std::uint64_t file_bytes = 0;
+  std::ifstream file = open_checkpoint(path, file_bytes);
+  const Config config = read_header(file, path, file_bytes);
 
   // The KV cache grows with n_layers * seq_len * kv_dim, which the file's size does not bound
   // (the file grows with each factor apart): a small corrupt file must not demand terabytes.

@@ -64,6 +64,10 @@ class Transformer {
   /// file cannot be read, and std::invalid_argument when its header is inconsistent or its size
   /// is not what the header implies.
   static Transformer load(const std::filesystem::path& path, std::size_t max_batch = kDefaultMaxBatch);
+  /// The shape a checkpoint's header states, checked as load() checks it, without reading the weights:
+  /// what a program needs to judge its options against the model before the (much longer) load.
+  /// Throws as load() does for a file that cannot be opened or a header that is invalid.
+  static Config read_config(const std::filesystem::path& path);
   /// A model of shape `config` with deterministic pseudo-random weights drawn from `seed`.
   static Transformer random(const Config& config, std::uint64_t seed, std::size_t max_batch = kDefaultMaxBatch);
   /// The early exit of `base` after its first `layers` blocks: those blocks, then the final norm and the classifier

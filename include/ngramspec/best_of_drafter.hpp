@@ -12,6 +12,7 @@
 
 #include "ngramspec/argument_error.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/token.hpp"
@@ -103,7 +104,7 @@ class BestOfDrafter {
       : first_(&first), second_(&second), cost_(std::move(cost)), config_(config) {
     const auto check = [](const char* field, double value) {
       if (!(value >= 0.0 && value < std::numeric_limits<double>::infinity())) {
-        throw ArgumentError("ngramspec", std::string("BestOfConfig::") + field + " = " + std::to_string(value) +
+        throw ArgumentError("ngramspec", std::string("BestOfConfig::") + field + " = " + detail::number_text(value) +
                                              " is invalid; it must be finite and >= 0");
       }
     };

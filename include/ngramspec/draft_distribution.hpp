@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ngramspec/argument_error.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/target_model.hpp"
@@ -70,7 +71,7 @@ class DraftDistributions {
       const float q = probabilities[i];
       if (!std::isfinite(q) || q < 0.0f) {
         throw ArgumentError("ngramspec", "DraftDistributions::push: the probability of token " +
-                                             std::to_string(tokens[i]) + " is " + std::to_string(q) +
+                                             std::to_string(tokens[i]) + " is " + detail::number_text(q) +
                                              "; it must be finite and >= 0");
       }
       total += q;

@@ -59,7 +59,8 @@ class MappedCorpus {
   MappedCorpus& operator=(const MappedCorpus&) = delete;
 
   /// As SharedCorpus::draft: writes to `out` what followed the most recent occurrence of the
-  /// longest suffix (up to 3 tokens) of `context` (only its last kMaxVerify tokens are read).
+  /// last 3 (else 2, else 1) tokens of `context`, the match measured backwards up to kMaxVerify
+  /// tokens (only the context's last kMaxVerify tokens are read).
   /// busy is always false.
   [[nodiscard]] CorpusDraft draft(std::span<const Token> context, std::span<Token> out) const noexcept;
   /// draft() in two steps: the match alone ...

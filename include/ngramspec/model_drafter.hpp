@@ -15,6 +15,7 @@
 #include "ngramspec/argument_error.hpp"
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/detail/max_drafts_check.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/drafter.hpp"
 #include "ngramspec/logits_model.hpp"
@@ -57,8 +58,8 @@ inline void validate(const ModelDraftConfig& config) {
                                          std::to_string(DraftDistributions::kMaxSupport));
   }
   if (!(config.min_probability >= 0.0f && config.min_probability <= 1.0f)) {
-    throw ArgumentError("ngramspec", "ModelDraftConfig::min_probability = " + std::to_string(config.min_probability) +
-                                         " is invalid; it must be in [0, 1]");
+    throw ArgumentError("ngramspec", "ModelDraftConfig::min_probability = " +
+                                         detail::number_text(config.min_probability) + " is invalid; it must be in [0, 1]");
   }
   validate(config.sampling);
 }

@@ -112,10 +112,11 @@ NGRAMSPEC_API ngramspec_status ngramspec_corpus_append_stamped(ngramspec_corpus*
 /* Since 0.3. The stamp of the last record appended; 0 when none, or for a NULL corpus. */
 NGRAMSPEC_API int64_t ngramspec_corpus_last_stamp(const ngramspec_corpus* corpus);
 /* Since 0.3. Writes to `out` up to `room` tokens that followed the most recent occurrence in the
- * corpus of the longest suffix (up to 3 tokens) of context[0 .. n) (a sequence's last tokens, oldest
- * first; only the last 64 are read), their count to *count and the length of the match to
- * *match_length (NULL: not wanted; 0: no match). Finds nothing (*count = 0) while another thread
- * appends or clears. Allocates nothing. */
+ * corpus of the last 3 tokens of context[0 .. n) (else its last 2, else its last 1; the context is a
+ * sequence's last tokens, oldest first), their count to *count and the length of the match to
+ * *match_length (NULL: not wanted; 0: no match): how far that occurrence matches the context
+ * backwards within its record, up to 64 tokens (only the context's last 64 are read), so it can be
+ * more than 3. Finds nothing (*count = 0) while another thread appends or clears. Allocates nothing. */
 NGRAMSPEC_API ngramspec_status ngramspec_corpus_draft(const ngramspec_corpus* corpus, const ngramspec_token* context,
                                                       size_t n, ngramspec_token* out, size_t room, size_t* count,
                                                       size_t* match_length);

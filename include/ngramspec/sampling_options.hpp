@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ngramspec/argument_error.hpp"
+#include "ngramspec/detail/number_text.hpp"
 
 namespace ngramspec {
 
@@ -45,7 +46,7 @@ struct SamplingOptions {
 /// temperature negative, infinite or NaN; top_p outside (0, 1] or NaN; min_p outside [0, 1) or NaN.
 inline void validate(const SamplingOptions& options) {
   const auto fail = [](const char* field, float value, const char* rule) {
-    throw ArgumentError("ngramspec", std::string("SamplingOptions::") + field + " = " + std::to_string(value) +
+    throw ArgumentError("ngramspec", std::string("SamplingOptions::") + field + " = " + detail::number_text(value) +
                                          " is invalid; it must be " + rule);
   };
   if (!std::isfinite(options.temperature) || options.temperature < 0.0f) {

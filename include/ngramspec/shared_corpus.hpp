@@ -101,8 +101,10 @@ class SharedCorpus {
   void load(const std::filesystem::path& path, ChecksumCheck check = ChecksumCheck::verify);
 
   /// Writes to `out` up to out.size() tokens that followed the most recent occurrence in the
-  /// corpus of the longest suffix (up to 3 tokens) of `context` (the sequence's last tokens,
-  /// oldest first; only the last kMaxVerify are read), and says how long the match is.
+  /// corpus of the last 3 tokens of `context` (else its last 2, else its last 1; the context is
+  /// the sequence's last tokens, oldest first; only the last kMaxVerify are read), and says how
+  /// long the match is: how far that occurrence matches the context backwards within its record,
+  /// up to kMaxVerify tokens.
   /// Looks nothing up when context or out is empty, or while an append or clear runs.
   [[nodiscard]] CorpusDraft draft(std::span<const Token> context, std::span<Token> out) const noexcept;
 

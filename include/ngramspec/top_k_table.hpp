@@ -11,6 +11,7 @@
 
 #include "ngramspec/allocation_error.hpp"
 #include "ngramspec/argument_error.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/token.hpp"
 
@@ -151,7 +152,7 @@ class TopKTable {
     for (const Token t : top) check(t, "a top-k token");
     for (const float p : probabilities) {
       if (!(p >= 0.0f && p <= 1.0f)) {
-        throw ArgumentError("ngramspec", "TopKTable::record_distribution: a probability of " + std::to_string(p) +
+        throw ArgumentError("ngramspec", "TopKTable::record_distribution: a probability of " + detail::number_text(p) +
                                              "; probabilities are in [0, 1]");
       }
     }
@@ -194,7 +195,7 @@ class TopKTable {
   /// value, changing nothing, outside [0, 1) (1 would never learn).
   void set_history_weight(float weight) {
     if (!(weight >= 0.0f && weight < 1.0f)) {
-      throw ArgumentError("ngramspec", "TopKTable: history_weight = " + std::to_string(weight) +
+      throw ArgumentError("ngramspec", "TopKTable: history_weight = " + detail::number_text(weight) +
                                            "; it must be in [0, 1)");
     }
     history_weight_ = weight;

@@ -97,7 +97,7 @@ const char* llama_usage() noexcept {
          "  --temperature T    sample (default 0: greedy); --top-k K, --top-p P, --min-p P filter, --seed S keys\n"
          "                     the randomness per position (prompt i uses seed S + i), so the same seed gives the\n"
          "                     same text with and without drafting (those four need a temperature above 0)\n"
-         "  --sampling-mode M  with --temperature: exact (default: each token is plain sampling's for the seed,\n"
+         "  --sampling-mode M  exact (default: each token is plain sampling's for the seed, greedy's at 0,\n"
          "                     a draft accepted when it is that token) or rejection (each draft accepted with\n"
          "                     probability min(1, p/q) for the q it was drawn from: the model's distribution,\n"
          "                     not the seed's text; more drafts accepted from a draft model; --check and\n"
@@ -261,6 +261,8 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       throw std::invalid_argument("unknown option '" + std::string(flag) + "'");
     }
   }
+  // A name given empty is named as such: "required" would send its user looking for an option that is there.
+  if (o.model.empty() && once.given("--model")) throw std::invalid_argument("--model needs a file name, got ''");
   if (o.model.empty()) throw std::invalid_argument("--model FILE is required");
   const auto refuse_with = [&](std::initializer_list<std::string_view> flags, const char* why) {
     for (const std::string_view f : flags) {
@@ -331,11 +333,15 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
   if ((o.cost_source == LlamaOptions::Cost::none || o.drafts_with_model()) && !o.k_given) {
     o.k = LlamaOptions::kDefaultKWithoutCost;
   }
-  validate(o.sampling);
-  // Greedy decoding takes the most likely token: a filter or a seed would change nothing.
+  cli::check_sampling_options(o.sampling);
+  // Greedy decoding takes the most likely token: a filter or a seed would change nothing. The exact mode, the
+  // default, is greedy decoding at temperature 0, so it is taken there; the rejection mode needs sampling.
   if (o.sampling.temperature == 0) {
-    refuse_with({"--top-k", "--top-p", "--min-p", "--seed", "--sampling-mode"},
+    refuse_with({"--top-k", "--top-p", "--min-p", "--seed"},
                 "applies to sampling only: it needs --temperature above 0 (0 is greedy decoding)");
+    if (cli::sampling_mode_needs_temperature(o.sampling.mode)) {
+      refuse_with({"--sampling-mode"}, "applies to sampling only: it needs --temperature above 0 (0 is greedy decoding)");
+    }
   }
   return o;
 }

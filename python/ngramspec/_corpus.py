@@ -159,10 +159,11 @@ class SharedCorpus(_Attachable):
             raise_status(status)
 
     def draft(self, context: TokensLike, room: int = 8) -> CorpusDraft:
-        """What followed the most recent occurrence in the corpus of the longest suffix (up to 3
-        tokens) of `context` (a sequence's last tokens, oldest first; only the last 64 are read):
-        up to `room` tokens, and how many tokens of the context matched. Finds nothing while
-        another thread appends."""
+        """What followed the most recent occurrence in the corpus of the last 3 tokens of `context`
+        (else its last 2, else its last 1; a sequence's last tokens, oldest first; only the last 64
+        are read): up to `room` tokens, and how many tokens of the context matched, measured
+        backwards from that occurrence up to 64 (so more than 3). Finds nothing while another
+        thread appends."""
         return self._draft(lib.ngramspec_corpus_draft, context, room)
 
     def save(self, path: PathLike) -> None:

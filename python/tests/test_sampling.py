@@ -167,9 +167,9 @@ def test_a_vocabulary_beyond_the_machines_memory_is_refused_before_allocating() 
 
 
 def test_bad_arguments_raise_naming_the_value_and_change_nothing() -> None:
-    with pytest.raises(ValueError, match="SamplingOptions::temperature = -1.000000 is invalid"):
+    with pytest.raises(ValueError, match="SamplingOptions::temperature = -1 is invalid"):
         TokenSampler(4, temperature=-1.0)
-    with pytest.raises(ValueError, match="SamplingOptions::top_p = 1.500000 is invalid"):
+    with pytest.raises(ValueError, match="SamplingOptions::top_p = 1.5 is invalid"):
         TokenSampler(4, top_p=1.5)
     with pytest.raises(ValueError, match="mode = 'greedy' is invalid: it must be 'exact' or 'rejection'"):
         TokenSampler(4, mode="greedy")  # type: ignore[arg-type]
@@ -188,7 +188,7 @@ def test_bad_arguments_raise_naming_the_value_and_change_nothing() -> None:
     drawn = {tiny.verify_chain(ties, position, [])[1] for position in range(64)}
     assert drawn == {0, 1, 3}
     sampler = TokenSampler(4, temperature=1.0, mode="rejection", seed=9)
-    with pytest.raises(ValueError, match="SamplingOptions::min_p = 1.000000 is invalid"):
+    with pytest.raises(ValueError, match="SamplingOptions::min_p = 1 is invalid"):
         sampler.set_options(min_p=1.0)
     with pytest.raises(TypeError, match="unknown option"):
         sampler.set_options(top_q=0.5)

@@ -17,6 +17,7 @@
 #include "ngramspec/batch_speculator.hpp"
 #include "ngramspec/decode_options.hpp"
 #include "ngramspec/decode_step.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngramspec.h"
@@ -170,8 +171,8 @@ ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_conf
     std::memcpy(&t, tree, bytes);
   }
   if (!(t.recycled_history >= 0.0f && t.recycled_history < 1.0f)) {
-    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: tree->recycled_history = %g is invalid: it must be in [0, 1)",
-                where, static_cast<double>(t.recycled_history));
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT, "%s: tree->recycled_history = %s is invalid: it must be in [0, 1)",
+                where, ngramspec::detail::number_text(t.recycled_history).c_str());
   }
   if (t.draw_recycled != 0 && t.vocab_size == 0) {
     // Drawing would be off without a word: no top-k table, no rows to draw from.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/draft_distribution.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/ngramspec.h"
@@ -122,8 +123,8 @@ ngramspec_status check_distributions(const char* where, const char* item, Span s
       const float probability = q_probabilities[s];
       if (!std::isfinite(probability) || probability < 0.0f) {
         return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
-                    "%s: q_probabilities[%zu] = %g (%s %zu, token %u) is invalid: it must be finite and >= 0", where, s,
-                    static_cast<double>(probability), item, i, static_cast<unsigned>(q_tokens[s]));
+                    "%s: q_probabilities[%zu] = %s (%s %zu, token %u) is invalid: it must be finite and >= 0", where, s,
+                    ngramspec::detail::number_text(probability).c_str(), item, i, static_cast<unsigned>(q_tokens[s]));
       }
       total += probability;
     }

@@ -176,4 +176,36 @@ if(NGRAMSPEC_TOP_LEVEL)
       COMMAND ${CMAKE_COMMAND} -DDOC=${PROJECT_SOURCE_DIR}/docs/TREES.md "-DBLOCK=output: ngramspec-tree-usage"
         -DPROGRAM=$<TARGET_FILE:ngramspec-tree-usage> -P ${_ngramspec_consumer_source}/check_doc_block.cmake)
   endif()
+
+  # The README: only the tests need GoogleTest and GoogleMock, and only the benchmarks Google
+  # Benchmark. The release preset configures without them (those left out, saying so), with the
+  # programs still to build, and keeps them out on a second configure; the dev preset, which asks for
+  # the tests by name, stops, naming what is missing (CMake wraps messages: they are read unwrapped).
+  # Configures only (seconds), in the dev suite.
+  if(CMAKE_BUILD_TYPE STREQUAL "Debug" AND NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize=")
+    add_test(NAME consumer.presets_without_test_libraries
+      COMMAND bash -c [[source=$0; dir=$1; rm -rf "$dir" "$dir-dev"; cd "$source" || exit 1
+                        without=(-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON)
+                        out=$(cmake --preset release -B "$dir" "${without[@]}" 2>&1); rc=$?; printf '%s
+' "$out"
+                        [ "$rc" -eq 0 ] || { echo "FAIL: the release preset does not configure without them"; exit 1; }
+                        for said in "the tests are not built \(NGRAMSPEC_BUILD_TESTS=OFF\)" \
+                                    "the benchmarks are not built \(NGRAMSPEC_BUILD_BENCHMARKS=OFF\)"; do
+                          tr -s ' \n' '  ' <<<"$out" | grep -qE -- "$said" || { echo "FAIL: not said: $said"; exit 1; }
+                        done
+                        targets=$(cmake --build "$dir" --target help 2>&1)
+                        for t in ngramspec-replay ngramspec-corpus ngramspec-generate ngramspec-demo ngramspec_c; do
+                          grep -qE "^$t:" <<<"$targets" || { echo "FAIL: no target $t to build"; exit 1; }
+                        done
+                        out=$(cmake "$dir" 2>&1) || { printf '%s
+' "$out"; echo "FAIL: a second configure fails"; exit 1; }
+                        out=$(cmake --preset dev -B "$dir-dev" "${without[@]}" 2>&1); rc=$?; printf '%s
+' "$out"
+                        [ "$rc" -ne 0 ] || { echo "FAIL: the dev preset configures without GoogleTest"; exit 1; }
+                        said="NGRAMSPEC_BUILD_TESTS is ON, and the tests need GoogleTest and GoogleMock"
+                        tr -s ' \n' '  ' <<<"$out" | grep -qF -- "$said" || { echo "FAIL: not said: $said"; exit 1; }
+                        rm -rf "$dir" "$dir-dev"]]
+        ${PROJECT_SOURCE_DIR} ${_ngramspec_consumer_binary}/presets_without_test_libraries)
+    set_tests_properties(consumer.presets_without_test_libraries PROPERTIES TIMEOUT 300)
+  endif()
 endif()

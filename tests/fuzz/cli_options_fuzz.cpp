@@ -471,7 +471,8 @@ void fuzz_generate(std::span<const std::string_view> args) {
         } else {
           wrong = true;
         }
-        sampling_filter = true;
+        // exact, the default, is greedy decoding at temperature 0; rejection needs sampling.
+        sampling_filter = sampling_filter || value == "rejection";
       } else if (arg == "--cost") {
         has_cost = true;
         if (value == "measure") {

@@ -1,9 +1,11 @@
 #pragma once
 // What every command-line program of the project (ngramspec-generate, ngramspec-llama2-bench,
 // ngramspec-llama, ngramspec-replay, ngramspec-corpus) shares in reading its arguments: one rule
-// for options given twice, one for lists that name an item twice, and one reader of prompt files.
+// for options given twice, one for lists that name an item twice, one reader of prompt files, and
+// the checks of the sampling options in the options' own names.
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -11,6 +13,9 @@
 #include <string_view>
 #include <system_error>
 #include <vector>
+
+#include "ngramspec/detail/number_text.hpp"
+#include "ngramspec/sampling_options.hpp"
 
 namespace ngramspec::cli {
 
@@ -79,6 +84,30 @@ void refuse_repeated_item(std::string_view option, const std::vector<T>& items, 
   if (in.bad()) throw std::runtime_error("cannot read " + where + ": read error");
   if (prompts.empty()) throw std::runtime_error(where + " holds no prompt (one a line)");
   return prompts;
+}
+
+/// Checks what --temperature, --top-p and --min-p set, as validate(SamplingOptions) does, but
+/// naming the option a user typed rather than the field it sets: throws std::invalid_argument
+/// "--top-p must be in (0, 1] (1 = off), got 1.0000001", the value printed in full (a float's
+/// shortest text), so that it shows why it was refused.
+inline void check_sampling_options(const SamplingOptions& sampling) {
+  const auto refuse = [](std::string_view option, float value, std::string_view rule) {
+    throw std::invalid_argument(std::string(option) + " must be " + std::string(rule) + ", got " +
+                                detail::number_text(value));
+  };
+  if (!(std::isfinite(sampling.temperature) && sampling.temperature >= 0.0f)) {
+    refuse("--temperature", sampling.temperature, "finite and >= 0 (0 is greedy decoding)");
+  }
+  if (!(sampling.top_p > 0.0f && sampling.top_p <= 1.0f)) refuse("--top-p", sampling.top_p, "in (0, 1] (1 = off)");
+  if (!(sampling.min_p >= 0.0f && sampling.min_p < 1.0f)) refuse("--min-p", sampling.min_p, "in [0, 1) (0 = off)");
+  validate(sampling);  // whatever else the library requires, in its own words
+}
+
+/// Whether --sampling-mode, as given, means something only when sampling: the rejection mode
+/// does (it needs a temperature above 0), while exact, the default, is greedy decoding at
+/// temperature 0 and is taken there as it is anywhere.
+[[nodiscard]] constexpr bool sampling_mode_needs_temperature(SamplingMode mode) noexcept {
+  return mode != SamplingMode::exact;
 }
 
 }  // namespace ngramspec::cli

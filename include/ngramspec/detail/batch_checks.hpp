@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ngramspec/argument_error.hpp"
+#include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/detail/physical_memory.hpp"
 #include "ngramspec/token.hpp"
 
@@ -193,7 +194,7 @@ inline void check_top_probabilities(const char* where, std::uint64_t sequence, b
     const float p = probabilities[t];
     if (!(p >= 0.0f && p <= 1.0f) || (t % k == 0 && p == 0.0f)) {
       throw ArgumentError(where, sequence_name(sequence) + ": top_probabilities[" + std::to_string(first + t) +
-                                     "] = " + std::to_string(p) +
+                                     "] = " + number_text(p) +
                                      " is invalid: probabilities are in [0, 1], and a row's first is above 0");
     }
   }

@@ -444,6 +444,9 @@ TEST(LlamaIntegration, ProgramRefusesMistakesBeforeLoadingTheModel) {
       {"--prompt hi --seed 3", "--seed applies to sampling only: it needs --temperature above 0 (0 is greedy decoding)"},
       {"--prompt hi --temperature 0 --top-p 0.9",
        "--top-p applies to sampling only: it needs --temperature above 0 (0 is greedy decoding)"},
+      // Named as typed, the value in full.
+      {"--prompt hi --temperature 1 --top-p 1.0000001", "--top-p must be in (0, 1] (1 = off), got 1.0000001"},
+      {"--prompt hi --temperature -0.5", "--temperature must be finite and >= 0 (0 is greedy decoding), got -0.5"},
   };
   for (const auto& [args, message] : cases) {
     int status = 0;
@@ -452,6 +455,14 @@ TEST(LlamaIntegration, ProgramRefusesMistakesBeforeLoadingTheModel) {
     EXPECT_NE(out.find("ngramspec-llama: " + message), std::string::npos) << args << ": " << out;
   }
   int status = 0;
+  // --sampling-mode exact, the default, is greedy decoding at temperature 0: taken (the model then fails to load).
+  const std::string exact = run_program(base + "--prompt hi --sampling-mode exact", status);
+  EXPECT_EQ(status, 1) << exact;
+  EXPECT_EQ(exact.find("--sampling-mode"), std::string::npos) << exact;
+  // A file name given empty is named as empty, not as missing.
+  const std::string empty = run_program("--model '' --prompt hi", status);
+  EXPECT_EQ(status, 2) << empty;
+  EXPECT_NE(empty.find("ngramspec-llama: --model needs a file name, got ''"), std::string::npos) << empty;
   const std::string dir = std::filesystem::temp_directory_path().string();
   const std::string out = run_program(base + "--prompts " + dir, status);
   EXPECT_EQ(status, 1) << out;
