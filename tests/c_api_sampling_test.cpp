@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -145,6 +146,63 @@ TEST(CApiSampling, EveryStructSizeIsAVersionsOrRefusedNamingTheSizes) {
     ASSERT_C_OK(ngramspec_sampler_create(&o, 16, &p));
     ngramspec_sampler_free(p);
   }
+}
+
+// ngramspec_sampling_options_init over a struct of every size followed by guard bytes: a version's size (its
+// sizeof or the end of its last field) gets the defaults of its fields, its tail padding up to the size zeroed,
+// struct_size set, not one byte past the size written, and a sampler made with it is the default one (greedy);
+// any other size, or NULL, is refused by name with nothing written.
+TEST(CApiSampling, InitWritesTheDefaultsOfTheVersionOfItsSizeAndNothingPastIt) {
+  if (sizeof(std::size_t) != 8 || alignof(ngramspec_sampling_options) != 8) GTEST_SKIP() << "sizes of LP64";
+  struct Field {
+    std::size_t offset;
+    std::size_t size;
+  };
+  const Field fields[] = {
+      {offsetof(ngramspec_sampling_options, temperature), sizeof(float)},
+      {offsetof(ngramspec_sampling_options, top_k), sizeof(std::size_t)},
+      {offsetof(ngramspec_sampling_options, top_p), sizeof(float)},
+      {offsetof(ngramspec_sampling_options, min_p), sizeof(float)},
+      {offsetof(ngramspec_sampling_options, seed), sizeof(std::uint64_t)},
+      {offsetof(ngramspec_sampling_options, mode), sizeof(int)},
+  };
+  constexpr std::size_t kEnd = 44;  // of the one version's last field
+  const ngramspec_sampling_options defaults = ngramspec_sampling_options_default();
+  const auto* const expected = reinterpret_cast<const unsigned char*>(&defaults);
+  constexpr unsigned char kGuard = 0xA5;
+  const std::array<float, 6> logits = {0.1f, 0.4f, 2.0f, -1.0f, 1.9f, 0.0f};
+  for (std::size_t size = 0; size <= sizeof(ngramspec_sampling_options) + 16; ++size) {
+    SCOPED_TRACE("struct_size = " + std::to_string(size));
+    alignas(ngramspec_sampling_options) unsigned char bytes[sizeof(ngramspec_sampling_options) + 32];
+    std::memset(bytes, kGuard, sizeof bytes);
+    auto* const options = reinterpret_cast<ngramspec_sampling_options*>(bytes);
+    if (size != kEnd && size != 48) {
+      EXPECT_INVALID(ngramspec_sampling_options_init(options, size),
+                     "ngramspec_sampling_options_init: struct_size = " + std::to_string(size) + " is invalid",
+                     "one of 44, 48 (48: sizeof(ngramspec_sampling_options)");
+      for (const unsigned char b : bytes) ASSERT_EQ(b, kGuard);
+      continue;
+    }
+    ASSERT_C_OK(ngramspec_sampling_options_init(options, size));
+    EXPECT_EQ(options->struct_size, size);
+    for (const Field& f : fields) {
+      EXPECT_EQ(std::memcmp(bytes + f.offset, expected + f.offset, f.size), 0) << "the field at " << f.offset;
+    }
+    for (std::size_t i = kEnd; i < size; ++i) EXPECT_EQ(bytes[i], 0) << "tail padding byte " << i;
+    for (std::size_t i = size; i < sizeof bytes; ++i) ASSERT_EQ(bytes[i], kGuard) << "byte " << i;
+    const SamplerPtr sampler = make_sampler(options, logits.size());
+    ASSERT_NE(sampler, nullptr);
+    for (std::uint64_t position = 0; position < 4; ++position) {
+      std::size_t accepted = 99;
+      Token next = 99;
+      ASSERT_C_OK(ngramspec_sampler_verify_chain(sampler.get(), logits.data(), logits.size(), position, nullptr, 0,
+                                                 nullptr, nullptr, nullptr, 0, &accepted, &next));
+      EXPECT_EQ(accepted, 0U);
+      EXPECT_EQ(next, 2U);  // greedy: the argmax
+    }
+  }
+  EXPECT_INVALID(ngramspec_sampling_options_init(nullptr, sizeof(ngramspec_sampling_options)),
+                 "ngramspec_sampling_options_init: options is NULL");
 }
 
 // A vocabulary whose scratch (12 bytes a token) is larger than the machine's memory is refused before

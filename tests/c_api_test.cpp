@@ -1015,8 +1015,12 @@ TEST(CApiBatch, BadCallsNameWhatIsWrongChangeNothingAndTheBatchGoesOn) {
     EXPECT_INVALID(ngramspec_batch_cancel(nullptr, 7), "ngramspec_batch_cancel: batch is NULL");
     EXPECT_INVALID(ngramspec_batch_finish(b, 42), "ngramspec_batch_finish: sequence 42 is not running");
     EXPECT_INVALID(ngramspec_batch_cancel(b, 42), "ngramspec_batch_cancel: sequence 42 is not running");
-    EXPECT_INVALID(ngramspec_batch_stats_get(nullptr, &stats), "ngramspec_batch_stats_get: batch is NULL");
-    EXPECT_INVALID(ngramspec_batch_stats_get(b, nullptr), "ngramspec_batch_stats_get: out is NULL");
+    // The symbol that programs built before the header's macro call, and the call the macro makes.
+    EXPECT_INVALID((ngramspec_batch_stats_get)(nullptr, &stats), "ngramspec_batch_stats_get: batch is NULL");
+    EXPECT_INVALID((ngramspec_batch_stats_get)(b, nullptr), "ngramspec_batch_stats_get: out is NULL");
+    EXPECT_INVALID(ngramspec_batch_stats_get(nullptr, &stats), "ngramspec_batch_stats_get_sized: batch is NULL");
+    EXPECT_INVALID(ngramspec_batch_stats_get(b, nullptr), "ngramspec_batch_stats_get_sized: out is NULL");
+    EXPECT_INVALID(ngramspec_batch_stats_get_sized(b, &stats, 36), "ngramspec_batch_stats_get_sized: out_size = 36");
     EXPECT_EQ(stats.proposals, 4242U);
   }
   EXPECT_TRUE(same_stats(a, b));
@@ -2496,6 +2500,46 @@ TEST(CApiCorpusFile, ABatchDraftsFromTheFile) {
   EXPECT_C_OK(ngramspec_corpus_file_verify(file.get()));
 }
 
+
+// ngramspec_batch_stats into a struct of every size from 0 to 64 bytes, followed by guard bytes, from a batch
+// whose totals are `all`: ngramspec_batch_stats_get_sized writes the fields of the version of that size (32:
+// the first four; 40: all five) and not one byte past it, and refuses every other size by name with nothing
+// written; the getter that programs built before it call writes the first version's 32 bytes alone, the room
+// a program built against any header has.
+void expect_stats_written_to_their_size(const ngramspec_batch* batch, const ngramspec_batch_stats& all) {
+  ASSERT_NE(all.out_of_vocabulary, 0U);  // so that a write of the last field shows
+  constexpr unsigned char kGuard = 0xA5;
+  constexpr std::size_t kFirst = offsetof(ngramspec_batch_stats, out_of_vocabulary);
+  static_assert(kFirst == 32 && sizeof(ngramspec_batch_stats) == 40);
+  const auto expect_written = [&](const unsigned char* bytes, std::size_t written, std::size_t room) {
+    EXPECT_EQ(std::memcmp(bytes, &all, written), 0);
+    for (std::size_t i = written; i < room; ++i) ASSERT_EQ(bytes[i], kGuard) << "byte " << i;
+  };
+  for (std::size_t size = 0; size <= 64; ++size) {
+    SCOPED_TRACE("out_size = " + std::to_string(size));
+    alignas(ngramspec_batch_stats) unsigned char bytes[64 + 16];
+    std::memset(bytes, kGuard, sizeof bytes);
+    auto* const out = reinterpret_cast<ngramspec_batch_stats*>(bytes);
+    if (size == kFirst || size == sizeof(ngramspec_batch_stats)) {
+      ASSERT_C_OK(ngramspec_batch_stats_get_sized(batch, out, size));
+      expect_written(bytes, size, sizeof bytes);
+    } else {
+      EXPECT_INVALID(ngramspec_batch_stats_get_sized(batch, out, size),
+                     "ngramspec_batch_stats_get_sized: out_size = " + std::to_string(size) + " is invalid",
+                     "ngramspec_batch_stats, one of 32, 40 (40: sizeof(ngramspec_batch_stats)");
+      expect_written(bytes, 0, sizeof bytes);
+    }
+  }
+  alignas(ngramspec_batch_stats) unsigned char bytes[sizeof(ngramspec_batch_stats) + 16];
+  std::memset(bytes, kGuard, sizeof bytes);
+  ASSERT_C_OK((ngramspec_batch_stats_get)(batch, reinterpret_cast<ngramspec_batch_stats*>(bytes)));
+  expect_written(bytes, kFirst, sizeof bytes);
+  // The header's macro: this header's struct, every field.
+  ngramspec_batch_stats stats{};
+  ASSERT_C_OK(ngramspec_batch_stats_get(batch, &stats));
+  EXPECT_EQ(std::memcmp(&stats, &all, sizeof stats), 0);
+}
+
 // The vocabulary: what a file records, a drafter or batch of another vocabulary refusing it by
 // name, and drafts cut at a foreign token and counted, for drafters, chain batches and tree
 // batches (which read a corpus file through ngramspec_batch_create_tree_file).
@@ -2609,6 +2653,7 @@ TEST(CApiCorpusFile, TheVocabularyIsRecordedMatchedAndForeignDraftsAreDroppedAnd
       ngramspec_batch_stats stats{};
       ASSERT_C_OK(ngramspec_batch_stats_get(batch.get(), &stats));
       EXPECT_EQ(stats.out_of_vocabulary, vocab == 0 ? 0U : 2U);
+      if (vocab != 0) expect_stats_written_to_their_size(batch.get(), stats);
     }
   }
 }

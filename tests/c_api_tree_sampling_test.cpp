@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -163,6 +164,72 @@ TEST(CApiTreeSampling, EveryStructSizeIsAVersionsOrRefusedNamingTheSizes) {
     const BatchPtr batch(p);
     EXPECT_EQ(ngramspec_batch_memory_bytes(batch.get()), version->draws ? drawing : plain);
   }
+}
+
+// ngramspec_tree_config_init over a struct of every size followed by guard bytes: a version's size (its sizeof
+// or the end of its last field) gets the defaults of that version's fields, its tail padding up to the size
+// zeroed, struct_size set, not one byte past the size written, and the library reads it as the defaults; any
+// other size, or NULL, is refused by name with nothing written.
+TEST(CApiTreeSampling, InitWritesTheDefaultsOfTheVersionOfItsSizeAndNothingPastIt) {
+  if (sizeof(std::size_t) != 8 || alignof(ngramspec_tree_config) != 8) GTEST_SKIP() << "sizes of an LP64 machine";
+  struct Field {
+    std::size_t offset;
+    std::size_t size;
+  };
+  const Field fields[] = {
+      {offsetof(ngramspec_tree_config, successor_slots), sizeof(std::size_t)},
+      {offsetof(ngramspec_tree_config, max_children), sizeof(std::size_t)},
+      {offsetof(ngramspec_tree_config, vocab_size), sizeof(std::size_t)},
+      {offsetof(ngramspec_tree_config, top_k), sizeof(std::size_t)},
+      {offsetof(ngramspec_tree_config, shared_top_k), sizeof(int)},
+      {offsetof(ngramspec_tree_config, carry_over), sizeof(int)},
+      {offsetof(ngramspec_tree_config, enrich_counts), sizeof(int)},
+      {offsetof(ngramspec_tree_config, draw_recycled), sizeof(int)},
+      {offsetof(ngramspec_tree_config, draw_seed), sizeof(std::uint64_t)},
+      {offsetof(ngramspec_tree_config, recycled_history), sizeof(float)},
+  };
+  struct Version {
+    std::size_t size;
+    std::size_t end;  // of its last field
+  };
+  const Version versions[] = {{48, 48}, {52, 52}, {56, 52}, {64, 64}, {68, 68}, {72, 68}};
+  const ngramspec_tree_config defaults = ngramspec_tree_config_default();
+  const auto* const expected = reinterpret_cast<const unsigned char*>(&defaults);
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  config.max_sequences = kBatch;
+  ngramspec_batch* p = nullptr;
+  ASSERT_C_OK(ngramspec_batch_create_tree(&config, nullptr, nullptr, &p));
+  const std::size_t default_bytes = ngramspec_batch_memory_bytes(BatchPtr(p).get());
+  constexpr unsigned char kGuard = 0xA5;
+  for (std::size_t size = 0; size <= sizeof(ngramspec_tree_config) + 16; ++size) {
+    SCOPED_TRACE("struct_size = " + std::to_string(size));
+    alignas(ngramspec_tree_config) unsigned char bytes[sizeof(ngramspec_tree_config) + 32];
+    std::memset(bytes, kGuard, sizeof bytes);
+    auto* const tree = reinterpret_cast<ngramspec_tree_config*>(bytes);
+    const auto version =
+        std::find_if(std::begin(versions), std::end(versions), [&](const Version& v) { return v.size == size; });
+    if (version == std::end(versions)) {
+      EXPECT_INVALID(ngramspec_tree_config_init(tree, size),
+                     "ngramspec_tree_config_init: struct_size = " + std::to_string(size) + " is invalid",
+                     "one of 48, 52, 56, 64, 68, 72 (72: sizeof(ngramspec_tree_config)");
+      for (const unsigned char b : bytes) ASSERT_EQ(b, kGuard);
+      continue;
+    }
+    ASSERT_C_OK(ngramspec_tree_config_init(tree, size));
+    EXPECT_EQ(tree->struct_size, size);
+    for (const Field& f : fields) {
+      if (f.offset + f.size <= version->end) {
+        EXPECT_EQ(std::memcmp(bytes + f.offset, expected + f.offset, f.size), 0) << "the field at " << f.offset;
+      }
+    }
+    for (std::size_t i = version->end; i < size; ++i) EXPECT_EQ(bytes[i], 0) << "tail padding byte " << i;
+    for (std::size_t i = size; i < sizeof bytes; ++i) ASSERT_EQ(bytes[i], kGuard) << "byte " << i;
+    ASSERT_C_OK(ngramspec_batch_create_tree(&config, tree, nullptr, &p));
+    const BatchPtr batch(p);
+    EXPECT_EQ(ngramspec_batch_memory_bytes(batch.get()), default_bytes);
+  }
+  EXPECT_INVALID(ngramspec_tree_config_init(nullptr, sizeof(ngramspec_tree_config)),
+                 "ngramspec_tree_config_init: config is NULL");
 }
 
 TEST(CApiTreeSampling, RecycledHistoryIsReadFromItsVersionAndRefusedOutsideZeroToOne) {

@@ -376,17 +376,31 @@ NGRAMSPEC_API size_t ngramspec_batch_memory_bytes(const ngramspec_batch* batch);
 
 /* Totals of a batch: propose calls, drafts verified, drafts accepted, tokens emitted, and draft tokens
  * dropped for lying outside the model's vocabulary (each such token and every one after it in its
- * draft; ngramspec_batch_create_vocab). An experimental struct: out_of_vocabulary was added in 0.3, at
- * the end. */
+ * draft; ngramspec_batch_create_vocab). A struct that grows at the end, with no struct_size of its own:
+ * the caller passes its size. The versions end at: 1. emitted (32); 2. out_of_vocabulary (40, since 0.3). */
 typedef struct ngramspec_batch_stats {
   uint64_t proposals;
   uint64_t drafted;
   uint64_t accepted;
   uint64_t emitted;
+  /* Version 2: */
   uint64_t out_of_vocabulary;
 } ngramspec_batch_stats;
 
+/* Since 0.3. Writes the fields of the version of ngramspec_batch_stats whose size is out_size (32 or 40
+ * with this header: sizeof(ngramspec_batch_stats)) to `out`, and not one byte past out_size. Any other
+ * out_size is NGRAMSPEC_ERROR_INVALID_ARGUMENT naming it and the sizes written, nothing written. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_stats_get_sized(const ngramspec_batch* batch, ngramspec_batch_stats* out,
+                                                              size_t out_size);
+/* Writes the first version's fields alone (proposals .. emitted, 32 bytes), the room that every program
+ * built against any header has: programs built before ngramspec_batch_stats_get_sized call this symbol with
+ * a struct of 32 bytes or of 40, which it cannot tell apart (one of 40 finds its out_of_vocabulary
+ * unwritten). Compiled against this header, a call ngramspec_batch_stats_get(batch, out) is the macro below,
+ * ngramspec_batch_stats_get_sized(batch, out, sizeof(ngramspec_batch_stats)), every field written.
+ * Bindings that call functions by name call ngramspec_batch_stats_get_sized with their struct's size. */
 NGRAMSPEC_API ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* batch, ngramspec_batch_stats* out);
+#define ngramspec_batch_stats_get(batch, out) \
+  ngramspec_batch_stats_get_sized((batch), (out), sizeof(ngramspec_batch_stats))
 
 /* Tree batches (since 0.3): drafters that draft trees (TreeDrafter), several candidate
  * continuations a sequence, for a model that verifies a tree in one pass (each token attending only
@@ -413,15 +427,13 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* 
 enum { NGRAMSPEC_TREE_ROOT = -1 };
 
 /* A tree batch's drafters (TreeConfig). A versioned struct: struct_size is its size, set by
- * ngramspec_tree_config_default; later versions add fields at the end. struct_size says which version a
+ * ngramspec_tree_config_init; later versions add fields at the end. struct_size says which version a
  * struct is: the sizeof that a program built against that version's header sets, or the end of that
  * version's last field. The fields of that version are read, those after it (and its tail padding, where
  * a later version may have put a field) keep their defaults; any other struct_size is
  * NGRAMSPEC_ERROR_INVALID_ARGUMENT naming it and the sizes read. The versions end at (bytes with an 8-byte
  * size_t): 1. carry_over (48); 2. enrich_counts (52, sizeof 56); 3. draw_seed (64; its draw_recycled lies
- * in version 2's tail padding); 4. recycled_history (68, sizeof 72).
- * ngramspec_tree_config_default returns this version's struct by value, more than an earlier header's
- * caller has room for: a program built against an earlier header sets its struct's fields itself. */
+ * in version 2's tail padding); 4. recycled_history (68, sizeof 72). */
 typedef struct ngramspec_tree_config {
   size_t struct_size;     /* sizeof(ngramspec_tree_config) */
   size_t successor_slots; /* continuations kept per context order, a power of two (default 4096) */
@@ -447,7 +459,18 @@ typedef struct ngramspec_tree_config {
                              0: the last one alone; TopKTable::history_weight) */
 } ngramspec_tree_config;
 
-/* TreeConfig's defaults, with struct_size set. */
+/* Sets the struct `config` of struct_size bytes to TreeConfig's defaults, as the version whose size
+ * is struct_size has them (a version's sizeof or the end of its last field, as above; its tail padding, up to
+ * struct_size, zeroed), with config->struct_size = struct_size, and writes not one byte past struct_size. Call
+ * it as ngramspec_tree_config_init(&config, sizeof config): a program built against this header then keeps
+ * working with every later library, whose struct may be larger. NGRAMSPEC_ERROR_INVALID_ARGUMENT, nothing
+ * written, for a NULL config or a struct_size of no version (naming it and the sizes read). */
+NGRAMSPEC_API ngramspec_status ngramspec_tree_config_init(ngramspec_tree_config* config, size_t struct_size);
+/* TreeConfig's defaults, with struct_size set, returned by value: the struct of the library linked at run
+ * time, which the caller's is only when the program was built against the library's own header. A later
+ * library's struct, grown, is written past the end of a program's (and its struct_size claims bytes that the
+ * program does not have): it serves source written before ngramspec_tree_config_init, in a program always
+ * rebuilt with the library; any program that may run with a later library calls ngramspec_tree_config_init. */
 NGRAMSPEC_API ngramspec_tree_config ngramspec_tree_config_default(void);
 /* A batch speculator (as ngramspec_batch_create) whose drafters draft trees with `tree` (NULL: the
  * defaults): their chain (spine) is config's MatchDrafter. Every call of ngramspec_batch_* works on
@@ -572,7 +595,7 @@ typedef enum ngramspec_sampling_mode {
 enum { NGRAMSPEC_MAX_SUPPORT = 32 };
 
 /* How a sampler turns a row of logits into a token (SamplingOptions). A versioned struct: struct_size
- * is its size, set by ngramspec_sampling_options_default, read as ngramspec_tree_config's is (a version's
+ * is its size, set by ngramspec_sampling_options_init, read as ngramspec_tree_config's is (a version's
  * sizeof or the end of its last field; a later version's fields at their defaults). One version so far,
  * ending at mode (44, sizeof 48 with an 8-byte size_t). Each filter's neutral value switches it off. */
 typedef struct ngramspec_sampling_options {
@@ -585,7 +608,16 @@ typedef struct ngramspec_sampling_options {
   int mode;           /* NGRAMSPEC_SAMPLING_EXACT (default) or NGRAMSPEC_SAMPLING_REJECTION */
 } ngramspec_sampling_options;
 
-/* SamplingOptions' defaults (greedy, exact mode), with struct_size set. */
+/* SamplingOptions' defaults (greedy, exact mode) into the struct `options` of struct_size bytes, as
+ * ngramspec_tree_config_init does for its struct: the fields of the version whose size is struct_size, with
+ * options->struct_size = struct_size, not one byte past it; call it as
+ * ngramspec_sampling_options_init(&options, sizeof options). NGRAMSPEC_ERROR_INVALID_ARGUMENT, nothing
+ * written, for a NULL options or a struct_size of no version. */
+NGRAMSPEC_API ngramspec_status ngramspec_sampling_options_init(ngramspec_sampling_options* options,
+                                                               size_t struct_size);
+/* SamplingOptions' defaults, with struct_size set, returned by value, as ngramspec_tree_config_default: safe
+ * only in a program built against the header of the library it runs with; any program that may run with a
+ * later library calls ngramspec_sampling_options_init. */
 NGRAMSPEC_API ngramspec_sampling_options ngramspec_sampling_options_default(void);
 
 /* A sampler (TokenSampler) for a vocabulary of vocab_size tokens: it chooses the tokens of one sequence's

@@ -504,7 +504,7 @@ class BatchSpeculator(Closable):
         """Running totals: propose calls, drafts verified, drafts accepted, tokens emitted, and draft
         tokens dropped outside the vocabulary."""
         out = _CBatchStats()
-        status = lib.ngramspec_batch_stats_get(self._live("stats"), ctypes.byref(out))
+        status = lib.ngramspec_batch_stats_get_sized(self._live("stats"), ctypes.byref(out), ctypes.sizeof(out))
         if status:
             raise_status(status)
         return BatchStats(int(out.proposals), int(out.drafted), int(out.accepted), int(out.emitted),
@@ -557,7 +557,11 @@ def _tree_config(tree: Any) -> _CTreeConfig | None:
     """The C tree configuration of `tree` (True, or a dict of settings), or None for False."""
     if tree is False or tree is None:
         return None
-    config = lib.ngramspec_tree_config_default()
+    # This struct's size, so that a later library, whose struct may be larger, writes this version's fields.
+    config = _CTreeConfig()
+    status = lib.ngramspec_tree_config_init(ctypes.byref(config), ctypes.sizeof(config))
+    if status:
+        raise_status(status)
     if tree is True:
         return config
     if not isinstance(tree, Mapping):

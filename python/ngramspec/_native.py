@@ -209,9 +209,9 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_batch_contains": (c_int, [_P, c_uint64]),
     "ngramspec_batch_size": (_S, [_P]),
     "ngramspec_batch_memory_bytes": (_S, [_P]),
-    "ngramspec_batch_stats_get": (_STATUS, [_P, POINTER(BatchStats)]),
+    "ngramspec_batch_stats_get_sized": (_STATUS, [_P, POINTER(BatchStats), _S]),
     # Tree batches (experimental)
-    "ngramspec_tree_config_default": (TreeConfig, []),
+    "ngramspec_tree_config_init": (_STATUS, [POINTER(TreeConfig), _S]),
     "ngramspec_batch_create_tree": (_STATUS, [POINTER(BatchConfig), POINTER(TreeConfig), _P, _P]),
     "ngramspec_batch_create_tree_file": (_STATUS, [POINTER(BatchConfig), POINTER(TreeConfig), _P, _P, c_int, c_uint64,
                                                    c_uint64, _P]),
@@ -228,7 +228,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_verify_cost_spec": (c_char_p, [_P]),
     "ngramspec_plan_drafts": (_STATUS, [_P, _S, c_double, _P, _S, _P]),
     # Sampling and rejection verification
-    "ngramspec_sampling_options_default": (SamplingOptions, []),
+    "ngramspec_sampling_options_init": (_STATUS, [POINTER(SamplingOptions), _S]),
     "ngramspec_sampler_create": (_STATUS, [POINTER(SamplingOptions), _S, _P]),
     "ngramspec_sampler_free": (None, [_P]),
     "ngramspec_sampler_set_options": (_STATUS, [_P, POINTER(SamplingOptions)]),

@@ -225,7 +225,10 @@ def _options(temperature: float, top_k: int, top_p: float, min_p: float, seed: i
     """The C options; the library checks the values (and names them), Python the types and the mode."""
     if mode not in _MODES:
         raise ValueError(f"mode = {mode!r} is invalid: it must be 'exact' or 'rejection'")
-    options = lib.ngramspec_sampling_options_default()
+    options = SamplingOptions()
+    status = lib.ngramspec_sampling_options_init(ctypes.byref(options), ctypes.sizeof(options))
+    if status:
+        raise_status(status)
     for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise TypeError(f"{name} must be a number, not {type(value).__name__}")

@@ -112,6 +112,7 @@ void to_cpp(const ngramspec_batch_config* config, ngramspec::BatchConfig& batch,
 
 ngramspec_tree_config to_c(const ngramspec::TreeConfig& config) noexcept {
   ngramspec_tree_config c;
+  std::memset(&c, 0, sizeof c);  // no indeterminate byte for ngramspec_tree_config_init to copy
   c.struct_size = sizeof(ngramspec_tree_config);
   c.successor_slots = config.successor_slots;
   c.max_children = config.max_children;
@@ -140,6 +141,14 @@ static_assert(std::size(kTreeConfigVersions) > 0 &&
                   kTreeConfigVersions[std::size(kTreeConfigVersions) - 1].size() == sizeof(ngramspec_tree_config),
               "a field added to ngramspec_tree_config is a new version: add it to kTreeConfigVersions");
 
+// The versions of ngramspec_batch_stats, as ngramspec.h lists them; the caller passes the size of its struct.
+constexpr StructVersion kBatchStatsVersions[] = {
+    {offsetof(ngramspec_batch_stats, emitted) + sizeof(std::uint64_t), member_align<std::uint64_t>},
+    {offsetof(ngramspec_batch_stats, out_of_vocabulary) + sizeof(std::uint64_t), member_align<std::uint64_t>},
+};
+static_assert(kBatchStatsVersions[std::size(kBatchStatsVersions) - 1].size() == sizeof(ngramspec_batch_stats),
+              "a field added to ngramspec_batch_stats is a new version: add it to kBatchStatsVersions");
+
 // ngramspec_batch_create, ngramspec_batch_create_file and ngramspec_batch_create_vocab.
 ngramspec_status create_batch(const char* where, const ngramspec_batch_config* config, ngramspec_corpus* corpus,
                               const ngramspec_corpus_file* file, ngramspec::CorpusPreference preference,
@@ -166,7 +175,8 @@ ngramspec_status create_tree_batch(const char* where, const ngramspec_batch_conf
   if (tree != nullptr) {
     const std::size_t bytes = struct_bytes(kTreeConfigVersions, tree->struct_size);
     if (bytes == 0) {
-      return bad_struct_size(where, "tree", "ngramspec_tree_config", tree->struct_size, kTreeConfigVersions);
+      return bad_struct_size(where, "tree->struct_size", "ngramspec_tree_config", tree->struct_size,
+                             kTreeConfigVersions, "ngramspec_tree_config_init");
     }
     std::memcpy(&t, tree, bytes);
   }
@@ -474,6 +484,11 @@ size_t ngramspec_batch_memory_bytes(const ngramspec_batch* batch) {
 
 ngramspec_tree_config ngramspec_tree_config_default(void) { return to_c(ngramspec::TreeConfig{}); }
 
+ngramspec_status ngramspec_tree_config_init(ngramspec_tree_config* config, size_t struct_size) {
+  return init_struct(__func__, "config", "ngramspec_tree_config", config, struct_size, kTreeConfigVersions,
+                     to_c(ngramspec::TreeConfig{}));
+}
+
 ngramspec_status ngramspec_batch_create_tree(const ngramspec_batch_config* config, const ngramspec_tree_config* tree,
                                              ngramspec_corpus* corpus, ngramspec_batch** out) {
   if (out == nullptr) return null_argument(__func__, "out");
@@ -603,17 +618,32 @@ ngramspec_status ngramspec_batch_accept_trees_q(ngramspec_batch* batch, const ng
                           top_probabilities, n_top, steps, kept, kept_capacity);
 }
 
-ngramspec_status ngramspec_batch_stats_get(const ngramspec_batch* batch, ngramspec_batch_stats* out) {
+ngramspec_status ngramspec_batch_stats_get_sized(const ngramspec_batch* batch, ngramspec_batch_stats* out,
+                                                size_t out_size) {
   if (batch == nullptr) return null_argument(__func__, "batch");
   if (out == nullptr) return null_argument(__func__, "out");
+  const std::size_t bytes = struct_bytes(kBatchStatsVersions, out_size);
+  if (bytes == 0) {
+    return bad_struct_size(__func__, "out_size", "ngramspec_batch_stats", out_size, kBatchStatsVersions, nullptr);
+  }
   const ngramspec::BatchStats& stats =
       batch->visit([](const auto& spec) -> const ngramspec::BatchStats& { return spec.stats(); });
-  out->proposals = stats.proposals;
-  out->drafted = stats.drafted;
-  out->accepted = stats.accepted;
-  out->emitted = stats.emitted;
-  out->out_of_vocabulary = stats.out_of_vocabulary;
+  ngramspec_batch_stats c;
+  c.proposals = stats.proposals;
+  c.drafted = stats.drafted;
+  c.accepted = stats.accepted;
+  c.emitted = stats.emitted;
+  c.out_of_vocabulary = stats.out_of_vocabulary;
+  std::memcpy(out, &c, bytes);
   return NGRAMSPEC_OK;
+}
+
+// The parentheses keep the header's macro of the same name from expanding here: this is the symbol that
+// programs built before the macro call, with room for the first version of the struct or a later one.
+ngramspec_status(ngramspec_batch_stats_get)(const ngramspec_batch* batch, ngramspec_batch_stats* out) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  if (out == nullptr) return null_argument(__func__, "out");
+  return ngramspec_batch_stats_get_sized(batch, out, kBatchStatsVersions[0].end);
 }
 
 }  // extern "C"

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <span>
@@ -212,9 +213,10 @@ constexpr std::size_t struct_bytes(std::span<const StructVersion> versions, std:
   return 0;
 }
 
-/// Refuses a struct_size that no version of `type` has, naming it and the sizes that are read.
+/// Refuses a size that no version of `type` has: `name` (a struct's struct_size field, or a size argument)
+/// = `size`, naming the sizes that are read. `set_by`: the call that sets struct_size, NULL for none.
 inline ngramspec_status bad_struct_size(const char* where, const char* name, const char* type, std::size_t size,
-                                        std::span<const StructVersion> versions) noexcept {
+                                        std::span<const StructVersion> versions, const char* set_by) noexcept {
   char sizes[160] = "";
   std::size_t used = 0;
   std::size_t last = 0;  // versions ascend, so a size already written is the last one
@@ -229,9 +231,26 @@ inline ngramspec_status bad_struct_size(const char* where, const char* name, con
     }
   }
   return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
-              "%s: %s->struct_size = %zu is invalid: it must be the size of a version of %s, one of %s (%zu: "
-              "sizeof(%s) of this header, set by %s_default)",
-              where, name, size, type, sizes, versions.back().size(), type, type);
+              "%s: %s = %zu is invalid: it must be the size of a version of %s, one of %s (%zu: sizeof(%s) of this "
+              "header%s%s)",
+              where, name, size, type, sizes, versions.back().size(), type, set_by != nullptr ? ", set by " : "",
+              set_by != nullptr ? set_by : "");
+}
+
+/// The first `struct_size` bytes of `defaults` into `out`, the caller's struct of that many bytes: the fields
+/// of the version whose size it is, its tail padding zeroed, struct_size set; nothing past struct_size is
+/// written. `defaults` has no indeterminate padding (it was cleared before its fields were set).
+template <class T>
+ngramspec_status init_struct(const char* where, const char* name, const char* type, T* out, std::size_t struct_size,
+                             std::span<const StructVersion> versions, const T& defaults) noexcept {
+  if (out == nullptr) return null_argument(where, name);
+  const std::size_t bytes = struct_bytes(versions, struct_size);
+  if (bytes == 0) return bad_struct_size(where, "struct_size", type, struct_size, versions, nullptr);
+  auto* const destination = reinterpret_cast<unsigned char*>(out);
+  std::memcpy(destination, &defaults, bytes);
+  std::memset(destination + bytes, 0, struct_size - bytes);
+  out->struct_size = struct_size;
+  return NGRAMSPEC_OK;
 }
 
 }  // namespace ngramspec::c_api

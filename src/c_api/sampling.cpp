@@ -49,7 +49,8 @@ bool to_cpp(const ngramspec_sampling_options* options, ngramspec::SamplingOption
   if (options != nullptr) {
     const std::size_t bytes = struct_bytes(kSamplingOptionsVersions, options->struct_size);
     if (bytes == 0) {
-      bad_struct_size(where, "options", "ngramspec_sampling_options", options->struct_size, kSamplingOptionsVersions);
+      bad_struct_size(where, "options->struct_size", "ngramspec_sampling_options", options->struct_size,
+                      kSamplingOptionsVersions, "ngramspec_sampling_options_init");
       return false;
     }
     std::memcpy(&c, options, bytes);
@@ -183,6 +184,7 @@ extern "C" {
 ngramspec_sampling_options ngramspec_sampling_options_default(void) {
   const ngramspec::SamplingOptions options;
   ngramspec_sampling_options c;
+  std::memset(&c, 0, sizeof c);  // no indeterminate byte (the padding) for ngramspec_sampling_options_init to copy
   c.struct_size = sizeof(ngramspec_sampling_options);
   c.temperature = options.temperature;
   c.top_k = options.top_k;
@@ -191,6 +193,11 @@ ngramspec_sampling_options ngramspec_sampling_options_default(void) {
   c.seed = options.seed;
   c.mode = options.mode == ngramspec::SamplingMode::rejection ? NGRAMSPEC_SAMPLING_REJECTION : NGRAMSPEC_SAMPLING_EXACT;
   return c;
+}
+
+ngramspec_status ngramspec_sampling_options_init(ngramspec_sampling_options* options, size_t struct_size) {
+  return init_struct(__func__, "options", "ngramspec_sampling_options", options, struct_size,
+                     kSamplingOptionsVersions, ngramspec_sampling_options_default());
 }
 
 ngramspec_status ngramspec_sampler_create(const ngramspec_sampling_options* options, size_t vocab_size,

@@ -127,8 +127,11 @@ static int batch(void) {
   }
   EXPECT(emitted[0] == 30 && emitted[1] == 30);
   EXPECT(ngramspec_batch_size(spec) == 0);
-  CHECK(ngramspec_batch_stats_get(spec, &stats));
-  EXPECT(stats.emitted == 60 && stats.accepted > 0 && stats.proposals < 30);
+  CHECK(ngramspec_batch_stats_get_sized(spec, &stats, sizeof stats));
+  EXPECT(stats.emitted == 60 && stats.accepted > 0 && stats.proposals < 30 && stats.out_of_vocabulary == 0);
+  memset(&stats, 0, sizeof stats);
+  CHECK(ngramspec_batch_stats_get(spec, &stats)); /* the header's macro: the sized getter, every field */
+  EXPECT(stats.emitted == 60);
   ngramspec_batch_free(spec);
   return 0;
 }
@@ -193,7 +196,7 @@ static int tree_batch(void) {
   const ngramspec_sequence_id id = 5;
   const ngramspec_token prompt[] = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0};
   ngramspec_batch_config config = ngramspec_batch_config_default();
-  ngramspec_tree_config tree = ngramspec_tree_config_default();
+  ngramspec_tree_config tree;
   ngramspec_sequence_options options = ngramspec_sequence_options_default();
   ngramspec_batch* spec = NULL;
   ngramspec_token tokens[kMaxNodes];
@@ -207,6 +210,8 @@ static int tree_batch(void) {
   ngramspec_token last = 0;
   size_t n = 0, e = 0, j = 0, emitted = 0, pass = 0;
 
+  /* the defaults of this header's version of the struct, which a later library still writes alone */
+  CHECK(ngramspec_tree_config_init(&tree, sizeof tree));
   config.max_sequences = 1;
   tree.vocab_size = 5;
   tree.top_k = kK;
@@ -249,11 +254,12 @@ static int verify_chain(void) {
   const size_t q_offsets[3] = {0, 2, 2}; /* draft 0 drawn from {2: 0.75, 3: 0.25}; draft 1 chosen */
   const ngramspec_token q_tokens[2] = {2, 3};
   const float q_probabilities[2] = {0.75f, 0.25f};
-  ngramspec_sampling_options options = ngramspec_sampling_options_default();
+  ngramspec_sampling_options options;
   ngramspec_sampler* sampler = NULL;
   size_t accepted = 99;
   ngramspec_token next = 99;
 
+  CHECK(ngramspec_sampling_options_init(&options, sizeof options));
   CHECK(ngramspec_sampler_create(&options, 5, &sampler));
   CHECK(ngramspec_sampler_verify_chain(sampler, logits, 15, 7, drafts, 2, NULL, NULL, NULL, 0, &accepted, &next));
   EXPECT(accepted == 1 && next == 4);
@@ -290,12 +296,14 @@ static int verify_tree(void) {
   size_t paths[TREE_IDS][TREE_DRAFTS + 1], n_nodes = 0, n_q = 0, accepted = 0, emitted = 0, pass, i, j, e, t, r;
   ngramspec_step steps[TREE_IDS];
   ngramspec_batch_config config = ngramspec_batch_config_default();
-  ngramspec_tree_config tree = ngramspec_tree_config_default();
+  ngramspec_tree_config tree;
   ngramspec_sequence_options options = ngramspec_sequence_options_default();
-  ngramspec_sampling_options sampling = ngramspec_sampling_options_default();
+  ngramspec_sampling_options sampling;
   ngramspec_batch* spec = NULL;
   ngramspec_sampler* sampler = NULL;
 
+  CHECK(ngramspec_tree_config_init(&tree, sizeof tree));
+  CHECK(ngramspec_sampling_options_init(&sampling, sizeof sampling));
   config.max_sequences = TREE_IDS;
   tree.vocab_size = TREE_V;
   tree.top_k = TREE_K;

@@ -126,6 +126,27 @@ static int drive(ngramspec_batch* batch) {
   return 0;
 }
 
+/* ---- ngramspec_batch_stats ---------------------------------------------------------------------- */
+
+/* The struct with bytes after it, as a stack variable may have. */
+typedef union {
+  ngramspec_batch_stats stats;
+  unsigned char bytes[sizeof(ngramspec_batch_stats) + 32];
+} StatsBuffer;
+
+/* ngramspec_batch_stats_get fills this header's struct (the totals of drive's two passes) and writes
+ * nothing after it: today's struct may be larger than this header's. */
+static int batch_stats_of_this_version(ngramspec_batch* batch) {
+  StatsBuffer buffer;
+  size_t i = 0;
+  memset(&buffer, 0xAB, sizeof buffer);
+  CHECK(ngramspec_batch_stats_get(batch, &buffer.stats));
+  EXPECT(buffer.stats.proposals >= 1 && buffer.stats.drafted >= 1 && buffer.stats.accepted >= 1);
+  EXPECT(buffer.stats.emitted > buffer.stats.accepted);
+  for (i = sizeof(ngramspec_batch_stats); i < sizeof buffer; ++i) EXPECT(buffer.bytes[i] == 0xAB);
+  return 0;
+}
+
 static int tree_config_of_this_version(void) {
   const ngramspec_batch_config config = batch_config();
   TreeBuffer buffer;
@@ -138,6 +159,7 @@ static int tree_config_of_this_version(void) {
   CHECK(ngramspec_batch_create_tree(&config, t, NULL, &batch));
   EXPECT(ngramspec_batch_top_k(batch) == 3);
   if (drive(batch) != 0) return 1;
+  if (batch_stats_of_this_version(batch) != 0) return 1;
   ngramspec_batch_free(batch);
 
   /* shared_top_k read: a table per drafter holds more than one shared by all */

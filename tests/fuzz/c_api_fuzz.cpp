@@ -1063,18 +1063,36 @@ class Script {
 
   void observe() {
     const ngramspec_batch* batch = maybe_null(batch_);
+    // The sized getter at either version's size or any other, or the symbol that programs built before it
+    // call (the first version's 32 bytes): the fields of that version written, nothing past them, nothing at
+    // all on failure.
+    constexpr std::size_t kFirst = offsetof(ngramspec_batch_stats, out_of_vocabulary);
+    constexpr unsigned char kGuard = 0xA5;
+    alignas(ngramspec_batch_stats) unsigned char bytes[sizeof(ngramspec_batch_stats) + 16];
+    std::memset(bytes, kGuard, sizeof bytes);
+    ngramspec_batch_stats* out = maybe_null(reinterpret_cast<ngramspec_batch_stats*>(bytes));
+    const std::size_t way = in_.in_range(0, 3);
+    const bool sized = way != 3;
+    const std::size_t size = way == 0   ? sizeof(ngramspec_batch_stats)
+                             : way == 1 ? kFirst
+                             : way == 2 ? in_.in_range(0, sizeof bytes)
+                                        : kFirst;
+    const char* function = sized ? "ngramspec_batch_stats_get_sized" : "ngramspec_batch_stats_get";
+    const bool ok = check_status(
+        sized ? ngramspec_batch_stats_get_sized(batch, out, size) : (ngramspec_batch_stats_get)(batch, out), function);
+    expect_valid(ok, batch != nullptr && out != nullptr && (size == kFirst || size == sizeof(ngramspec_batch_stats)),
+                 function);
+    for (std::size_t i = ok ? size : 0; i < sizeof bytes; ++i) {
+      if (bytes[i] != kGuard) fuzz_fail("stats_get wrote past the size of its struct, or wrote when it failed");
+    }
     ngramspec_batch_stats stats{};
-    stats.emitted = kSizeSentinel;
-    ngramspec_batch_stats* out = maybe_null(&stats);
-    const bool ok = check_status(ngramspec_batch_stats_get(batch, out), "ngramspec_batch_stats_get");
-    expect_valid(ok, batch != nullptr && out != nullptr, "ngramspec_batch_stats_get");
+    if (ok) std::memcpy(&stats, bytes, size);
     if (ok && (stats.emitted != emitted_ || stats.accepted > stats.drafted || stats.accepted > stats.emitted)) {
       fuzz_fail("the batch's stats disagree with what it emitted");
     }
     if (ok && batch_vocab_ == 0 && stats.out_of_vocabulary != 0) {
       fuzz_fail("a batch that knows no vocabulary dropped drafts outside one");
     }
-    if (!ok && stats.emitted != kSizeSentinel) fuzz_fail("a failed stats_get wrote its output");
     if (ngramspec_batch_size(batch_) != (batch_ == nullptr ? 0 : sequences_.size())) {
       fuzz_fail("the batch's size is not the sequences running");
     }
