@@ -45,7 +45,7 @@ FOLDERS = [
     ("include/ngramspec/", ["include/ngramspec/"]),
     ("src/", ["include/ngramspec/"]),
     ("python/", ["include/ngramspec/ngramspec.h"]),
-    ("tools/common/", []),
+    ("tools/common/", ["include/ngramspec/"]),
     ("tools/", ["include/ngramspec/", "tools/common/", "tools/replay/"]),
     ("examples/", ["include/ngramspec/", "tools/common/"]),
     ("integrations/", ["include/ngramspec/", "tools/common/", "tools/replay/"]),
