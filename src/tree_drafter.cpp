@@ -7,6 +7,7 @@
 
 #include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/number_text.hpp"
+#include "ngramspec/detail/top_k_select.hpp"
 #include "ngramspec/position_random.hpp"
 
 namespace ngramspec {
@@ -553,18 +554,8 @@ void TreeDrafter::check_pass(const DraftTree& tree, std::span<const Token> fed, 
   // vocabulary of fewer than k tokens, a row's tokens past the vocabulary's size can only repeat.
   if (config_.draw_recycled && table_->has_probabilities()) return;
   const std::size_t k = table_->k();
-  const std::size_t distinct = std::min(k, table_->vocab_size());
-  for (std::size_t row = 0; row < top.size(); row += k) {
-    for (std::size_t j = row + 1; j < row + distinct; ++j) {
-      const auto earlier = std::find(top.begin() + static_cast<std::ptrdiff_t>(row),
-                                     top.begin() + static_cast<std::ptrdiff_t>(j), top[j]);
-      if (earlier != top.begin() + static_cast<std::ptrdiff_t>(j)) {
-        refuse("top[" + std::to_string(j) + "] = " + std::to_string(top[j]) + " is invalid: token " +
-               std::to_string(top[j]) + " is also top[" + std::to_string(earlier - top.begin()) +
-               "], in the same row (entry " + std::to_string(row / k) + "); a row lists " + std::to_string(k) +
-               " distinct tokens");
-      }
-    }
+  if (const auto repeat = detail::first_repeated_top_token(top, k, table_->vocab_size())) {
+    refuse(detail::repeated_top_token_text(top, *repeat, 0, k));
   }
 }
 

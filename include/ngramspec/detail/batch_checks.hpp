@@ -11,6 +11,7 @@
 #include "ngramspec/argument_error.hpp"
 #include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/detail/physical_memory.hpp"
+#include "ngramspec/detail/top_k_select.hpp"
 #include "ngramspec/token.hpp"
 
 // BatchSpeculator's checks: of its pool, made at construction, and of the arguments of its
@@ -145,38 +146,14 @@ inline void check_in_vocabulary(const char* where, std::uint64_t sequence, const
   }
 }
 
-/// Throws the error of check_distinct_rows(): `top`[`index`] = `token` is also top[`earlier`].
-[[noreturn]] inline void throw_repeated_top_token(const char* where, std::uint64_t sequence, std::size_t earlier,
-                                                  std::size_t index, Token token, std::size_t k) {
-  throw ArgumentError(where, sequence_name(sequence) + ": top[" + std::to_string(index) + "] = " +
-                                 std::to_string(token) + " is invalid: token " + std::to_string(token) +
-                                 " is also top[" + std::to_string(earlier) + "], in the same row (entry " +
-                                 std::to_string(index / k) + "); a row lists " + std::to_string(k) +
-                                 " distinct tokens");
-}
-
 /// Each of a sequence's top rows (`top`, k tokens per entry, its first at index `first` of the
-/// call's span) lists a token at most once: a row is the model's k best tokens, and a token twice
-/// would come back as twin siblings in the trees drafted from it and twice in a drawn node's q.
-/// With `probabilities` (empty: none), a row is read up to its first probability 0, as much of it
-/// as is recorded; in a vocabulary of fewer than k tokens, up to `vocab` tokens (the rest can
-/// only repeat). Rows are at most TopKTable::kMaxK tokens: a pairwise scan.
+/// call's span) lists a token at most once (detail::first_repeated_top_token: up to a row's first
+/// probability 0 when `probabilities` is not empty, and up to `vocab` tokens).
 inline void check_distinct_rows(const char* where, std::uint64_t sequence, std::span<const Token> top,
                                 std::span<const float> probabilities, std::size_t first, std::size_t k,
                                 std::size_t vocab) {
-  for (std::size_t row = 0; row < top.size(); row += k) {
-    std::size_t end = std::min(k, vocab);
-    if (!probabilities.empty()) {
-      const std::span<const float> p = probabilities.subspan(row, k);
-      end = std::min(end, static_cast<std::size_t>(std::find(p.begin(), p.end(), 0.0f) - p.begin()));
-    }
-    for (std::size_t j = 1; j < end; ++j) {
-      for (std::size_t i = 0; i < j; ++i) {
-        if (top[row + i] == top[row + j]) {
-          throw_repeated_top_token(where, sequence, first + row + i, first + row + j, top[row + j], k);
-        }
-      }
-    }
+  if (const auto repeat = first_repeated_top_token(top, k, vocab, probabilities)) {
+    throw ArgumentError(where, sequence_name(sequence) + ": " + repeated_top_token_text(top, *repeat, first, k));
   }
 }
 
