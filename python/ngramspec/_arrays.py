@@ -187,7 +187,7 @@ def float32_arg(value: Any, what: str) -> float:
     samples; it is not greedy)."""
     number = float(value)
     magnitude = abs(number)
-    if magnitude != 0 and magnitude < _FLOAT32_TINY or np.isfinite(number) and magnitude > _FLOAT32_MAX:
+    if (0 < magnitude < _FLOAT32_TINY) or (np.isfinite(number) and magnitude > _FLOAT32_MAX):
         raise ValueError(f"{what} = {number!r} is invalid: the library keeps it as a float32, whose positive values "
                          f"run from {_FLOAT32_TINY!r} to {_FLOAT32_MAX!r} (0 is its own value)")
     return number

@@ -99,11 +99,12 @@ class AcceptanceCalibration:
             raise ValueError(f"prior must be finite and positive, got {prior}")
         if not (0 < memory <= 1):
             raise ValueError(f"memory must be in (0, 1], got {memory}")
-        if whole_arg(probes, "probes") < 0:
+        probes = whole_arg(probes, "probes")
+        if probes < 0:
             raise ValueError(f"probes must be at least 0, got {probes}")
         self.prior = float(prior)
         self.memory = float(memory)
-        self.probes = whole_arg(probes, "probes")
+        self.probes = probes
         self.tested = 0.0  #: drafts the model tested, faded
         self.estimated = 0.0  #: the drafter's conditional estimates of the drafts tested, faded
         self.hits = 0.0  #: the drafts accepted among them, faded
@@ -173,9 +174,10 @@ class NgramspecCandidateGenerator:
                  eos_token_id: Any = None, corpus: SharedCorpus | None = None,
                  drafter: Mapping[str, Any] | None = None, cost: VerifyCost | str | None = None,
                  calibration: AcceptanceCalibration | None = None) -> None:
-        if not 1 <= whole_arg(num_output_tokens, "num_output_tokens") <= _MAX_DRAFTS:
+        num_output_tokens = whole_arg(num_output_tokens, "num_output_tokens")
+        if not 1 <= num_output_tokens <= _MAX_DRAFTS:
             raise ValueError(f"num_output_tokens must be in 1..{_MAX_DRAFTS}, got {num_output_tokens}")
-        self.num_output_tokens = whole_arg(num_output_tokens, "num_output_tokens")
+        self.num_output_tokens = num_output_tokens
         self.max_length = None if max_length is None else whole_arg(max_length, "max_length")
         self.eos_token_ids = frozenset(_ints(eos_token_id))
         self.cost = VerifyCost(cost) if isinstance(cost, str) else cost
