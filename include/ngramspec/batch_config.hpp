@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ngramspec/argument_error.hpp"
+#include "ngramspec/learned_cost.hpp"
 #include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/verify_cost.hpp"
 
@@ -35,6 +36,14 @@ struct BatchConfig {
   /// emitted tokens per unit of cost is highest (DraftPlanner). Without it every sequence
   /// sends what its drafter proposes, up to its DecodeOptions::max_drafts.
   std::optional<VerifyCost> cost{};
+  /// Learn what a pass costs from the passes served (LearnedCost), starting from `cost` as its
+  /// prior when there is one: propose() then plans against the learned estimate for the pass's
+  /// sequences, and the drafters do not gate. Each pass is timed from the end of propose() to
+  /// accept(), or by the engine (BatchSpeculator::report_pass_seconds()). The recommended
+  /// setting: a curve timed at start is only right while the machine stays as it was.
+  bool learn_cost = false;
+  /// How the learned cost explores and refreshes (LearnedCostConfig); used with learn_cost.
+  LearnedCostConfig learning{};
 };
 
 /// Running totals of a BatchSpeculator.
@@ -66,6 +75,7 @@ inline void validate(const BatchConfig& config) {
                                                       std::to_string(SharedCorpus::kMaxTokens) +
                                                       ", the most a corpus holds");
   }
+  if (config.learn_cost) LearnedCost::check(config.learning);
   if (config.max_pass_tokens == 1) {
     throw ArgumentError("ngramspec::BatchConfig",
                         "max_pass_tokens = 1 is invalid: must be 0 (no limit) or at least 2, since a pass "

@@ -1,7 +1,10 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <concepts>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -27,6 +30,7 @@
 #include "ngramspec/draft_planner.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
+#include "ngramspec/learned_cost.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/target_model.hpp"
@@ -135,6 +139,7 @@ class BatchSpeculator {
       }
     }
     pool_.open();
+    if (config_.learn_cost) learned_.emplace(config_.cost, config_.learning);
     if constexpr (kTrees) top_k_ = common_top_k();
   }
 
@@ -153,10 +158,10 @@ class BatchSpeculator {
             std::move(config), [&drafter, corpus, file] { return MatchDrafter(drafter, corpus, file); }, corpus) {}
 
   /// The drafter configuration BatchSpeculator(config) uses: MatchConfig's defaults, without
-  /// the gate when config has a cost.
+  /// the gate when config has a cost or learns one.
   [[nodiscard]] static MatchConfig default_drafter(const BatchConfig& config) {
     MatchConfig drafter;
-    if (config.cost) drafter.min_confidence = 0;
+    if (config.cost || config.learn_cost) drafter.min_confidence = 0;
     return drafter;
   }
 
@@ -364,7 +369,26 @@ class BatchSpeculator {
   /// each propose(). The cost is the caller's and must outlive its use; nothing is copied or
   /// allocated. Give the configuration a cost too, so that the drafters do not gate.
   void use_cost(const VerifyCost* cost) noexcept { cost_in_use_ = cost; }
+  /// The time the engine took to run the pass proposed last (its forward, and whatever else it
+  /// counts as the pass's), for the learned cost (BatchConfig::learn_cost): call it between
+  /// propose() and accept(). Without it, the pass is timed from the end of propose() to the
+  /// start of accept(). Throws std::invalid_argument naming the value when seconds is not finite
+  /// and positive, the configuration does not learn its cost, or no pass is waiting for accept().
+  void report_pass_seconds(double seconds) {
+    const char* const where = "ngramspec::BatchSpeculator::report_pass_seconds";
+    if (!learned_) throw ArgumentError(where, "the configuration does not learn its cost (BatchConfig::learn_cost)");
+    if (!(std::isfinite(seconds) && seconds > 0)) {
+      throw ArgumentError(where, "seconds = " + std::to_string(seconds) + " is invalid: must be finite and positive");
+    }
+    if (!timed_.open) throw ArgumentError(where, "no pass proposed since the last accept: report between the two");
+    timed_.reported = seconds;
+  }
+  /// The learned cost (BatchConfig::learn_cost), nullptr without one: what it learned
+  /// (describe(), estimate()) and what exploring cost.
+  [[nodiscard]] const LearnedCost* learned_cost() const noexcept { return learned_ ? &*learned_ : nullptr; }
   /// The cost the next pass is planned against: use_cost()'s, else config().cost's, else nullptr.
+  /// With a learned cost (and no use_cost()), propose() plans against the learned estimate for
+  /// the pass's sequences instead (learned_cost()).
   [[nodiscard]] const VerifyCost* active_cost() const noexcept {
     return cost_in_use_ != nullptr ? cost_in_use_ : config_.cost ? &*config_.cost : nullptr;
   }
@@ -420,8 +444,8 @@ class BatchSpeculator {
   PassBudget open_pass(const char* where, std::span<const SequenceId> ids, std::size_t extra_tokens,
                        std::size_t buffer, Limit limit) {
     const std::uint64_t stamp = pool_.next_call();
-    PassBudget pass{
-        .cost = active_cost(), .base_tokens = extra_tokens, .base_expected = static_cast<double>(ids.size())};
+    const VerifyCost* cost = cost_in_use_ == nullptr && learned_ ? &learned_->curve(ids.size()) : active_cost();
+    PassBudget pass{.cost = cost, .base_tokens = extra_tokens, .base_expected = static_cast<double>(ids.size())};
     for (std::size_t i = 0; i < ids.size(); ++i) {
       Slot& slot = pool_.claim_for_call(where, ids, i, stamp);
       if (slot.state.generated == 0) {
@@ -473,8 +497,9 @@ class BatchSpeculator {
 
   // Has write(slot, i, total) put sequence i's part of the planned pass at `total` of the
   // caller's buffers and return its size; fills offsets and returns the pass's drafts.
+  // With a learned cost, the pass's clock starts here: what follows until accept is the engine's.
   template <class Write>
-  std::size_t close_pass(std::span<std::size_t> offsets, Write write) {
+  std::size_t close_pass(const PassBudget& pass, std::span<std::size_t> offsets, Write write) {
     std::size_t total = 0;
     offsets[0] = 0;
     for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
@@ -482,7 +507,27 @@ class BatchSpeculator {
       offsets[i + 1] = total;
     }
     ++stats_.proposals;
+    if (learned_) {
+      timed_.open = true;
+      timed_.rows = offsets.size() - 1;
+      timed_.tokens = saturating_plus(pass.base_tokens, total);
+      timed_.reported = 0;
+      timed_.start = std::chrono::steady_clock::now();
+    }
     return total;
+  }
+
+  // The pass proposed last has been run: the learned cost observes it (once), timed by the
+  // engine's report or by the clock since propose.
+  void observe_pass() {
+    if (!learned_ || !timed_.open) return;
+    timed_.open = false;
+    double seconds = timed_.reported;
+    if (seconds <= 0) {
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_.start).count();
+      seconds = std::max(seconds, 1e-9);  // a pass too fast for the clock still costs something
+    }
+    learned_->observe(std::max<std::size_t>(timed_.rows, 1), std::max(timed_.tokens, timed_.rows), seconds);
   }
 
   // Checks every sequence of an accept call before any is stepped: running, unfinished,
@@ -498,6 +543,7 @@ class BatchSpeculator {
            detail::checked_model_token_count(where, ids[i], offsets, i, model_tokens,
                                              proposed(std::as_const(slot)), entries));
     }
+    observe_pass();
   }
 
   // A sequence's pass decided: its step and the tokens it emits.
@@ -604,6 +650,15 @@ class BatchSpeculator {
 
   BatchConfig config_;
   const VerifyCost* cost_in_use_ = nullptr;  // use_cost()'s
+  std::optional<LearnedCost> learned_;       // with BatchConfig::learn_cost
+  // The pass proposed last, until accept observes it.
+  struct TimedPass {
+    bool open = false;
+    std::size_t rows = 0;
+    std::size_t tokens = 0;
+    double reported = 0;  // report_pass_seconds()'s; 0: the clock's
+    std::chrono::steady_clock::time_point start{};
+  } timed_;
   SharedCorpus* corpus_ = nullptr;
   detail::SequencePool<Slot> pool_;
   BatchStats stats_;

@@ -15,6 +15,7 @@
 #include "ngramspec/draft_planner.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
+#include "ngramspec/learned_cost.hpp"
 #include "ngramspec/logits_model.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"

@@ -102,6 +102,9 @@ class VerifyCost {
   [[nodiscard]] VerifyCost normalized() const;
 
  private:
+  // LearnedCost rewrites its curve in place before every pass: no allocation, no validation of
+  // what it builds from its own fit.
+  friend class LearnedCost;
   VerifyCost() = default;
   /// The cost of a + b tokens, also where the sum is past SIZE_MAX: there the tail goes on at its
   /// slope. A sum that wrapped would price the largest passes as the smallest, and make drafts on

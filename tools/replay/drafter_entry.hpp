@@ -70,8 +70,13 @@ DrafterEntry drafter_entry(std::string name, Make make, bool has_gate = false, s
     config.k = request.k;
     config.batch = request.batch;
     config.speculate = request.policy != Policy::plain;
-    if (request.policy == Policy::cost) config.plan_cost = request.cost != nullptr ? *request.cost : flat_cost();
+    if (request.policy == Policy::cost) {
+      config.learn_cost = request.learn;
+      if (request.cost != nullptr) config.plan_cost = *request.cost;
+      else if (!request.learn) config.plan_cost = flat_cost();
+    }
     config.prices.assign(request.prices.begin(), request.prices.end());
+    if (request.price != nullptr) config.price = *request.price;
     // The pool serves every record: a drafter sized by its record (a whole-context window) is
     // sized for the longest.
     static const TokenStream kNone{};

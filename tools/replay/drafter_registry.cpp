@@ -124,6 +124,10 @@ DrafterEntry::Serve tree_server(const MatchConfig& config, std::shared_ptr<const
     if (request.policy == Policy::plain) {
       throw std::invalid_argument("tree replay: policy plain sends no tree; plain decoding is the chain rows' plain");
     }
+    if (request.price != nullptr || request.learn) {
+      throw std::invalid_argument("--tree-nodes: trees are priced by --cost alone; --price and --cost learn "
+                                  "replay chains (leave --tree-nodes out)");
+    }
     TreeServeConfig serving;
     serving.nodes = request.k;
     serving.batch = request.batch;

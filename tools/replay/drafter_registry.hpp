@@ -33,6 +33,10 @@ struct ServeRequest {
   /// nullptr: the flat cost. Ignored by the other policies.
   const VerifyCost* cost = nullptr;
   std::span<const VerifyCost> prices;  ///< curves every decode pass is priced under
+  /// Policy::cost: learn the cost from the passes (`cost` the prior, nullptr: none).
+  bool learn = false;
+  /// What the passes really cost (--price), nullptr: `prices`.
+  const PassPrice* price = nullptr;
 };
 
 /// A drafter the replay tool can run: its display name, a function that replays one record

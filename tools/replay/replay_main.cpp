@@ -149,10 +149,18 @@ drafters:
   --max-order N        default longest n-gram of ngram drafters (default 4)
 serving:
   --batch LIST         records decoded at once, each 1 to 65536, comma-separated (default 1)
+  --price SPEC         what passes really cost, hidden from the planner (which sees --cost):
+                       a --cost curve, then optional ,shape=R (a pass whose token count differs
+                       from the previous pass's costs R one-token passes more), ,noise=S (each
+                       price times a seeded log-normal factor of sigma S) and, last,
+                       ,drift=N:SPEC2 (from decode pass N the price is SPEC2). Every row,
+                       plain decoding's included, is priced by it (JSON field "price")
   --policy LIST        comma-separated from plain, fixed, gate, cost, reported in that order
                        (default: gate without --cost; plain,fixed,gate,cost with --cost)
   --cost SPEC          flat, knee:N or table:T=C,...: the cost every decode pass is priced under
-                       and the cost policy plans against; repeatable, each its own rows
+                       and the cost policy plans against; learn or learn:SPEC: the cost policy
+                       learns the cost from the passes (LearnedCost, from SPEC as prior; needs
+                       --price); repeatable, each its own rows
                        (default flat). Plain decoding is simulated at every batch and cost
                        whether or not it is a --policy, for the speedups.
 output:

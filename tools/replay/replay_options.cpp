@@ -138,6 +138,8 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
         }
       }
       options.costs.push_back(std::move(*cost));
+    } else if (arg == "--price") {
+      options.price = PassPrice::parse(value());
     } else if (arg == "--policy") {
       for_each_item(value(), [&](std::string_view item) {
         const Policy policy = parse_policy(item);
@@ -198,6 +200,13 @@ ReplayOptions parse_replay_options(std::span<const std::string_view> args) {
   if (!options.tree_nodes.empty() && options.expect_al >= 0) {
     throw std::invalid_argument("--expect-al: not with --tree-nodes: it checks one configuration, and the tree rows "
                                 "come beside the chain rows of --k");
+  }
+  const bool learns = std::any_of(options.costs.begin(), options.costs.end(), [](const CostCurve& c) { return c.learn; });
+  if (learns && !options.price) {
+    throw std::invalid_argument("--cost learn: a learned cost learns from what passes cost; give it --price SPEC");
+  }
+  if (options.price && !options.tree_nodes.empty()) {
+    throw std::invalid_argument("--price: trees are priced by --cost alone; leave --tree-nodes out");
   }
   // The library's default drafter; with a corpus file, reading it (a file named is a file used).
   if (options.drafter_names.empty()) {

@@ -27,6 +27,9 @@ struct ReplayOptions {
   std::vector<std::size_t> batches;          ///< --batch: each in 1 .. kMaxBatch; default {1}
   /// --cost, repeatable, parsed: "flat", "knee:N" or "table:T=C,..."; empty (the default): flat only.
   std::vector<CostCurve> costs;
+  /// --price: what passes really cost, hidden from the planner (which sees its --cost); every
+  /// row is priced by it. Needed by --cost learn.
+  std::optional<PassPrice> price;
   /// --policy, in the order plain, fixed, gate, cost whatever the order given; default {gate}
   /// without --cost, {plain, fixed, gate, cost} with it.
   std::vector<Policy> policies;

@@ -92,6 +92,11 @@ std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters, std::sp
   std::vector<VerifyCost> prices;
   for (const CostCurve& c : curves) prices.push_back(c.curve);
   const int repeats = static_cast<int>(std::max<std::size_t>(options.timing_repeats, 1));
+  const PassPrice* const price = options.price ? &*options.price : nullptr;
+  // What the cost policy plans against: the curve, or a learned cost's prior (nullptr: none).
+  const auto plan_of = [&](std::size_t curve) -> const VerifyCost* {
+    return curves[curve].prior ? &curves[curve].curve : nullptr;
+  };
 
   // Plain decoding never asks its drafter for anything: one simulation per batch serves every
   // drafter and k, priced under every curve.
@@ -102,7 +107,8 @@ std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters, std::sp
                                                                         .batch = batch,
                                                                         .policy = Policy::plain,
                                                                         .cost = nullptr,
-                                                                        .prices = prices}));
+                                                                        .prices = prices,
+                                                                        .price = price}));
     }
   }
 
@@ -126,7 +132,8 @@ std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters, std::sp
     };
     const auto row = [&](std::string category, Totals t, double plain_cost) {
       const double speedup = t.simulated_cost == 0 ? 1.0 : plain_cost / t.simulated_cost;
-      rows.push_back(Row{drafter, k, batch, policy, curves[curve].name, std::move(category), t, speedup, tree});
+      rows.push_back(Row{drafter, k, batch, policy, curves[curve].name, price != nullptr ? price->spec() : "",
+                         std::move(category), t, speedup, tree});
     };
     // Overall (and for the one category when there is only one) the simulated cost is the
     // passes' own; a category's is what its records were charged (ServedRecord::cost).
@@ -180,7 +187,7 @@ std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters, std::sp
         if (it != served.end()) return it->second;
       }
       ServeResult result = drafter.serve(
-          streams, ServeRequest{.k = k, .batch = batch, .policy = policy, .cost = &curves[curve].curve, .prices = prices});
+          streams, ServeRequest{.k = k, .batch = batch, .policy = policy, .cost = plan_of(curve), .prices = prices, .learn = curves[curve].learn, .price = price});
       if (batch == 1 && policy == Policy::fixed) check_batch_of_one(drafter.name, k, policy, streams, result, ungated.at(k));
       if (batch == 1 && policy == Policy::gate) check_batch_of_one(drafter.name, k, policy, streams, result, gated.at(k));
       return served.emplace(key, std::move(result)).first->second;
@@ -209,7 +216,7 @@ std::vector<Row> measure_rows(const std::vector<DrafterEntry>& drafters, std::sp
       auto it = trees.find(key);
       if (it != trees.end()) return it->second;
       ServeResult result = drafter.serve_tree(
-          streams, ServeRequest{.k = nodes, .batch = batch, .policy = policy, .cost = &curves[curve].curve, .prices = prices});
+          streams, ServeRequest{.k = nodes, .batch = batch, .policy = policy, .cost = plan_of(curve), .prices = prices, .learn = curves[curve].learn, .price = price});
       return trees.emplace(key, std::move(result)).first->second;
     };
     for (std::size_t curve = 0; curve < curves.size(); ++curve) {
@@ -414,6 +421,7 @@ std::string json_rows(const std::vector<const Row*>& rows, bool tree) {
     }
     count("batch", row.batch);
     text("cost", row.cost);
+    if (!row.price.empty()) text("price", row.price);
     text("policy", to_string(row.policy));
     number("simulated_cost", t.simulated_cost, "%.6f");
     number("speedup", row.speedup, "%.6f");

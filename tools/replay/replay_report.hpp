@@ -63,7 +63,8 @@ struct Row {
   std::size_t k = 0;  ///< 0 for plain decoding, which drafts nothing; a tree row's node budget
   std::size_t batch = 1;
   Policy policy = Policy::gate;
-  std::string cost;  ///< CostCurve::name: "flat", "knee:N" or "table:..."
+  std::string cost;  ///< CostCurve::name: "flat", "knee:N", "table:...", "learn" or "learn:..."
+  std::string price;  ///< --price's spec; empty: the passes were priced by `cost`
   std::string category;
   Totals totals;
   /// Simulated cost of plain decoding of the same records at the same batch and cost, divided

@@ -17,6 +17,7 @@
 #include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/token.hpp"
 #include "ngramspec/verify_cost.hpp"
+#include "pass_price.hpp"
 #include "replay_model.hpp"
 #include "token_streams.hpp"
 
@@ -47,11 +48,21 @@ enum class Policy {
 struct CostCurve {
   std::string name;
   VerifyCost curve;
+  /// "learn" or "learn:SPEC": the cost policy learns the cost from the passes (--price), from
+  /// `curve` as prior when `prior`.
+  bool learn = false;
+  bool prior = true;
 };
 
 /// "flat", "knee:N" or "table:T=C,T=C,..." (VerifyCost::parse). Throws std::invalid_argument
 /// naming the spec and what is wrong with it.
 [[nodiscard]] inline CostCurve parse_cost_curve(std::string_view spec) {
+  if (spec == "learn") return CostCurve{"learn", flat_cost(), true, false};
+  if (spec.rfind("learn:", 0) == 0) {
+    VerifyCost prior = VerifyCost::parse(spec.substr(6));
+    std::string name = "learn:" + prior.spec();
+    return CostCurve{std::move(name), std::move(prior), true, true};
+  }
   VerifyCost curve = VerifyCost::parse(spec);
   std::string name = curve.spec();
   return CostCurve{std::move(name), std::move(curve)};
@@ -64,6 +75,12 @@ struct ServeConfig {
   bool speculate = true;   ///< false: plain decoding
   std::optional<VerifyCost> plan_cost;  ///< BatchConfig::cost: draft lengths chosen against it
   std::vector<VerifyCost> prices;       ///< curves every decode pass is priced under
+  /// Learn the cost from the passes (BatchConfig::learn_cost, plan_cost the prior when given),
+  /// each pass reported at what `price` charged it (or, without one, prices.front()).
+  bool learn_cost = false;
+  /// What passes really cost (--price): when given, every curve of `prices` is replaced by it in
+  /// the sums, and each record is charged an equal share of every pass it takes part in.
+  std::optional<PassPrice> price;
 };
 
 /// One record's part of a serving simulation.
@@ -126,6 +143,7 @@ ServeResult serve_records(std::span<const TokenStream> streams, const ServeConfi
   batch_config.max_sequences = std::min(config.batch, streams.size());
   batch_config.max_record_tokens = longest_output;  // the whole output goes to the corpus
   batch_config.cost = config.plan_cost;
+  batch_config.learn_cost = config.learn_cost && config.speculate;
   // What a pass without drafts costs per sequence while the batch is full, per curve.
   std::vector<double> per_sequence;
   for (const VerifyCost& price : config.prices) {
@@ -202,6 +220,8 @@ ServeResult serve_records(std::span<const TokenStream> streams, const ServeConfi
   std::vector<Token> model_tokens;
   std::vector<std::size_t> model_offsets;
   std::vector<StepOutcome> steps;
+  std::size_t previous_tokens = 0;  // the last decode pass's tokens, for a price's shape
+  const bool batch_config_learns = config.learn_cost && config.speculate;
   admit();
   while (!running.empty()) {
     const std::size_t n = running.size();
@@ -225,10 +245,20 @@ ServeResult serve_records(std::span<const TokenStream> streams, const ServeConfi
     }
     model_offsets[n] = total + n;
     steps.resize(n);
+    // What the pass really cost, when a price is given (the planner sees only its cost).
+    const double charged =
+        config.price ? config.price->charge(result.decode_passes, n, total, previous_tokens)
+                     : (curves != 0 ? config.prices.front().pass(n, total) : 1.0);
+    previous_tokens = n + total;
+    if (batch_config_learns) speculator.report_pass_seconds(charged);
     speculator.accept(ids, model_tokens, model_offsets, steps);
     ++result.decode_passes;
 
-    for (std::size_t c = 0; c < curves; ++c) {
+    for (std::size_t c = 0; c < curves && config.price; ++c) {
+      result.simulated_cost[c] += charged;
+      for (std::size_t i = 0; i < n; ++i) result.records[running[i].record].cost[c] += charged / static_cast<double>(n);
+    }
+    for (std::size_t c = 0; c < curves && !config.price; ++c) {
       const VerifyCost& price = config.prices[c];
       const double pass = price.pass(n, total);
       const double drafts_cost = pass - price.pass(n, 0);

@@ -56,7 +56,7 @@ std::size_t BatchSpeculator<D>::propose_chains(std::span<const SequenceId> ids, 
                                                                  pass.draft_room)
                           : 0.0f;
   plan_pass(pass, made, ids.size(), drawn, least);
-  return close_pass(offsets, [&](Slot& slot, std::size_t i, std::size_t total) {
+  return close_pass(pass, offsets, [&](Slot& slot, std::size_t i, std::size_t total) {
     const std::size_t n = lengths_[i];
     const Token* from = candidates_.data() + candidate_offsets_[i];
     std::copy(from, from + n, drafts.begin() + static_cast<std::ptrdiff_t>(total));
@@ -124,7 +124,7 @@ std::size_t BatchSpeculator<D>::propose_tree_pass(std::span<const SequenceId> id
   // Drawn nodes are cut by `least` alone, which the drafters applied while building.
   plan_pass(pass, made, ids.size(), drawn, least);
   // Each sequence keeps the first lengths_[i] nodes of its best-first tree: a tree.
-  return close_pass(offsets, [&](Slot& slot, std::size_t i, std::size_t total) {
+  return close_pass(pass, offsets, [&](Slot& slot, std::size_t i, std::size_t total) {
     DraftTree& tree = slot.trees.tree;
     tree.truncate(lengths_[i]);
     if constexpr (kWithQ) q[i].truncate(lengths_[i]);
