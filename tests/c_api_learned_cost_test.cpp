@@ -124,7 +124,8 @@ TEST(CApiLearnedCost, ABatchLearnsFromReportedPassesAndEmitsWhatPlainDecodingDoe
     EXPECT_EQ(ngramspec_batch_learns_cost(batch.get()), 1);
     EXPECT_EQ(describe(batch.get()), "");  // nothing served yet
     // A pass costs 1 ms plus 0.1 ms a token beyond the first: drafts that are accepted pay.
-    const auto outputs = serve(batch.get(), 3, 400, [](std::size_t tokens) { return 1e-3 + 1e-4 * double(tokens - 1); });
+    const auto outputs =
+        serve(batch.get(), 3, 400, [](std::size_t tokens) { return 1e-3 + 1e-4 * double(tokens - 1); });
     for (const auto& out : outputs) EXPECT_EQ(out, plain(400));
     ngramspec_learned_cost_stats stats{};
     ASSERT_C_OK(ngramspec_batch_learned_cost_stats(batch.get(), &stats, sizeof stats));
@@ -246,7 +247,8 @@ TEST(CApiLearnedCost, ALearnedCostOnItsOwnRefusesBadSettingsByName) {
                  "exploration = 1.5", "between 0 and 1");
   EXPECT_INVALID(ngramspec_learned_cost_create(nullptr, std::nan(""), 128, &out), "exploration = nan");
   EXPECT_INVALID(ngramspec_learned_cost_create(nullptr, 0.005, 1, &out), "plain_every = 1", "at least 2");
-  EXPECT_INVALID(ngramspec_learned_cost_create("knee", 0.005, 128, &out), "'knee'");
+  EXPECT_INVALID(ngramspec_learned_cost_create("knee", 0.005, 128, &out),
+                 "ngramspec_learned_cost_create: prior 'knee' is not a cost");
   EXPECT_INVALID(ngramspec_learned_cost_create("learn", 0.005, 128, &out), "prior = 'learn' is invalid");
   EXPECT_INVALID(ngramspec_learned_cost_create(nullptr, 0.005, 128, nullptr), "out is NULL");
   EXPECT_EQ(out, nullptr);
@@ -279,7 +281,8 @@ TEST(CApiLearnedCost, ALearnedCostOnItsOwnPlansPlainFirstThenWhatThePassesPay) {
   ASSERT_C_OK(ngramspec_learned_cost_describe(cost.get(), text.data(), text.size(), &length));
   EXPECT_NE(text.find("1 sequences: 23 passes"), std::string::npos) << text;
   // Bad passes are refused by value, nothing learned.
-  EXPECT_INVALID(ngramspec_learned_cost_observe(cost.get(), 0, 1, 1e-3), "ngramspec_learned_cost_observe: ", "rows = 0");
+  EXPECT_INVALID(ngramspec_learned_cost_observe(cost.get(), 0, 1, 1e-3), "ngramspec_learned_cost_observe: ",
+                 "rows = 0");
   EXPECT_INVALID(ngramspec_learned_cost_observe(cost.get(), 4, 3, 1e-3), "tokens = 3 is below rows = 4");
   EXPECT_INVALID(ngramspec_learned_cost_observe(cost.get(), 1, 1, std::nan("")), "seconds = nan");
   EXPECT_INVALID(ngramspec_learned_cost_observe(nullptr, 1, 1, 1e-3), "cost is NULL");

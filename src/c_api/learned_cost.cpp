@@ -66,7 +66,12 @@ ngramspec_status ngramspec_learned_cost_create(const char* prior, double explora
   return guarded(Where{__func__}, [&] {
     std::optional<ngramspec::VerifyCost> curve;
     if (prior != nullptr) {
-      const CostSpec spec = parse_cost_spec(prior);
+      CostSpec spec;
+      try {
+        spec = parse_cost_spec(prior);
+      } catch (const ngramspec::ArgumentError& e) {  // named as the argument it came in
+        throw ngramspec::ArgumentError("ngramspec", "prior " + std::string(e.detail()));
+      }
       if (spec.learn) {
         throw ngramspec::ArgumentError("ngramspec", "prior = '" + std::string(prior) +
                                                         "' is invalid: a prior is a fixed curve (flat, knee:N or "
@@ -74,8 +79,8 @@ ngramspec_status ngramspec_learned_cost_create(const char* prior, double explora
       }
       curve = spec.curve;
     }
-    *out = new ngramspec_learned_cost(std::move(curve),
-                                      ngramspec::LearnedCostConfig{.exploration = exploration, .plain_every = plain_every});
+    const ngramspec::LearnedCostConfig config{.exploration = exploration, .plain_every = plain_every};
+    *out = new ngramspec_learned_cost(std::move(curve), config);
   });
 }
 
