@@ -15,9 +15,9 @@
 set -euo pipefail
 
 readonly package=node-llama-cpp
-readonly version=3.21.1
-readonly archive_sha256=7a231d6bafa14142a1cbed9893d4ec5bc6041b2a5f5939a623accaab4203c11f
-readonly commit=80fb11ac73e66d89eae2c6a91d8a77428fa733ed
+readonly version=3.22.1
+readonly archive_sha256=a0d9dd80eacd2ab1cfe71aee57ac8a806487fd70b3d2a38fbec637752d9e5c5f
+readonly commit=de3ff815ea7d559ee917f063901b8986f038abc6
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dest="$here/../../build/_deps"

@@ -179,7 +179,7 @@ Drafts reference_drafts(const LlamaCppDrafterConfig& config, const Stream& s, st
       common_speculative_get_draft_params(spec, 0) = {
           /* .drafting = */ true,
           /* .n_max    = */ static_cast<std::int32_t>(room),
-          /* .n_past   = */ static_cast<llama_pos>(prompt_tgt.size()),
+          /* .pos0     = */ static_cast<llama_pos>(prompt_tgt.size()),
           /* .id_last  = */ id_last,
           /* .prompt   = */ &prompt_tgt,
           /* .result   = */ &draft,
