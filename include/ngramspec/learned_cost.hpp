@@ -164,6 +164,12 @@ class LearnedCost {
     planned_exploring_ = false;
   }
 
+  /// Bytes held beyond sizeof(LearnedCost): the curve's points and the prior's.
+  [[nodiscard]] std::size_t curve_capacity_bytes() const noexcept {
+    std::size_t bytes = curve_.points_.capacity() * sizeof(VerifyCost::Point) + curve_.spec_.capacity();
+    if (prior_) bytes += prior_->points().size() * sizeof(VerifyCost::Point) + prior_->spec().capacity();
+    return bytes;
+  }
   /// Passes observed, and their seconds.
   [[nodiscard]] std::uint64_t passes() const noexcept { return passes_; }
   [[nodiscard]] double seconds() const noexcept { return seconds_; }
