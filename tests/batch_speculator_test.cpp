@@ -131,6 +131,11 @@ void serve_into(ServingRun& run, std::uint64_t seed, std::size_t pool, std::size
   config.max_pass_tokens = max_pass_tokens;
   config.max_record_tokens = 16 + rng() % 64;
   config.cost = cost;
+  // A third of the runs learn the cost, from passes whose times the engine reports (a step of
+  // a made-up price) or leaves to the clock: what is learned never changes an output.
+  config.learn_cost = scramble(seed + 17) % 3 == 0;
+  const bool report = scramble(seed + 19) % 2 == 0;
+  SCOPED_TRACE(config.learn_cost ? (report ? "learning, times reported" : "learning, times by the clock") : "");
   BatchSpeculator<D> spec(config, make, corpus);
 
   std::vector<std::unique_ptr<Lane>> lanes;
@@ -228,12 +233,13 @@ void serve_into(ServingRun& run, std::uint64_t seed, std::size_t pool, std::size
     // brought its rate below one token per token.
     const bool prefilling = std::any_of(batch.begin(), batch.end(),
                                         [&](const Lane* lane) { return spec.state(lane->id).generated == 0; });
-    if (cost && cost->spec() == "knee:1" && !prefilling) {
+    if (cost && cost->spec() == "knee:1" && !prefilling && !config.learn_cost) {
       ASSERT_EQ(total_drafts, 0U) << "a pass that pays for every token in full drafted";
     }
     ++run.passes;
 
     steps.assign(ids.size(), StepOutcome{});
+    if (config.learn_cost && report) spec.report_pass_seconds(1e-4 * (1.0 + static_cast<double>(total_drafts % 7)));
     spec.accept(ids, model_tokens, model_offsets, steps);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       Lane& lane = *batch[i];
@@ -1490,6 +1496,57 @@ TEST(BatchSpeculator, ProposeWithDistributionsNeedsOnePerSequence) {
   EXPECT_EQ(invalid_argument_message([&] { spec.propose(ids, drafts, offsets, q); }),
             "ngramspec::BatchSpeculator::propose: q has 1 elements; it needs one per sequence, ids.size() = 2");
   EXPECT_EQ(spec.stats().proposals, 0U);
+}
+
+// With BatchConfig::learn_cost every pass proposed is observed once, at accept(), at the time
+// the engine reports, and the learned estimate plans the next passes; report_pass_seconds()
+// refuses what it cannot use, naming it, and changes nothing.
+TEST(BatchSpeculator, ALearnedCostObservesEveryPassAtTheReportedTime) {
+  BatchSpeculator<> plain_config(BatchConfig{.max_sequences = 2});
+  EXPECT_NE(invalid_argument_message([&] { plain_config.report_pass_seconds(1.0); }).find("learn_cost"),
+            std::string::npos);
+  EXPECT_EQ(plain_config.learned_cost(), nullptr);
+
+  BatchConfig config{.max_sequences = 2, .cost = VerifyCost::knee(64)};
+  config.learn_cost = true;
+  BatchSpeculator<> spec(config);
+  ASSERT_NE(spec.learned_cost(), nullptr);
+  spec.begin(0, {1, 2, 3, 1, 2, 3});
+  spec.begin(1, {1, 2, 3, 1, 2, 3});
+  EXPECT_EQ(spec.drafter(0).config().min_confidence, 0.0)
+      << "a learned cost decides what drafts are worth, as a fixed one does";
+  EXPECT_NE(invalid_argument_message([&] { spec.report_pass_seconds(1.0); }).find("no pass proposed"),
+            std::string::npos);
+  const std::vector<SequenceId> ids{0, 1};
+  std::vector<Token> drafts(16);
+  std::vector<std::size_t> offsets(3);
+  std::vector<StepOutcome> steps(2);
+  double reported = 0;
+  for (int pass = 0; pass < 20; ++pass) {
+    const std::size_t total = spec.propose(ids, drafts, offsets);
+    for (const double bad : {0.0, -1.0, std::nan("")}) {
+      EXPECT_NE(invalid_argument_message([&] { spec.report_pass_seconds(bad); }).find("seconds = "),
+                std::string::npos);
+    }
+    const double seconds = 1e-3 * (1 + 0.01 * static_cast<double>(total));
+    spec.report_pass_seconds(seconds);
+    reported += seconds;
+    // The model repeats the period: every draft is right.
+    std::vector<Token> model_tokens;
+    std::vector<std::size_t> model_offsets{0};
+    for (std::size_t i = 0; i < 2; ++i) {
+      const SequenceState& s = spec.state(ids[i]);
+      const std::size_t fed = offsets[i + 1] - offsets[i] + 1;
+      for (std::size_t j = 0; j < fed; ++j) {
+        model_tokens.push_back(static_cast<Token>((s.prompt_length + s.generated + j) % 3 + 1));
+      }
+      model_offsets.push_back(model_tokens.size());
+    }
+    spec.accept(ids, model_tokens, model_offsets, steps);
+  }
+  EXPECT_EQ(spec.learned_cost()->passes(), 20U);
+  EXPECT_NEAR(spec.learned_cost()->seconds(), reported, 1e-12);
+  EXPECT_GT(spec.stats().drafted, 0U) << "the prior, flat to 64 tokens, sends the right drafts";
 }
 
 }  // namespace

@@ -1647,5 +1647,92 @@ TEST(FormatTable, TreeRowsFollowInATableOfTheirOwnAndJsonListsThemApart) {
   EXPECT_EQ(replay::format_json({rows[0]}).find("trees"), std::string::npos);
 }
 
+// --- --price and --cost learn -------------------------------------------------------------
+
+TEST(PassPrice, ReadsACurveWithShapeNoiseAndDrift) {
+  const replay::PassPrice plain = replay::PassPrice::parse("knee:4");
+  EXPECT_EQ(plain.charge(0, 2, 0, 0), 1.0);
+  EXPECT_EQ(plain.charge(5, 2, 6, 2), 2.0);  // 8 tokens of a knee at 4
+  const replay::PassPrice shaped = replay::PassPrice::parse("table:1=1,2=1.5,4=2,shape=3");
+  EXPECT_EQ(shaped.curve().spec(), "table:1=1,2=1.5,4=2");
+  EXPECT_EQ(shaped.charge(1, 1, 1, 2), 1.5);      // as many tokens as the pass before: no change
+  EXPECT_EQ(shaped.charge(1, 1, 1, 1), 1.5 + 3);  // one more: the change costs 3 one-token passes
+  EXPECT_EQ(shaped.charge(0, 1, 1, 0), 1.5);      // no pass before
+  const replay::PassPrice noisy = replay::PassPrice::parse("knee:8,noise=0.3");
+  EXPECT_EQ(noisy.charge(7, 1, 0, 0), noisy.charge(7, 1, 0, 0)) << "seeded by the pass: every run alike";
+  EXPECT_NE(noisy.charge(7, 1, 0, 0), noisy.charge(8, 1, 0, 0));
+  double log_sum = 0, log_square = 0;
+  for (std::size_t i = 0; i < 4000; ++i) {
+    const double x = std::log(noisy.charge(i, 1, 0, 0));
+    log_sum += x;
+    log_square += x * x;
+  }
+  EXPECT_NEAR(log_sum / 4000, 0.0, 0.02);
+  EXPECT_NEAR(std::sqrt(log_square / 4000), 0.3, 0.02);
+  const replay::PassPrice drift = replay::PassPrice::parse("knee:256,drift=10:knee:1,shape=1");
+  EXPECT_EQ(drift.charge(9, 4, 12, 4), 1.0);
+  EXPECT_EQ(drift.charge(10, 4, 12, 16), 16.0);
+  EXPECT_EQ(drift.charge(10, 4, 12, 4), 17.0);
+  EXPECT_EQ(drift.curve(10).spec(), "knee:1");
+}
+
+TEST(PassPrice, BadSpecsAreRefusedNamingThem) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"knee:4,shape=x", "--price \"knee:4,shape=x\": shape = \"x\" is not a finite number of at least 0"},
+      {"knee:4,noise=-1", "--price \"knee:4,noise=-1\": noise = \"-1\" is not a finite number of at least 0"},
+      {"knee:4,speed=2", "--price \"knee:4,speed=2\": \"speed=2\" is not an option"},
+      {"knee:4,drift=1.5:flat", "--price \"knee:4,drift=1.5:flat\": drift = \"1.5\" is not a whole number"},
+      {"knee:4,drift=flat", "--price \"knee:4,drift=flat\": drift=N:SPEC2 needs a pass number N"},
+      {"knee:0", "--price \"knee:0\": "},
+  };
+  for (const auto& [spec, expected] : cases) {
+    SCOPED_TRACE(spec);
+    const std::string message = message_of<std::invalid_argument>([&] { (void)replay::PassPrice::parse(spec); });
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+  }
+}
+
+TEST(ReplayOptions, ALearnedCostNeedsAPriceAndNoTrees) {
+  EXPECT_EQ(message_of<std::invalid_argument>([] { (void)parse_args({"--synthetic", "random", "--cost", "learn"}); }),
+            "--cost learn: a learned cost learns from what passes cost; give it --price SPEC");
+  EXPECT_EQ(message_of<std::invalid_argument>([] {
+              (void)parse_args({"--synthetic", "random", "--price", "knee:4", "--tree-nodes", "4"});
+            }),
+            "--price: trees are priced by --cost alone; leave --tree-nodes out");
+  const replay::ReplayOptions o =
+      parse_args({"--synthetic", "random", "--price", "knee:4,shape=1", "--cost", "learn", "--cost", "learn:knee:8"});
+  ASSERT_TRUE(o.price.has_value());
+  EXPECT_EQ(o.price->spec(), "knee:4,shape=1");
+  ASSERT_EQ(o.costs.size(), 2u);
+  EXPECT_TRUE(o.costs[0].learn);
+  EXPECT_FALSE(o.costs[0].prior);
+  EXPECT_EQ(o.costs[1].name, "learn:knee:8");
+  EXPECT_TRUE(o.costs[1].prior);
+}
+
+// Served under a price, plain decoding is charged the price's curve; a learned cost sends the
+// same outputs (checked against the recordings by serve_records) and, on a price flat for the
+// drafts a pass can carry, learns to draft.
+TEST(ServeRecords, ALearnedCostUnderAPriceDraftsWhatThePriceMakesWorthIt) {
+  const std::vector<TokenStream> streams = serving_streams(300, 4);
+  replay::ServeConfig plain;
+  plain.k = 8;
+  plain.batch = 2;
+  plain.speculate = false;
+  plain.prices = {replay::flat_cost()};
+  plain.price = replay::PassPrice::parse("knee:64");
+  const ServeResult base = replay::serve_records(streams, plain, [] { return MatchDrafter(); });
+  EXPECT_DOUBLE_EQ(base.simulated_cost.front(), static_cast<double>(base.decode_passes));
+  replay::ServeConfig learned = plain;
+  learned.speculate = true;
+  learned.learn_cost = true;
+  const ServeResult served = replay::serve_records(streams, learned, [] { return MatchDrafter(); });
+  std::size_t accepted = 0;
+  for (const replay::ServedRecord& r : served.records) accepted += r.accepted;
+  EXPECT_GT(accepted, 0u);
+  EXPECT_LT(served.simulated_cost.front(), base.simulated_cost.front());
+}
+
+
 }  // namespace
 }  // namespace ngramspec::test

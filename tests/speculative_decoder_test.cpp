@@ -796,5 +796,27 @@ TEST(SpeculativeDecoderCost, AFlatCostSendsEverythingAndASteepOneOnlyLikelyDraft
   EXPECT_GT(cpu.stats.accepted, 0U);
 }
 
+// A learned cost (set_learned_cost) plans from the decoder's own timed forwards: every output
+// is still plain greedy decoding, and every decode pass is observed once.
+TEST(SpeculativeDecoderCost, GreedyIdentityWithALearnedCostThatSeesEveryPass) {
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    const DecodeCase c = random_decode_case(seed);
+    SCOPED_TRACE(c.describe());
+    const GreedyReference reference = plain_greedy(c.rule.rule, c.prompt, c.options);
+    with_drafter(c, [&](auto drafter) {
+      GreedyModel model(c.rule.rule, c.max_batch);
+      SpeculativeDecoder decoder(model, std::move(drafter));
+      LearnedCost learned(seed % 2 == 0 ? std::optional(VerifyCost::knee(64)) : std::nullopt);
+      decoder.set_learned_cost(&learned);
+      EXPECT_EQ(decoder.learned_cost(), &learned);
+      const DecodeResult result = decoder.generate(c.prompt, c.options);
+      EXPECT_EQ(result.tokens, reference.tokens);
+      EXPECT_EQ(result.stop_reason, reference.stop_reason);
+      EXPECT_THAT(model.violations(), IsEmpty());
+      EXPECT_EQ(learned.passes(), result.stats.decode_passes);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace ngramspec::test

@@ -10,6 +10,7 @@
 #include <exception>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -139,7 +140,7 @@ class BatchSpeculator {
       }
     }
     pool_.open();
-    if (config_.learn_cost) learned_.emplace(config_.cost, config_.learning);
+    if (config_.learn_cost) learned_ = std::make_unique<LearnedCost>(config_.cost, config_.learning);
     if constexpr (kTrees) top_k_ = common_top_k();
   }
 
@@ -385,7 +386,7 @@ class BatchSpeculator {
   }
   /// The learned cost (BatchConfig::learn_cost), nullptr without one: what it learned
   /// (describe(), estimate()) and what exploring cost.
-  [[nodiscard]] const LearnedCost* learned_cost() const noexcept { return learned_ ? &*learned_ : nullptr; }
+  [[nodiscard]] const LearnedCost* learned_cost() const noexcept { return learned_.get(); }
   /// The cost the next pass is planned against: use_cost()'s, else config().cost's, else nullptr.
   /// With a learned cost (and no use_cost()), propose() plans against the learned estimate for
   /// the pass's sequences instead (learned_cost()).
@@ -405,6 +406,7 @@ class BatchSpeculator {
                         candidates_.capacity() * sizeof(Token) + probabilities_.capacity() * sizeof(float) +
                         (candidate_offsets_.capacity() + lengths_.capacity()) * sizeof(std::size_t);
     for (const Slot& slot : pool_.slots()) bytes += slot.memory_bytes();
+    if (learned_) bytes += sizeof(LearnedCost) + learned_->curve_capacity_bytes();
     return bytes + (tree_fed_.capacity() + tree_emitted_.capacity()) * sizeof(Token);
   }
 
@@ -650,7 +652,7 @@ class BatchSpeculator {
 
   BatchConfig config_;
   const VerifyCost* cost_in_use_ = nullptr;  // use_cost()'s
-  std::optional<LearnedCost> learned_;       // with BatchConfig::learn_cost
+  std::unique_ptr<LearnedCost> learned_;  // with BatchConfig::learn_cost (tens of KiB: only then)
   // The pass proposed last, until accept observes it.
   struct TimedPass {
     bool open = false;

@@ -68,6 +68,9 @@ class LearnedCost {
   static constexpr std::size_t kBuckets = 24;
   /// A point no pass has refreshed in this many passes of its bucket is taken as unmeasured.
   static constexpr std::uint64_t kStale = 4096;
+  /// How many noise widths below its estimate a point measured once is taken at (over the root
+  /// of its passes after).
+  static constexpr double kOptimism = 2.0;
 
   /// Learns from `prior` when given (a curve over the tokens of a pass, as measure_verify_cost()
   /// times it at start), else from a pessimistic start. Throws ArgumentError naming the value
@@ -99,7 +102,6 @@ class LearnedCost {
     Bucket& b = buckets_[bucket_of(rows)];
     planned_rows_ = rows;
     planned_exploring_ = false;
-    planned_top_ = 0;
     if (b.level_weight + b.changed_weight == 0 || b.since_same_plain >= config_.plain_every) {
       force_plain(rows);
       return curve_;
@@ -148,8 +150,9 @@ class LearnedCost {
         if (changed) ratio -= b.penalty();
         learn_ratio(b, rows, d, std::log(std::max(ratio, 1e-3)));
       }
-      if (planned_exploring_ && rows == planned_rows_ && d > planned_top_) {
-        const double expected = std::exp(level) * planned_ratio(d);
+      if (planned_exploring_ && rows == planned_rows_) {
+        // What the planner was told this pass costs, against what it cost.
+        const double expected = std::exp(level) * planned_scale_ * curve_.pass(rows, d);
         const double loss = seconds - expected;
         budget_ -= loss;
         exploration_seconds_ += loss;
@@ -161,6 +164,12 @@ class LearnedCost {
     planned_exploring_ = false;
   }
 
+  /// Bytes held beyond sizeof(LearnedCost): the curve's points and the prior's.
+  [[nodiscard]] std::size_t curve_capacity_bytes() const noexcept {
+    std::size_t bytes = curve_.points_.capacity() * sizeof(VerifyCost::Point) + curve_.spec_.capacity();
+    if (prior_) bytes += prior_->points().size() * sizeof(VerifyCost::Point) + prior_->spec().capacity();
+    return bytes;
+  }
   /// Passes observed, and their seconds.
   [[nodiscard]] std::uint64_t passes() const noexcept { return passes_; }
   [[nodiscard]] double seconds() const noexcept { return seconds_; }
@@ -352,6 +361,9 @@ class LearnedCost {
   void fit(Bucket& b, std::size_t rows) noexcept {
     const auto& g = grid();
     const bool use_prior = prior_.has_value() && b.prior_trusted;
+    // Optimism (exploring unmeasured points, a lower bound on measured ones) while the budget
+    // lasts: every pass planned so is charged what it cost above what it was told.
+    const bool optimistic = !use_prior && config_.exploration > 0 && budget_ > 0;
     // Pool-adjacent violators over the measured points (and the prior's where unmeasured),
     // from plain (0, weight large) up: blocks of (value, weight, last index).
     std::size_t n = 0;
@@ -367,7 +379,7 @@ class LearnedCost {
         // it may cost (its noise over the root of its passes), so it is used, and so measured,
         // until the bound tightens; on a noiseless machine this is the estimate itself.
         const Cell& c = b.cells[i];
-        v = c.ratio.value - 1.25 * b.noise() / std::sqrt(c.weight);
+        v = c.ratio.value - (optimistic ? kOptimism * b.noise() / std::sqrt(c.weight) : 0.0);
         w = std::min(c.weight, 8.0);
         top = i;
       } else if (use_prior) {
@@ -408,38 +420,43 @@ class LearnedCost {
       const double shaped = ratio + (tokens == last ? 0.0 : penalty);
       p.push_back({tokens, shaped});
     };
+    // Exploring (no trusted prior, budget left): every unmeasured point up to the frontier,
+    // twice the largest measured d plus one, is priced as the measured point below it (a step
+    // up to the next measured point at the last moment), so that the planner tries it; the
+    // budget pays for what that optimism costs. Otherwise unmeasured points are left out
+    // (linear between measured ones) and the tail is pessimistic.
+    const bool explore = optimistic && top + 1 < kGrid;
+    std::size_t frontier = top;
+    if (explore) {
+      frontier = top + 1;
+      while (frontier + 1 < kGrid && g[frontier + 1] <= 2 * g[top] + 1) ++frontier;
+    }
     std::size_t last_index = 0;
+    double below = 1;
     for (std::size_t i = 0; i < kGrid; ++i) {
       if (present[i]) {
-        add(rows + g[i], std::exp(fitted[i]));
+        below = std::exp(fitted[i]);
+        add(rows + g[i], below);
+        last_index = i;
+      } else if (explore && i <= frontier) {
+        add(rows + g[i], below);
         last_index = i;
       }
     }
     double tail = 0;
-    const double top_ratio = std::exp(fitted[last_index]);
-    const std::size_t top_tokens = rows + g[last_index];
     if (use_prior) {
       tail = prior_->tail_slope() / prior_->pass(rows, 0);
     } else {
-      // Pessimistic: every token past the largest measured as dear as that pass's.
-      tail = top_ratio / static_cast<double>(top_tokens);
-      const double spent = budget_;
-      if (config_.exploration > 0 && spent > 0 && last_index + 1 < kGrid) {
-        std::size_t frontier = last_index + 1;
-        while (frontier + 1 < kGrid && g[frontier + 1] <= 2 * g[last_index] + 1) ++frontier;
-        add(rows + g[frontier], top_ratio);
-        planned_exploring_ = true;
-        planned_top_ = g[top];
-        planned_top_ratio_ = top_ratio;
-        planned_frontier_ = g[frontier];
-        tail = top_ratio / static_cast<double>(rows + g[frontier]);
-      }
+      // Pessimistic: every token past the last point as dear as that pass's.
+      tail = below / static_cast<double>(rows + g[last_index]);
     }
+    planned_exploring_ = optimistic;
     // The last pass's shape costs no change: a dip at its token count (between points, its
     // neighbours carry the change).
     if (penalty > 0 && last > rows) place_dip(rows, last, penalty, tail);
     // Normalized: a plain pass costs 1.
     const double first = p.front().cost;
+    planned_scale_ = first;
     for (auto& point : p) point.cost /= first;
     curve_.tail_slope_ = tail / first;
     // Guard the planner against a curve that would price drafts below a plain pass.
@@ -480,13 +497,6 @@ class LearnedCost {
     (void)rows;
   }
 
-  // What the planner was told a pass of d more tokens costs, over a plain pass, when it
-  // explored (flat from the largest measured to the frontier, proportional beyond).
-  [[nodiscard]] double planned_ratio(std::size_t d) const noexcept {
-    if (d <= planned_frontier_) return planned_top_ratio_;
-    return planned_top_ratio_ * static_cast<double>(planned_rows_ + d) /
-           static_cast<double>(planned_rows_ + planned_frontier_);
-  }
 
   std::optional<VerifyCost> prior_;
   LearnedCostConfig config_;
@@ -506,9 +516,7 @@ class LearnedCost {
   // ratio and the frontier.
   std::size_t planned_rows_ = 1;
   bool planned_exploring_ = false;
-  std::size_t planned_top_ = 0;
-  double planned_top_ratio_ = 1;
-  std::size_t planned_frontier_ = 0;
+  double planned_scale_ = 1;  // curve_'s plain pass before normalizing, over a plain pass after one alike
 };
 
 }  // namespace ngramspec

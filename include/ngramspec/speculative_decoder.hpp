@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "ngramspec/draft_planner.hpp"
 #include "ngramspec/draft_tree.hpp"
 #include "ngramspec/drafter.hpp"
+#include "ngramspec/learned_cost.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/target_model.hpp"
 #include "ngramspec/token.hpp"
@@ -181,8 +183,16 @@ class SpeculativeDecoder {
         drafted = drawn_chain(active, state, options, max_batch - 1);
         model_->forward(state.cache_length(), std::span<const Token>(fed_).first(drafted + 1),
                         std::span<Token>(next_).first(drafted + 1), std::as_const(q_));
+      } else if (learned_ != nullptr) {
+        // Planned against the learned estimate, and the forward timed for it.
+        drafted = plan_drafts(active, state, options, max_batch - 1, learned_->curve(1));
+        const auto start = std::chrono::steady_clock::now();
+        model_->forward(state.cache_length(), std::span<const Token>(fed_).first(drafted + 1),
+                        std::span<Token>(next_).first(drafted + 1));
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        learned_->observe(1, drafted + 1, std::max(seconds, 1e-9));
       } else {
-        drafted = cost_ ? plan_drafts(active, state, options, max_batch - 1)
+        drafted = cost_ ? plan_drafts(active, state, options, max_batch - 1, *cost_)
                         : propose_drafts(active, state, options, max_batch - 1, std::span<Token>(fed_).subspan(1));
         model_->forward(state.cache_length(), std::span<const Token>(fed_).first(drafted + 1),
                         std::span<Token>(next_).first(drafted + 1));
@@ -210,6 +220,14 @@ class SpeculativeDecoder {
   /// what the drafter proposes (the default).
   void set_verify_cost(std::optional<VerifyCost> cost) { cost_ = std::move(cost); }
   [[nodiscard]] const std::optional<VerifyCost>& verify_cost() const noexcept { return cost_; }
+  /// Learns what a pass costs from this decoder's own passes: each greedy chain pass is planned
+  /// against learned->curve(1) (instead of the verify cost) and the model's forward is timed
+  /// into learned->observe(). The learner is the caller's, kept across generate() calls (what
+  /// it learned is the point) and must outlive its use; nullptr stops learning. Tree passes and
+  /// drawn drafts plan with the verify cost as before (set it too: it is their curve, and the
+  /// learner's prior is the caller's choice). Not thread-safe, like the decoder.
+  void set_learned_cost(LearnedCost* learned) noexcept { learned_ = learned; }
+  [[nodiscard]] LearnedCost* learned_cost() const noexcept { return learned_; }
 
  private:
   // Trees when the drafter drafts them and the model verifies them; chains otherwise.
@@ -387,12 +405,12 @@ class SpeculativeDecoder {
 
   // The drafts of the next pass, into fed_[1..], as many as the cost makes worth sending.
   std::size_t plan_drafts(const D& drafter, const SequenceState& state, const DecodeOptions& options,
-                          std::size_t cap) {
+                          std::size_t cap, const VerifyCost& cost) {
     const std::size_t limit = std::min(fed_.size() - 1, draft_limit(state, options, cap));
     const std::span<float> probabilities = std::span<float>(probabilities_).first(limit);
     const std::size_t made =
         detail::draft_with_estimates(drafter, std::span<Token>(fed_).subspan(1, limit), probabilities, rate_);
-    return DraftPlanner::plan_one(&*cost_, 1, 1.0, 0, probabilities.first(made));
+    return DraftPlanner::plan_one(&cost, 1, 1.0, 0, probabilities.first(made));
   }
 
   // The drafts of the next chain pass with their distributions, into fed_[1..] and q_: as
@@ -418,6 +436,7 @@ class SpeculativeDecoder {
   std::optional<D> owned_;
   D* borrowed_ = nullptr;
   std::optional<VerifyCost> cost_;
+  LearnedCost* learned_ = nullptr;  // set_learned_cost()'s
   detail::AcceptanceRate rate_;  // for a drafter without estimates
   std::vector<float> probabilities_;
   std::vector<Token> fed_;   // last emitted token followed by the drafts

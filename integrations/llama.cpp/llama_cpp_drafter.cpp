@@ -225,15 +225,15 @@ std::size_t LlamaCppDrafter::predict(std::span<Token> out) const {
   common_speculative_draft_params& dp = common_speculative_get_draft_params(spec_.get(), model_ ? model_->sequence : 0);
   dp.drafting = true;
   dp.n_max = static_cast<std::int32_t>(std::min<std::size_t>(most, std::numeric_limits<std::int32_t>::max()));
-  dp.n_past = static_cast<llama_pos>(context_.size());
+  dp.pos0 = static_cast<llama_pos>(context_.size());
   dp.id_last = last_;
   dp.prompt = &context_;
   dp.result = &draft_;
   common_speculative_draft(spec_.get());
   if (model_) {
     // As the loop does before verifying: the draft context back to the target's tokens.
-    llama_memory_seq_rm(llama_get_memory(model_->draft), model_->sequence, dp.n_past, -1);
-    model_->drafted_at = dp.n_past;
+    llama_memory_seq_rm(llama_get_memory(model_->draft), model_->sequence, dp.pos0, -1);
+    model_->drafted_at = dp.pos0;
     model_->drafted_after = last_;
   }
   const std::size_t n = std::min(draft_.size(), most);

@@ -42,11 +42,15 @@ class PassPrice {
       if (after.after_) throw std::invalid_argument(quoted(spec) + ": one drift at most");
       p.after_.emplace(after.part_);
     }
-    // The curve is everything before the first ",shape=" or ",noise=" (a table has commas of its own).
+    // The curve is everything before the first item that is not a table's TOKENS=COST (a table
+    // has commas of its own): the options start there.
     std::size_t options = head.size();
-    for (const std::string_view key : {std::string_view(",shape="), std::string_view(",noise=")}) {
-      const std::size_t at = head.find(key);
-      if (at != std::string_view::npos) options = std::min(options, at);
+    for (std::size_t at = head.find(','); at != std::string_view::npos; at = head.find(',', at + 1)) {
+      const std::string_view key = head.substr(at + 1, head.find('=', at + 1) - (at + 1));
+      if (key.empty() || key.find_first_not_of("0123456789") != std::string_view::npos) {
+        options = at;
+        break;
+      }
     }
     try {
       p.part_.curve = VerifyCost::parse(head.substr(0, options));
@@ -64,7 +68,7 @@ class PassPrice {
       } else if (item.rfind("noise=", 0) == 0) {
         p.part_.noise = number<double>(spec, "noise", item.substr(6));
       } else {
-        throw std::invalid_argument(quoted(spec) + ": " + quoted(item) +
+        throw std::invalid_argument(quoted(spec) + ": " + quoted_value(std::string(item)) +
                                     " is not an option: expected shape=R, noise=S or, last, drift=N:SPEC2");
       }
     }

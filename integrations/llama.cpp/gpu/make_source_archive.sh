@@ -69,8 +69,8 @@ mkdir "$work/$top"
 tar -C "$source_dir" -cf - "${keep[@]}" | tar -C "$work/$top" -xf -
 find "$work/$top" \( -name __pycache__ -o -name '*.pyc' \) -prune -exec rm -rf {} +
 printf 'commit %s\npatches %s\n' "$commit" "$patch_hash" > "$work/$top/.ngramspec-source"
-# Sorted names, fixed owners and times: the same tree packs to the same bytes.
-tar -C "$work" --sort=name --owner=0 --group=0 --numeric-owner --mtime='2026-09-12 00:00:00 UTC' \
+# Sorted names, fixed owners and times (the commit's): the same tree packs to the same bytes.
+tar -C "$work" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$(git -C "$source_dir" log -1 --format=%ct)" \
   -cf - "$top" | gzip -9n > "$work/$name"
 mv "$work/$name" "$out_dir/$name"
 

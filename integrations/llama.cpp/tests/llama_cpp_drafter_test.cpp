@@ -179,7 +179,7 @@ Drafts reference_drafts(const LlamaCppDrafterConfig& config, const Stream& s, st
       common_speculative_get_draft_params(spec, 0) = {
           /* .drafting = */ true,
           /* .n_max    = */ static_cast<std::int32_t>(room),
-          /* .n_past   = */ static_cast<llama_pos>(prompt_tgt.size()),
+          /* .pos0     = */ static_cast<llama_pos>(prompt_tgt.size()),
           /* .id_last  = */ id_last,
           /* .prompt   = */ &prompt_tgt,
           /* .result   = */ &draft,
@@ -313,6 +313,29 @@ TEST(LlamaCppDrafter, DefaultsAreLlamaCppDefaults) {
   EXPECT_EQ(ours.n_match, llama.ngram_mod.n_match);
   EXPECT_EQ(ours.n_max, llama.ngram_mod.n_max);
   EXPECT_EQ(ours.n_min, llama.ngram_mod.n_min);
+}
+
+// Every speculative type of the llama.cpp built here is one that ngramspec-llama --compare runs (the
+// n-gram types through this wrapper, draft-simple with a draft model), ngramspec's own, or one that needs
+// a file the project has none of. A release that adds a type fails here, naming it, until it is sorted.
+TEST(LlamaCppDrafter, CompareRunsEveryTypeThatNeedsNoOtherFile) {
+  const std::vector<std::string> ngram = {"ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"};
+  const std::vector<std::string> compared_with_a_draft_model = {"draft-simple"};
+  // eagle3, dflash, dspark: a trained draft head of their kind; mtp: a model with multi-token-prediction layers.
+  const std::vector<std::string> need_a_file = {"draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark"};
+  const std::vector<std::string> not_drafters = {"none", "ngramspec"};
+  std::vector<std::string> seen;
+  for (int t = 0; t < static_cast<int>(COMMON_SPECULATIVE_TYPE_COUNT); ++t) {
+    const std::string name = common_speculative_type_to_str(static_cast<common_speculative_type>(t));
+    seen.push_back(name);
+    const auto in = [&](const std::vector<std::string>& list) { return std::ranges::find(list, name) != list.end(); };
+    EXPECT_TRUE(in(ngram) || in(compared_with_a_draft_model) || in(need_a_file) || in(not_drafters))
+        << "llama.cpp's speculative type '" << name << "' (" << t << ") is new: run it in --compare or say what file it needs";
+  }
+  for (const std::string& name : ngram) {
+    EXPECT_NE(std::ranges::find(seen, name), seen.end()) << name << " is gone from llama.cpp";
+    EXPECT_EQ(type_name(parse_spec(name).type), name);
+  }
 }
 
 TEST(LlamaCppDrafter, ParsesEveryTypeAndItsParameters) {

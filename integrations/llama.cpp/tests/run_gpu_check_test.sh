@@ -140,6 +140,11 @@ rc=$?
 ((rc == 2)) || fail "fetch_llama_cpp.sh --pinned --dest exited $rc, not 2"
 [[ "$message" == "error: --pinned fetches nothing, so --dest has no use with it" ]] ||
   fail "fetch_llama_cpp.sh --pinned --dest said '$message'"
+message="$(bash "$here/../fetch_llama_cpp.sh" --pinned --newest 2>&1)"
+rc=$?
+((rc == 2)) || fail "fetch_llama_cpp.sh --pinned --newest exited $rc, not 2"
+[[ "$message" == "error: --pinned prints the pin and --newest ignores it: give one of them" ]] ||
+  fail "fetch_llama_cpp.sh --pinned --newest said '$message'"
 
 ((failures == 0)) || { echo "$failures check(s) failed"; exit 1; }
 echo "run_gpu_check.sh --cpu: every step ran; a spent budget, foreign archives and a tree without tools/ are reported"
