@@ -23,7 +23,12 @@ Policies, each with its own BatchSpeculator and SharedCorpus (finished outputs a
   k4, k10 MatchDrafter's defaults (its gate on), up to 4 / 10 drafts a request
   cost    the verify cost of this model at this batch, measured on this device at start (passes of
           batch x t tokens, t = 1..12, at context `--cost-context`), up to `--cost-drafts` candidates
-          a request, sized by the planner (BatchSpeculator(cost=...))
+          a request, sized by the planner (BatchSpeculator(cost=...)): the fixed curve
+  learn   the same, the measured curve the prior of a cost learned from the passes served
+          (BatchSpeculator(cost="learn:" + curve), each forward's time reported)
+
+After the table, a line per shape and batch says whether the learned cost kept up: learned >= 0.98x plain
+and >= the best fixed k (k4, k10) of the same run.
 
 Shapes: tiny (2 layers of 64, vocabulary 32000; what CI runs on a CPU), 1.1b (TinyLlama-1.1B:
 22 x 2048, 32 heads, 4 KV heads, FFN 5632, vocabulary 32000), 8b (Llama-3-8B: 32 x 4096, 32 heads,
@@ -257,8 +262,10 @@ def serve(model: Llama, requests: list[Request], batch: int, policy: str, cost: 
     """Serves `requests` `batch` at a time with `policy`; returns its figures (and whether every
     output is its recording)."""
     corpus = ngramspec.SharedCorpus(1 << 22)
-    spec = ngramspec.BatchSpeculator(max_sequences=batch, corpus=corpus, cost=cost if policy == "cost" else None)
-    max_drafts = {"plain": 1, "k4": 4, "k10": 10, "cost": cost_drafts}[policy]
+    planned = {"cost": cost, "learn": None if cost is None else "learn:" + cost}.get(policy)
+    spec = ngramspec.BatchSpeculator(max_sequences=batch, corpus=corpus, cost=planned)
+    learns = spec.learns_cost
+    max_drafts = {"plain": 1, "k4": 4, "k10": 10, "cost": cost_drafts, "learn": cost_drafts}[policy]
     waiting = list(range(len(requests)))
     free_slots = list(range(batch))
     running: dict[int, int] = {}  # request -> slot
@@ -279,6 +286,8 @@ def serve(model: Llama, requests: list[Request], batch: int, policy: str, cost: 
             model.forward([slot], [request.prompt], [0])
             synchronize()
             prefill_s += time.perf_counter() - start
+            if learns:  # the forward's own time, which the learned cost prices passes by
+                spec.report_pass_seconds(max(time.perf_counter() - start, 1e-9))
             result = spec.accept([r], request.output[:1], [0, 1])
             length[r] = len(request.prompt)
             emitted[r].extend(request.output[:1])
@@ -302,7 +311,11 @@ def serve(model: Llama, requests: list[Request], batch: int, policy: str, cost: 
             model_tokens.extend(truth)
             model_offsets.append(len(model_tokens))
             drafted += len(mine)
+        began = time.perf_counter()
         model.forward([running[r] for r in ids], fed, [length[r] for r in ids])
+        if learns:
+            synchronize()
+            spec.report_pass_seconds(max(time.perf_counter() - began, 1e-9))
         result = spec.accept(ids, model_tokens, model_offsets)
         for i, r in enumerate(ids):
             e = int(result["emitted"][i])
@@ -317,12 +330,14 @@ def serve(model: Llama, requests: list[Request], batch: int, policy: str, cost: 
         sequence_steps += len(ids)
     tokens = sum(len(e) - 1 for e in emitted)  # the first token of each comes from its prefill
     identical = all(e == q.output for e, q in zip(emitted, requests))
+    learned = spec.describe_cost() if learns else None
     spec.close()
     corpus.close()
     return {"policy": policy, "batch": batch, "requests": len(requests), "tokens": tokens, "steps": steps,
             "decode_s": decode_s, "prefill_s": prefill_s, "tokens_per_s": tokens / decode_s if decode_s else 0.0,
             "tokens_per_request_step": tokens / max(1, sequence_steps),
-            "drafts_per_request_step": drafted / max(1, sequence_steps), "identical": identical}
+            "drafts_per_request_step": drafted / max(1, sequence_steps), "identical": identical,
+            "learned": learned}
 
 
 def measure_cost(model: Llama, batch: int, context: int, most_drafts: int,
@@ -361,7 +376,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="comma-separated shapes: tiny, 1.1b, 8b (default: 1.1b,8b on a GPU, tiny on a CPU)")
     parser.add_argument("--batches", default=None, help="comma-separated batch sizes (default: 1,8,32,64 on a GPU, "
                                                         "1,4 on a CPU)")
-    parser.add_argument("--policies", default="plain,k4,k10,cost", help="comma-separated: plain, k4, k10, cost "
+    parser.add_argument("--policies", default="plain,k4,k10,cost,learn", help="comma-separated: plain, k4, k10, cost, learn "
                                                                          "(default: all four)")
     parser.add_argument("--requests-per-slot", type=int, default=2, help="requests served = this x batch (default 2)")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="output tokens per request (default 128)")
@@ -397,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"error: --batches must be comma-separated ints, got {args.batches!r}", file=sys.stderr)
         return 2
-    for name, values, known in (("--shapes", shapes, SHAPES), ("--policies", policies, ("plain", "k4", "k10", "cost"))):
+    for name, values, known in (("--shapes", shapes, SHAPES),
+                                ("--policies", policies, ("plain", "k4", "k10", "cost", "learn"))):
         unknown = [v for v in values if v not in known]
         if unknown:
             print(f"error: {name}: unknown {unknown}; known: {', '.join(known)}", file=sys.stderr)
@@ -434,14 +450,14 @@ def main(argv: list[str] | None = None) -> int:
                 requests = read_requests(args.streams, batch * args.requests_per_slot, args.max_prompt,
                                          args.max_new_tokens)
                 cost = (measure_cost(model, batch, args.cost_context, args.cost_drafts, synchronize)
-                        if "cost" in policies else None)
+                        if "cost" in policies or "learn" in policies else None)
                 if cost is not None:
                     print(f"  batch {batch}: verify cost {cost}", flush=True)
                 rows = [serve(model, requests, batch, policy, cost, args.cost_drafts, synchronize)
                         for policy in policies]
                 plain = next(r for r in rows if r["policy"] == "plain")
                 for row in rows:
-                    row.update(shape=shape_name, cost=cost if row["policy"] == "cost" else None,
+                    row.update(shape=shape_name, cost=cost if row["policy"] in ("cost", "learn") else None,
                                speedup=row["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0)
                     all_identical &= row["identical"]
                     results["rows"].append(row)
@@ -463,6 +479,19 @@ def main(argv: list[str] | None = None) -> int:
             rows = {r["policy"]: r for r in results["rows"] if r["shape"] == shape_name and r["batch"] == batch}
             print(f"| {shape_name} | {batch} | " + " | ".join(f"{rows[p]['tokens_per_s']:.0f}" for p in policies)
                   + " | " + " | ".join(f"{rows[p]['speedup']:.2f}" for p in policies if p != "plain") + " |")
+    if "learn" in policies:
+        fixed_k = [p for p in policies if p in ("k4", "k10")]
+        for shape_name in shapes:
+            for batch in batches:
+                rows = {r["policy"]: r for r in results["rows"] if r["shape"] == shape_name and r["batch"] == batch}
+                learn, plain = rows["learn"]["tokens_per_s"], rows["plain"]["tokens_per_s"]
+                best = max(fixed_k, key=lambda p: rows[p]["tokens_per_s"]) if fixed_k else None
+                ok_plain = learn >= 0.98 * plain
+                ok_k = best is None or learn >= rows[best]["tokens_per_s"]
+                print(f"learned, {shape_name}, batch {batch}: {learn / plain:.2f}x plain "
+                      f"({'>=' if ok_plain else 'BELOW'} 0.98x)" +
+                      (f", {learn / rows[best]['tokens_per_s']:.2f}x the best fixed k ({best}: "
+                       f"{'at or above' if ok_k else 'BELOW'})" if best else ""))
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
     if not all_identical:
