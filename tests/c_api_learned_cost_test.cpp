@@ -109,6 +109,16 @@ std::vector<std::vector<ngramspec_token>> serve(ngramspec_batch* batch, std::siz
   return outputs;
 }
 
+// Begins sequence `id` after a three-token prompt and proposes its first pass (the prefill).
+void begin_and_propose(ngramspec_batch* batch, ngramspec_sequence_id id) {
+  const ngramspec_token prompt[] = {1, 2, 3};
+  ASSERT_C_OK(ngramspec_batch_begin(batch, id, prompt, 3, nullptr));
+  ngramspec_token drafts[8];
+  std::size_t offsets[2];
+  std::size_t n = 0;
+  ASSERT_C_OK(ngramspec_batch_propose(batch, &id, 1, drafts, 8, offsets, 0, &n));
+}
+
 std::vector<ngramspec_token> plain(std::size_t new_tokens) {
   std::vector<ngramspec_token> out;
   ngramspec_token last = 23 % 10;
@@ -161,13 +171,8 @@ TEST(CApiLearnedCost, ReportsAreCheckedAndABadOneChangesNothing) {
   EXPECT_INVALID(ngramspec_batch_report_pass_seconds(batch.get(), 1e-3), "ngramspec_batch_report_pass_seconds: ",
                  "no pass proposed");
   EXPECT_INVALID(ngramspec_batch_report_pass_seconds(nullptr, 1e-3), "batch is NULL");
-  const ngramspec_token prompt[] = {1, 2, 3};
-  ASSERT_C_OK(ngramspec_batch_begin(batch.get(), 7, prompt, 3, nullptr));
   const ngramspec_sequence_id id = 7;
-  ngramspec_token drafts[8];
-  std::size_t offsets[2];
-  std::size_t n = 0;
-  ASSERT_C_OK(ngramspec_batch_propose(batch.get(), &id, 1, drafts, 8, offsets, 0, &n));
+  begin_and_propose(batch.get(), id);
   for (const double bad : {std::nan(""), 0.0, -1.0, std::numeric_limits<double>::infinity()}) {
     EXPECT_INVALID(ngramspec_batch_report_pass_seconds(batch.get(), bad), "ngramspec_batch_report_pass_seconds: ",
                    "seconds = ", "must be finite and positive");
@@ -197,13 +202,7 @@ TEST(CApiLearnedCost, ABatchWithAFixedCostOrNoneDoesNotLearn) {
   EXPECT_EQ(ngramspec_batch_learns_cost(nullptr), 0);
   EXPECT_EQ(describe(fixed.get()), "knee:256");
   EXPECT_EQ(describe(none.get()), "");
-  const ngramspec_token prompt[] = {1, 2, 3};
-  ASSERT_C_OK(ngramspec_batch_begin(fixed.get(), 1, prompt, 3, nullptr));
-  const ngramspec_sequence_id id = 1;
-  ngramspec_token drafts[8];
-  std::size_t offsets[2];
-  std::size_t n = 0;
-  ASSERT_C_OK(ngramspec_batch_propose(fixed.get(), &id, 1, drafts, 8, offsets, 0, &n));
+  begin_and_propose(fixed.get(), 1);
   EXPECT_INVALID(ngramspec_batch_report_pass_seconds(fixed.get(), 1e-3), "does not learn its cost");
   ngramspec_learned_cost_stats stats{};
   EXPECT_INVALID(ngramspec_batch_learned_cost_stats(fixed.get(), &stats, sizeof stats), "does not learn its cost");
