@@ -5,6 +5,7 @@
 
 #include <ngramspec/ngramspec.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -133,6 +134,57 @@ static int batch(void) {
   CHECK(ngramspec_batch_stats_get(spec, &stats)); /* the header's macro: the sized getter, every field */
   EXPECT(stats.emitted == 60);
   ngramspec_batch_free(spec);
+  return 0;
+}
+
+/* A batch that learns its cost from the passes, each reported by the engine; and a learned cost on its own. */
+static int learned(void) {
+  ngramspec_batch_config config = ngramspec_batch_config_default();
+  ngramspec_batch* spec = NULL;
+  const ngramspec_sequence_id id = 3;
+  const ngramspec_token prompt[] = {1, 2, 3, 1, 2, 3, 1, 2};
+  ngramspec_token drafts[8], model_tokens[9];
+  size_t offsets[2], model_offsets[2], n_drafts = 0, j, length = 0;
+  ngramspec_step step;
+  ngramspec_learned_cost_stats learned_stats;
+  ngramspec_learned_cost* cost = NULL;
+  float p[3] = {0.9f, 0.8f, 0.7f};
+  char text[512];
+  int pass;
+  config.cost = "learn:knee:64";
+  CHECK(ngramspec_batch_create(&config, NULL, &spec));
+  EXPECT(ngramspec_batch_learns_cost(spec) == 1);
+  CHECK(ngramspec_batch_begin(spec, id, prompt, sizeof prompt / sizeof prompt[0], NULL));
+  for (pass = 0; pass < 5; ++pass) {
+    ngramspec_token fed = pass == 0 ? prompt[7] : model_tokens[model_offsets[1] - 1];
+    CHECK(ngramspec_batch_propose(spec, &id, 1, drafts, 8, offsets, 0, &n_drafts));
+    model_offsets[0] = 0;
+    for (j = 0; j <= n_drafts; ++j) {
+      model_tokens[j] = next_token(fed);
+      if (j < n_drafts) fed = drafts[j];
+    }
+    model_offsets[1] = n_drafts + 1;
+    EXPECT(ngramspec_batch_report_pass_seconds(spec, NAN) == NGRAMSPEC_ERROR_INVALID_ARGUMENT);
+    CHECK(ngramspec_batch_report_pass_seconds(spec, 1e-3));
+    CHECK(ngramspec_batch_accept(spec, &id, 1, model_tokens, model_offsets[1], model_offsets, &step));
+    if (step.finished) break;
+  }
+  CHECK(ngramspec_batch_learned_cost_stats(spec, &learned_stats, sizeof learned_stats));
+  EXPECT(learned_stats.passes == 5 && learned_stats.seconds > 0.0049 && learned_stats.seconds < 0.0051);
+  CHECK(ngramspec_batch_describe_cost(spec, text, sizeof text, &length));
+  EXPECT(length > 0 && length < sizeof text && strlen(text) == length);
+  ngramspec_batch_free(spec);
+
+  CHECK(ngramspec_learned_cost_create("flat", 0.005, 128, &cost));
+  CHECK(ngramspec_learned_cost_plan(cost, 1, 1, 1.0, p, 3, &length));
+  EXPECT(length == 0); /* nothing measured yet: a plain pass */
+  CHECK(ngramspec_learned_cost_observe(cost, 1, 1, 1e-3));
+  EXPECT(ngramspec_learned_cost_observe(cost, 0, 1, 1e-3) == NGRAMSPEC_ERROR_INVALID_ARGUMENT);
+  CHECK(ngramspec_learned_cost_stats_get(cost, &learned_stats, sizeof learned_stats));
+  EXPECT(learned_stats.passes == 1 && learned_stats.plain_passes == 1);
+  CHECK(ngramspec_learned_cost_describe(cost, NULL, 0, &length));
+  EXPECT(length > 0);
+  ngramspec_learned_cost_free(cost);
   return 0;
 }
 
@@ -379,8 +431,9 @@ int main(void) {
   ngramspec_batch_free(NULL);
   ngramspec_corpus_file_close(NULL);
   ngramspec_sampler_free(NULL);
+  ngramspec_learned_cost_free(NULL);
   if (drafter() != 0 || batch() != 0 || tree_batch() != 0 || corpus_file() != 0 || verify_chain() != 0 ||
-      verify_tree() != 0) {
+      verify_tree() != 0 || learned() != 0) {
     return 1;
   }
   printf("ngramspec %s: the C API works from C11\n", ngramspec_version_string());
