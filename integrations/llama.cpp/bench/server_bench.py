@@ -19,8 +19,8 @@ there are asked afterwards, one at a time), and the requests whose tokens differ
 
 Standard library only. Every request has a timeout, the whole run has a time limit (--time-limit), nothing is
 retried, and each server is stopped whatever happens (an error, the limit, Ctrl-C or SIGTERM). Exit status: 0 when
-every answer came and equals the reference, 1 when one differs or failed, 2 on bad arguments, 3 when the time limit
-cut the run short.
+every answer came and equals the reference, 1 when one differs or failed or a server failed, 2 on bad arguments, 3
+when the time limit cut the run short, 128 + the signal's number when Ctrl-C or a signal stopped it.
 """
 
 import argparse
@@ -264,18 +264,24 @@ def check_phase(phase, reference, prompts):
     return differ
 
 
-def run_type(args, label, flags, prompts, reference, log_dir, round_index, deadline):
-    """Starts one server, runs the three phases and stops it; fills `reference` when it is the plain server."""
+def run_type(args, label, flags, prompts, reference, log_dir, round_index, deadline, records):
+    """Starts one server, runs the three phases and stops it, adding its record to `records` as it goes (a run
+    cut short keeps the phases it finished); fills `reference` when it is the plain server."""
     server = Server(args, label, flags, log_dir, round_index)
     try:
         server.wait_ready(args.start_timeout, deadline)
         record = {"type": label, "round": round_index, "command": server.describe(), "phases": {}}
+        records.append(record)
         for name, count, clients in (("cold", args.cold, 1), ("load", args.load, args.clients),
                                      ("warm", args.warm, 1)):
+            if count == 0:
+                continue
             deadline.check(f"before the {label} server's {name} phase")
             if server.process.poll() is not None:
                 raise server.fail(f"exited with status {server.process.returncode} before its {name} phase")
             phase = run_phase(server, args, prompts, count, clients, deadline)
+            # A phase the time limit cut short is no figure: it is left out.
+            deadline.check(f"during the {label} server's {name} phase")
             record["phases"][name] = phase
             if name == "cold" and label == "plain" and not reference:
                 for r in phase["requests"]:
@@ -293,7 +299,6 @@ def run_type(args, label, flags, prompts, reference, log_dir, round_index, deadl
                         reference[p] = {"tokens": tokens, "content": content}
         if server.process.poll() is not None:
             raise server.fail(f"exited with status {server.process.returncode} during the run")
-        return record
     finally:
         server.stop()
 
@@ -464,8 +469,10 @@ def main(argv):
         return 2
 
     def on_signal(signum, frame):
-        raise Stop(f"signal {signum}")
+        raise Stop(signum)
 
+    # Ctrl-C stops the run even where it was started with SIGINT ignored (a background job of a script).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
 
@@ -481,21 +488,19 @@ def main(argv):
         for round_index in range(1, args.rounds + 1):
             for label in labels:
                 deadline.check(f"before the {label} server of round {round_index}")
-                record = run_type(args, label, servers[label], prompts, reference, log_dir, round_index, deadline)
-                records.append(record)
+                run_type(args, label, servers[label], prompts, reference, log_dir, round_index, deadline, records)
     except TimeLimit as e:
         stopped, status = str(e), 3
     except BenchError as e:
         stopped, status = str(e), 1
-    except (KeyboardInterrupt, Stop) as e:
-        stopped, status = f"interrupted ({e or 'Ctrl-C'})", 130
-    finally:
-        if not args.log_dir:
-            for name in os.listdir(log_dir):
-                if status in (0, 3):
-                    os.unlink(os.path.join(log_dir, name))
-            if status in (0, 3):
-                os.rmdir(log_dir)
+    except KeyboardInterrupt:
+        stopped, status = "interrupted (Ctrl-C)", 128 + signal.SIGINT
+    except Stop as e:
+        stopped, status = f"stopped by {signal.Signals(e.args[0]).name}", 128 + e.args[0]
+    if not args.log_dir and status in (0, 3):
+        for name in os.listdir(log_dir):
+            os.unlink(os.path.join(log_dir, name))
+        os.rmdir(log_dir)
 
     differ = []
     for record in records:
@@ -519,6 +524,11 @@ def main(argv):
             print(f"(server logs kept in {log_dir})", file=out)
     if status == 0 and differ:
         status = 1
+    answers = sum(len(p["requests"]) for r in records for p in r["phases"].values())
+    if status == 0:
+        print(f"\nPASS: all {answers} answers of {', '.join(labels)} equal plain single-request decoding's", file=out)
+    elif differ:
+        print(f"\nFAIL: {len(differ)} of {answers} answers are not plain single-request decoding's", file=out)
 
     if args.json:
         document = {
