@@ -28,6 +28,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -322,10 +323,10 @@ def check_corpus_files(args, log_dir, plain):
     refused("other-vocabulary", other, f"the corpus file '{other}' records a vocabulary of 32000 tokens, the model's has")
     print("a corpus file recording another vocabulary stops the server at start, naming it and both sizes")
 
-    # Each plain answer with a token outside any vocabulary after its 8th token: a draft from the corpus
-    # would hand the model that token (HTTP 500 "invalid token") unless it is cut.
+    # The plain answers with a token outside any vocabulary before every 16th token from the 8th on: a
+    # draft from the corpus would hand the model that token (HTTP 500 "invalid token") unless it is cut.
     foreign = 2130706697
-    records = [a["tokens"][:8] + [foreign] + a["tokens"][8:] for a in plain]
+    records = [[t for i, x in enumerate(a["tokens"]) for t in ([foreign, x] if i % 16 == 8 else [x])] for a in plain]
     unknown = build("foreign-tokens", records, [])
     server = Server(args, "foreign-tokens", ["--spec-type", "ngramspec", "--spec-ngramspec-corpus", unknown], log_dir)
     try:
@@ -334,7 +335,13 @@ def check_corpus_files(args, log_dir, plain):
         drafted, accepted = check_same("a corpus of foreign tokens", PROMPTS, answers, dict(zip(PROMPTS, plain)))
     finally:
         server.stop()
-    print(f"a corpus file holding token {foreign}: answers identical to plain, drafted {drafted}, accepted {accepted}")
+    # On exit the server says how many drafted tokens it cut: none cut would mean the check above proved nothing.
+    cut = re.search(r"ngramspec: (\d+) drafted tokens were cut for lying outside the model's vocabulary",
+                    log_tail(server.log_path, 400))
+    if not cut:
+        raise server.fail(f"no drafted token was cut from a corpus holding token {foreign} before every 16th")
+    print(f"a corpus file holding token {foreign}: answers identical to plain, drafted {drafted}, accepted {accepted}, "
+          f"{cut.group(1)} foreign drafted tokens cut")
 
 
 def main():
