@@ -3,6 +3,7 @@
 // drafters in c_api/drafters.cpp, the batches in c_api/batch.cpp; what they share is in
 // c_api/common.hpp.
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdarg>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -21,6 +23,7 @@
 
 #include "c_api/common.hpp"
 #include "ngramspec/allocation_error.hpp"
+#include "ngramspec/argument_error.hpp"
 #include "ngramspec/corpus_file.hpp"
 #include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/draft_planner.hpp"
@@ -149,6 +152,48 @@ bool to_cpp(int value, CorpusPreference& out, const char* where) noexcept {
   return false;
 }
 
+CostSpec parse_cost_spec(std::string_view spec) {
+  constexpr std::string_view kLearn = "learn";
+  if (!spec.starts_with(kLearn)) return CostSpec{false, VerifyCost::parse(spec)};
+  if (spec.size() == kLearn.size()) return CostSpec{true, std::nullopt};
+  if (spec[kLearn.size()] != ':') {
+    throw ArgumentError("ngramspec::VerifyCost", "'" + std::string(spec) +
+                                                     "' is not a cost: expected flat, knee:N, table:TOKENS=COST,..., "
+                                                     "learn or learn:SPEC (learned, SPEC its prior)");
+  }
+  try {
+    return CostSpec{true, VerifyCost::parse(spec.substr(kLearn.size() + 1))};
+  } catch (const ArgumentError& e) {
+    throw ArgumentError("ngramspec::VerifyCost",
+                        "'" + std::string(spec) + "': its prior is not a cost: " + std::string(e.detail()));
+  }
+}
+
+ngramspec_status check_base_expected(const char* where, double base_expected) noexcept {
+  if (std::isfinite(base_expected) && base_expected > 0) return NGRAMSPEC_OK;
+  return guarded_value(Where{where}, NGRAMSPEC_ERROR_INTERNAL, [&] {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: base_expected = %s is invalid: it must be finite and positive (a pass emits at least its "
+                "model token)",
+                where, ngramspec::detail::number_text(base_expected).c_str());
+  });
+}
+
+ngramspec_status write_text(const char* where, std::string_view text, char* out, std::size_t capacity,
+                            std::size_t* length) noexcept {
+  if (length == nullptr) return null_argument(where, "length");
+  if (const ngramspec_status bad = check_array(where, out, "out", "capacity", capacity, 1); bad != NGRAMSPEC_OK) {
+    return bad;
+  }
+  if (capacity != 0) {
+    const std::size_t n = std::min(text.size(), capacity - 1);
+    std::memcpy(out, text.data(), n);
+    out[n] = '\0';
+  }
+  *length = text.size();
+  return NGRAMSPEC_OK;
+}
+
 }  // namespace ngramspec::c_api
 
 struct ngramspec_verify_cost {
@@ -191,6 +236,12 @@ const char* ngramspec_last_error(void) { return t_last_error; }
 ngramspec_status ngramspec_verify_cost_create(const char* spec, ngramspec_verify_cost** out) {
   if (out == nullptr) return null_argument(__func__, "out");
   if (spec == nullptr) return null_argument(__func__, "spec");
+  if (std::string_view(spec).starts_with("learn")) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: spec = '%s' is not a fixed curve: a learned cost is a batch's (ngramspec_batch_config::cost) or "
+                "ngramspec_learned_cost_create's",
+                __func__, spec);
+  }
   return guarded(Where{__func__}, [&] {
     ngramspec::VerifyCost cost = ngramspec::VerifyCost::parse(spec);
     std::string normalized = cost.normalized().spec();
@@ -219,12 +270,7 @@ ngramspec_status ngramspec_plan_drafts(const ngramspec_verify_cost* cost, size_t
       bad != NGRAMSPEC_OK) {
     return bad;
   }
-  if (!std::isfinite(base_expected) || base_expected <= 0) {
-    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
-                "%s: base_expected = %s is invalid: it must be finite and positive (a pass emits at least its "
-                "model token)",
-                __func__, ngramspec::detail::number_text(base_expected).c_str());
-  }
+  if (const ngramspec_status bad = check_base_expected(__func__, base_expected); bad != NGRAMSPEC_OK) return bad;
   *count = ngramspec::DraftPlanner::plan_one(cost == nullptr ? nullptr : &cost->cost, base_tokens, base_expected, 0,
                                              std::span<float>(probabilities, n));
   return NGRAMSPEC_OK;

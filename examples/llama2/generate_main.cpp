@@ -18,13 +18,14 @@
 #include "llama2_generate.hpp"
 #include "llama2_model.hpp"
 #include "llama2_tokenizer.hpp"
+#include "ngramspec/learned_cost.hpp"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: ngramspec-generate --model M --tokenizer T (--prompt TEXT | --prompts FILE) [--steps N] [--max-drafts K]\n"
     "                          [--tree-nodes N [--recycle K] [--tree-width W] [--carry-over] [--enrich-counts]]\n"
-    "                          [--cost SPEC] [--draft-layers L [--best-of [--draft-cost C] [--no-continue]]]\n"
+    "                          [--cost SPEC [--fixed-cost]] [--draft-layers L [--best-of [--draft-cost C] [--no-continue]]]\n"
     "                          [--no-speculate]\n"
     "                          [--check] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                          [--sampling-mode exact|rejection]\n"
@@ -49,7 +50,10 @@ constexpr const char* kUsage =
     "                  cost, from the drafter's estimates.\n"
     "                  measure (default): time this model's passes of 1 .. K+1 tokens at start and print the\n"
     "                  curve; knee:N: flat up to N tokens, then linear; table:1=1,2=1.9,...: measured points;\n"
-    "                  none: no cost model, the drafter's own gate decides (MatchDrafter)\n"
+    "                  none: no cost model, the drafter's own gate decides (MatchDrafter); learn: learned from\n"
+    "                  the passes served with no curve at start. A curve, measured or given (also as learn:SPEC),\n"
+    "                  is the prior of a cost learned from the passes served (each forward timed; greedy chains)\n"
+    "  --fixed-cost    plan every pass against the curve of --cost as it is, not learning from the passes\n"
     "  --draft-layers L draft with the model's own first L layers, then its final norm and classifier\n"
     "                  (self-speculation; a ModelDrafter, greedy or drawing from the draft's distribution under\n"
     "                  the same sampling options) instead of MatchDrafter; 1 to the model's n_layers (default:\n"
@@ -197,6 +201,20 @@ int main(int argc, char** argv) {
       std::snprintf(took, sizeof took, " (measured in %.0f ms)", ms);
       cost_line = "verify cost: " + cost->spec() + took;
     }
+    // By default the curve is the prior of a cost learned from the passes served, kept across every request
+    // and run (each greedy chain pass planned against it, its forward timed into it); --fixed-cost: the curve
+    // as it is.
+    std::optional<ngramspec::LearnedCost> learned;
+    if ((args.speculate || args.check) && !args.fixed_cost && args.cost_source != GenerateOptions::Cost::none) {
+      learned.emplace(cost);
+      if (args.cost_source == GenerateOptions::Cost::learn) {
+        cost_line = "verify cost: learned from the passes served (no prior)";
+      } else {
+        cost_line += "\nverify cost: learned from the passes served, the curve above its prior";
+      }
+    } else if (args.fixed_cost) {
+      cost_line += "\nverify cost: fixed (--fixed-cost)";
+    }
 
     // Every request in order; trees start from a new drafter each run, so that repeated runs draft alike (with
     // --carry-over it keeps what it learns from one request to the next within the run).
@@ -225,7 +243,8 @@ int main(int argc, char** argv) {
             drafter        ? generate_tree(model, prompt, args.steps, width, *drafter, args.sampling, cost)
             : best         ? generate_best_of(model, prompt, args.steps, width, *best, args.sampling, cost)
             : self_drafter ? generate_with_draft(model, prompt, args.steps, width, *self_drafter, args.sampling, cost)
-                           : generate(model, prompt, args.steps, width, speculate, args.sampling, cost);
+                           : generate(model, prompt, args.steps, width, speculate, args.sampling, cost,
+                                      learned ? &*learned : nullptr);
         const ngramspec::DecodeStats& s = g.result.stats;
         run.outputs.push_back(g.result.tokens);
         run.stats.prefill_passes += s.prefill_passes;

@@ -143,15 +143,21 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
       if (text == "measure") {
         options.cost_source = GenerateOptions::Cost::measure;
         options.cost.reset();
+      } else if (text == "learn") {
+        options.cost_source = GenerateOptions::Cost::learn;
+        options.cost.reset();
       } else if (text == "none") {
         options.cost_source = GenerateOptions::Cost::none;
         options.cost.reset();
       } else {
+        // learn:SPEC: the curve SPEC, learned from (a curve is a prior anyway, unless --fixed-cost)
+        const std::string_view spec = text.starts_with("learn:") ? text.substr(6) : text;
         try {
-          options.cost = VerifyCost::parse(text);
+          options.cost = VerifyCost::parse(spec);
         } catch (const std::invalid_argument& e) {
-          throw std::invalid_argument("--cost wants measure, none, knee:N or table:TOKENS=COST,...: " +
-                                      std::string(e.what()));
+          throw std::invalid_argument(
+              "--cost wants measure, learn, learn:SPEC, none, knee:N or table:TOKENS=COST,...: " +
+              std::string(e.what()));
         }
         options.cost_source = GenerateOptions::Cost::given;
       }
@@ -169,6 +175,8 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
     } else if (flag == "--seed") {
       options.sampling.seed = parse_count(flag, value());
       if (sampling_filter.empty()) sampling_filter = flag;
+    } else if (flag == "--fixed-cost") {
+      options.fixed_cost = true;
     } else if (flag == "--no-speculate") {
       options.speculate = false;
     } else if (flag == "--check") {
@@ -229,6 +237,15 @@ GenerateOptions parse_generate_options(std::span<const std::string_view> args) {
   if (!options.speculate && (!k_flag.empty() || has_cost)) {
     throw std::invalid_argument(std::string(!k_flag.empty() ? k_flag : "--cost") +
                                 " sizes drafts, and --no-speculate drafts nothing");
+  }
+  if (options.fixed_cost && !options.speculate) {
+    throw std::invalid_argument("--fixed-cost says how drafts are sized, and --no-speculate drafts nothing");
+  }
+  if (options.fixed_cost &&
+      (options.cost_source == GenerateOptions::Cost::none || options.cost_source == GenerateOptions::Cost::learn)) {
+    throw std::invalid_argument(std::string("--fixed-cost plans against the curve of --cost as it is, and --cost ") +
+                                (options.cost_source == GenerateOptions::Cost::none ? "none" : "learn") +
+                                " gives no curve");
   }
   if (!options.speculate && has_sampling_mode) {
     throw std::invalid_argument("--sampling-mode says how drafts are verified, and --no-speculate drafts nothing");

@@ -49,10 +49,14 @@ struct GenerateOptions {
   bool check = false;       ///< --check
   SamplingOptions sampling;  ///< --temperature, --top-k, --top-p, --min-p, --seed, --sampling-mode; passes validate()
   /// --cost: measure the model's verify-pass cost at start (the default, "measure"), use the one given
-  /// (`cost`, from "knee:N" or "table:T=C,..."), or draft without a cost model ("none").
-  enum class Cost { measure, given, none };
+  /// (`cost`, from "knee:N", "table:T=C,..." or "learn:SPEC"), learn it with no curve at start ("learn"),
+  /// or draft without a cost model ("none"). A curve, measured or given, is the prior of a cost learned
+  /// from the passes served (LearnedCost), unless --fixed-cost.
+  enum class Cost { measure, given, learn, none };
   Cost cost_source = Cost::measure;
   std::optional<VerifyCost> cost;  ///< the cost given, when cost_source is Cost::given
+  /// --fixed-cost: plan every pass against the curve as it is, not learning from the passes.
+  bool fixed_cost = false;
 
   /// The default --k when drafts are sized by a cost model: long copies may run, and the cost keeps
   /// drafts that do not pay out of the pass.

@@ -33,7 +33,7 @@ namespace detail {
 template <class D>
 Generation timed_generation(Transformer& model, std::span<const Token> prompt, std::size_t steps, std::size_t width,
                             const char* width_name, bool speculate, D& drafter, const SamplingOptions& sampling,
-                            const std::optional<VerifyCost>& cost) {
+                            const std::optional<VerifyCost>& cost, LearnedCost* learned = nullptr) {
   if (prompt.size() > model.config().seq_len) {
     throw std::invalid_argument("llama2: the prompt is " + std::to_string(prompt.size()) +
                                 " tokens, longer than the model's seq_len of " +
@@ -52,6 +52,7 @@ Generation timed_generation(Transformer& model, std::span<const Token> prompt, s
   const auto run = [&](auto& target) {
     SpeculativeDecoder decoder(target, drafter);
     decoder.set_verify_cost(cost);
+    decoder.set_learned_cost(learned);
     Generation out;
     const auto start = std::chrono::steady_clock::now();
     out.result = decoder.generate(prompt, options);
@@ -87,15 +88,19 @@ Generation timed_generation(Transformer& model, std::span<const Token> prompt, s
 /// Draft length: at most `k` drafts a pass (DecodeOptions::max_drafts). With `cost`, the curve of what a pass
 /// costs against its tokens (measure_pass_cost() times it), each pass sends the number of drafts up to k that
 /// makes its expected tokens per unit of cost highest, from MatchDrafter's acceptance estimates
-/// (SpeculativeDecoder::set_verify_cost); without, what MatchDrafter's gate proposes up to k.
+/// (SpeculativeDecoder::set_verify_cost); without, what MatchDrafter's gate proposes up to k. With `learned`
+/// (the caller's, kept across calls), greedy passes are planned against what it has learned of this model's
+/// passes instead, each forward timed into it (SpeculativeDecoder::set_learned_cost); `cost` is its prior's
+/// curve and still sizes what it does not plan.
 ///
 /// Stops on BOS, as llama2.c's run.c does, and at the model's seq_len. Throws std::invalid_argument when the
 /// prompt does not fit in seq_len, k + 1 exceeds the model's max_batch(), or the sampling options are invalid.
 inline Generation generate(Transformer& model, std::span<const Token> prompt, std::size_t steps, std::size_t k,
                            bool speculate, const SamplingOptions& sampling = {},
-                           const std::optional<VerifyCost>& cost = std::nullopt) {
+                           const std::optional<VerifyCost>& cost = std::nullopt, LearnedCost* learned = nullptr) {
   MatchDrafter drafter = make_text_drafter(model);
-  return detail::timed_generation(model, prompt, steps, k, "k", speculate, drafter, sampling, cost);
+  return detail::timed_generation(model, prompt, steps, k, "k", speculate, drafter, sampling, cost,
+                                  speculate ? learned : nullptr);
 }
 
 /// Tree-verified generation: as generate(), but each pass verifies a tree of up to `nodes` drafts from `drafter`

@@ -502,7 +502,10 @@ def serve_speculative(model: Transformer, prompts: list[list[int]], max_new_toke
             request = requests[i]
             own = drafts[offsets[j]:offsets[j + 1]].tolist()
             fed.append(request.prompt if not request.output else request.output[-1:] + own)
+        began = time.perf_counter()
         nexts = model.forward([(caches[i], tokens) for i, tokens in zip(running, fed)])
+        if spec.learns_cost:  # the forward's own time, which the learned cost prices passes by
+            spec.report_pass_seconds(max(time.perf_counter() - began, 1e-9))
         steps += 1
         answers = [next_tokens[-1:] if not requests[i].output else next_tokens
                    for i, next_tokens in zip(running, nexts)]
@@ -555,7 +558,10 @@ def serve_tree(model: Transformer, prompts: list[list[int]], max_new_tokens: int
             else:
                 own = slice(int(offsets[j]), int(offsets[j + 1]))
                 fed.append((cache, request.output[-1:] + nodes[own].tolist(), [-1] + (parents[own] + 1).tolist()))
+        began = time.perf_counter()
         scores = model.forward(fed, logits=True)
+        if spec.learns_cost:
+            spec.report_pass_seconds(max(time.perf_counter() - began, 1e-9))
         steps += 1
         answered = torch.cat([rows[-1:] if len(entry) == 2 else rows for entry, rows in zip(fed, scores)])
         model_tokens = answered.argmax(-1).numpy().astype(np.uint32)
@@ -710,8 +716,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also decode through a tree batch verifying up to N nodes per request and pass, "
                              "and print its figures beside the chains' (default 0: chains only)")
     parser.add_argument("--cost", default="measure", action=_Once,
-                        help="what a pass costs: measure (default: time this forward at start), none (no cost "
-                             "model: MatchDrafter's gate decides), or an ngramspec spec, knee:N or table:T=C,...")
+                        help="what a pass costs: measure (default: time this forward at start), learn (no curve "
+                             "at start: learned from the passes alone), none (no cost model: MatchDrafter's gate "
+                             "decides), or an ngramspec spec, knee:N or table:T=C,...; every curve but none is the "
+                             "prior of a cost learned from the passes served, unless --fixed-cost")
+    parser.add_argument("--fixed-cost", action=_Once, switch=True, default=False,
+                        help="plan every pass against the curve of --cost as it is, not learning from the passes")
     parser.add_argument("--repeats", type=int, default=2, action=_Once,
                         help="timed runs of each decoding, alternating (default 2: plain, spec, spec, plain)")
     parser.add_argument("--check-invariance", action=_Once, switch=True, default=False,
@@ -774,9 +784,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"verify cost{f' ({label}s)' if args.tree_nodes else ''}: {costs[label]} (measured in "
                   f"{1000 * (time.perf_counter() - began):.0f} ms)")
         else:
-            costs[label] = None if args.cost == "none" else args.cost
-    if args.cost != "measure":
+            costs[label] = None if args.cost in ("none", "learn") else args.cost
+        # By default the curve is a prior: the cost is learned from the passes served (each forward timed).
+        if args.cost != "none" and not args.fixed_cost:
+            costs[label] = "learn" if costs[label] is None else "learn:" + costs[label]
+    if args.cost not in ("measure", "learn"):
         print(f"verify cost{' (given)' if args.cost != 'none' else ''}: {args.cost}")
+    if args.cost != "none":
+        print("verify cost: fixed (--fixed-cost)" if args.fixed_cost else
+              "verify cost: learned from the passes served" + (" (no prior)" if args.cost == "learn" else
+                                                               ", the curve above its prior"))
 
     runs: dict[str, list[Run]] = {"plain": [], **{label: [] for label, _, _ in decodings}}
     for r in range(args.repeats):  # alternating, so that no decoding always runs first

@@ -281,6 +281,8 @@ typedef struct ngramspec_batch_config {
   size_t max_pass_tokens;   /* most tokens one verify pass carries; 0: no limit (default 0) */
   size_t max_record_tokens; /* output tokens of a sequence kept for the corpus, up to 2^28 (default 8192) */
   const char* cost;         /* the verify cost, "flat", "knee:N" or "table:T=C,..." (copied; VerifyCost::parse);
+                               "learn" or "learn:SPEC": learned from the passes served, SPEC (any of the
+                               above) its prior (since 0.3; see "Learned verify costs" below);
                                NULL: none (default) */
   int default_drafter;      /* nonzero: MatchDrafter's defaults, without the gate when there is a cost
                                (default 1); zero: `drafter` below */
@@ -553,7 +555,8 @@ NGRAMSPEC_API ngramspec_status ngramspec_batch_accept_trees_q(ngramspec_batch* b
 typedef struct ngramspec_verify_cost ngramspec_verify_cost;
 
 /* A verify cost read from `spec` ("flat", "knee:N" or "table:T=C,...", as ngramspec_batch_config::cost;
- * VerifyCost::parse). NGRAMSPEC_ERROR_INVALID_ARGUMENT naming the spec and what is wrong with it. */
+ * VerifyCost::parse). NGRAMSPEC_ERROR_INVALID_ARGUMENT naming the spec and what is wrong with it ("learn" is
+ * no fixed curve: see ngramspec_learned_cost_create). */
 NGRAMSPEC_API ngramspec_status ngramspec_verify_cost_create(const char* spec, ngramspec_verify_cost** out);
 NGRAMSPEC_API void ngramspec_verify_cost_free(ngramspec_verify_cost* cost);
 /* What a pass of `tokens` tokens costs, the one-token pass costing 1 (0 tokens cost what 1 does); 0 for a
@@ -581,6 +584,82 @@ NGRAMSPEC_API ngramspec_status ngramspec_plan_drafts(const ngramspec_verify_cost
                                                      double base_expected, float* probabilities, size_t n,
                                                      size_t* count);
 
+
+/* Learned verify costs (since 0.3): what a pass costs, learned from the passes an engine serves
+ * (LearnedCost; docs/ALGORITHM.md, "A cost learned from the passes served"), so that a curve timed at
+ * start is a prior, not the truth: a machine that gets busy, a GPU whose large passes cost more than a
+ * start-up timing said, all show up in the passes served. A batch learns its cost when
+ * ngramspec_batch_config::cost is "learn" (from a pessimistic start) or "learn:SPEC" (SPEC, any cost spec,
+ * the curve measured at start say, as its prior): propose plans each pass against the estimate for its
+ * number of sequences, and the drafters do not gate. Each pass is timed from the end of propose to the start
+ * of accept, or reported by the engine (ngramspec_batch_report_pass_seconds) when it knows better. */
+
+/* The time the engine took to run the pass proposed last (its forward, and whatever else it counts as the
+ * pass's), in seconds: call it between ngramspec_batch_propose (or _propose_trees) and the accept of that
+ * pass; the last report before accept counts. NGRAMSPEC_ERROR_INVALID_ARGUMENT, nothing learned, naming the
+ * value when seconds is not finite and positive, when the batch does not learn its cost (its config's cost
+ * is not "learn" or "learn:SPEC"), or when no pass was proposed since the last accept. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_report_pass_seconds(ngramspec_batch* batch, double seconds);
+/* Whether the batch learns its cost (1) or not (0); 0 for a NULL batch. */
+NGRAMSPEC_API int ngramspec_batch_learns_cost(const ngramspec_batch* batch);
+/* What the batch plans against, as text: for a learned cost, one line per batch size served (passes,
+ * plain-pass time, shape-change price, whether the prior is trusted, the ratios measured; "" before any
+ * pass); for a fixed cost, its spec ("knee:256"); without a cost, "". Written as snprintf writes: at most
+ * capacity - 1 bytes and a NUL (out may be NULL when capacity is 0), the whole text's length, without its
+ * NUL, to *length (call again with length + 1 bytes when it did not fit). */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_describe_cost(const ngramspec_batch* batch, char* out, size_t capacity,
+                                                             size_t* length);
+
+/* What a learned cost observed: passes and their seconds, plain passes (no drafts) and theirs, and the
+ * passes that carried more drafts than had been measured with what they cost above what the estimate said
+ * of them (negative: less; at most the exploration bound times the seconds served, plus one pass). A
+ * struct that grows at the end, as ngramspec_batch_stats: the caller passes its size. One version so far,
+ * ending at exploration_seconds (48 bytes). */
+typedef struct ngramspec_learned_cost_stats {
+  uint64_t passes;
+  double seconds;
+  uint64_t plain_passes;
+  double plain_seconds;
+  uint64_t exploring_passes;
+  double exploration_seconds;
+} ngramspec_learned_cost_stats;
+
+/* The learned cost's totals into `out` (out_size: sizeof(ngramspec_learned_cost_stats)).
+ * NGRAMSPEC_ERROR_INVALID_ARGUMENT, nothing written, for a batch that does not learn its cost or an
+ * out_size of no version. */
+NGRAMSPEC_API ngramspec_status ngramspec_batch_learned_cost_stats(const ngramspec_batch* batch,
+                                                                  ngramspec_learned_cost_stats* out, size_t out_size);
+
+/* A learned cost on its own, for an engine that sizes one sequence's drafts itself (as
+ * ngramspec_plan_drafts does with a fixed cost) and times its own passes. Not thread-safe: one engine's
+ * passes. Its memory is fixed at creation (a few tens of kilobytes); plan and observe allocate nothing. */
+typedef struct ngramspec_learned_cost ngramspec_learned_cost;
+
+/* A learned cost from `prior` (a cost spec, as ngramspec_verify_cost_create reads; NULL: none, a
+ * pessimistic start), exploring at most `exploration` of the time served (in [0, 1]; LearnedCostConfig's
+ * default is 0.005) and running a plain pass at least once in `plain_every` passes of a batch size (at
+ * least 2; default 128). NGRAMSPEC_ERROR_INVALID_ARGUMENT naming the spec or the value. */
+NGRAMSPEC_API ngramspec_status ngramspec_learned_cost_create(const char* prior, double exploration,
+                                                             size_t plain_every, ngramspec_learned_cost** out);
+NGRAMSPEC_API void ngramspec_learned_cost_free(ngramspec_learned_cost* cost);
+/* How many of one sequence's `n` candidate drafts the next pass of `rows` sequences (0 is taken as 1)
+ * should carry, planned against the estimate for that many sequences: ngramspec_plan_drafts's arguments
+ * and result otherwise (base_tokens: what the pass carries besides the drafts, at least `rows`). Before
+ * the first passes of a batch size, and now and then after, the estimate asks for a plain pass (*count 0):
+ * that is how the time of a plain pass, which every other is priced against, is learned and followed. */
+NGRAMSPEC_API ngramspec_status ngramspec_learned_cost_plan(ngramspec_learned_cost* cost, size_t rows,
+                                                           size_t base_tokens, double base_expected,
+                                                           float* probabilities, size_t n, size_t* count);
+/* One pass served: `rows` sequences, `tokens` tokens in all (at least one a sequence), in `seconds`.
+ * NGRAMSPEC_ERROR_INVALID_ARGUMENT, nothing learned, naming the value when rows is 0, tokens is below rows
+ * or seconds is not finite and positive. */
+NGRAMSPEC_API ngramspec_status ngramspec_learned_cost_observe(ngramspec_learned_cost* cost, size_t rows,
+                                                              size_t tokens, double seconds);
+/* ngramspec_batch_describe_cost's text and ngramspec_batch_learned_cost_stats's totals, for this cost. */
+NGRAMSPEC_API ngramspec_status ngramspec_learned_cost_describe(const ngramspec_learned_cost* cost, char* out,
+                                                               size_t capacity, size_t* length);
+NGRAMSPEC_API ngramspec_status ngramspec_learned_cost_stats_get(const ngramspec_learned_cost* cost,
+                                                                ngramspec_learned_cost_stats* out, size_t out_size);
 
 /* ---- Sampling and rejection verification (since 0.3) ---------------------------------------------- */
 

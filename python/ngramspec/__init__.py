@@ -31,7 +31,7 @@ from ._errors import CorpusFileError, NgramspecError
 from ._corpus import CorpusDraft, CorpusPreferenceName, MappedCorpus, SharedCorpus
 from ._drafters import MatchDrafter, NGramPredictor
 from ._batch import STEP_DTYPE, BatchSpeculator, BatchStats, StopReason
-from ._planner import VerifyCost
+from ._planner import LearnedCost, LearnedCostStats, VerifyCost
 from ._sampling import MAX_SUPPORT, SamplingModeName, TokenSampler
 
 __all__ = [
@@ -51,6 +51,8 @@ __all__ = [
     "StopReason",
     "STEP_DTYPE",
     "VerifyCost",
+    "LearnedCost",
+    "LearnedCostStats",
     "TokenSampler",
     "SamplingModeName",
     "MAX_SUPPORT",

@@ -15,6 +15,7 @@ from ._arrays import (IdsLike, OffsetsLike, Remembered, TokensLike, float32_arg,
                       offsets_arg_remembered, out_offsets, out_tokens, size_arg, tokens_arg, tokens_arg_remembered)
 from ._corpus import CorpusPreferenceName, MappedCorpus, SharedCorpus, create_attached, preference_arg
 from ._drafters import match_config
+from ._planner import LearnedCostStats, learned_stats, read_text
 from ._errors import raise_status
 from ._native import BatchStats as _CBatchStats
 from ._native import SequenceOptions, Step, lib
@@ -132,8 +133,12 @@ class BatchSpeculator(Closable):
         `cost`: what a verify pass costs, ``"flat"``, ``"knee:N"`` or ``"table:T=C,..."`` (the
         grammar of the C++ VerifyCost::parse; only ratios matter, and a cost more than 1e200 times
         the one-token pass's is refused); propose then sizes
-        every draft so that the pass's expected tokens per unit of cost is highest. None: every
-        sequence sends what its drafter proposes, up to its max_drafts.
+        every draft so that the pass's expected tokens per unit of cost is highest. ``"learn"`` or
+        ``"learn:SPEC"`` (the recommended setting): the cost is learned from the passes served, SPEC
+        (a curve measured at start, :meth:`VerifyCost.measure`'s spec say) its prior; each pass is
+        timed from the end of propose to the start of accept, or reported by
+        :meth:`report_pass_seconds`. None: every sequence sends what its drafter proposes, up to its
+        max_drafts.
         `drafter`: MatchDrafter keyword settings for the pool (those left out take MatchDrafter's
         defaults, the gate included); None: MatchDrafter's defaults, without the gate when there is
         a cost.
@@ -509,6 +514,41 @@ class BatchSpeculator(Closable):
             raise_status(status)
         return BatchStats(int(out.proposals), int(out.drafted), int(out.accepted), int(out.emitted),
                           int(out.out_of_vocabulary))
+
+    # ---- The learned cost ------------------------------------------------------------------
+
+    @property
+    def cost(self) -> str | None:
+        """The cost spec given at creation (``"learn"``, ``"learn:knee:64"``, ``"knee:64"``), or None."""
+        return self._cost
+
+    @property
+    def learns_cost(self) -> bool:
+        """Whether the cost is learned from the passes served (`cost` ``"learn"`` or ``"learn:SPEC"``)."""
+        return bool(lib.ngramspec_batch_learns_cost(self._live("learns_cost")))
+
+    def report_pass_seconds(self, seconds: float) -> None:
+        """The time the engine took to run the pass proposed last (its forward, synchronized on a GPU,
+        and whatever else it counts as the pass's), in seconds: call it between :meth:`propose` (or
+        :meth:`propose_trees`) and the accept of that pass; without it the pass is timed from the end
+        of propose to the start of accept. Raises ValueError naming the value, nothing learned, when
+        `seconds` is not finite and positive, the speculator does not learn its cost, or no pass was
+        proposed since the last accept."""
+        status = lib.ngramspec_batch_report_pass_seconds(self._live("report_pass_seconds"), float(seconds))
+        if status:
+            raise_status(status)
+
+    def describe_cost(self) -> str:
+        """What the speculator plans against: for a learned cost, one line per batch size served
+        (passes, plain-pass time, shape-change price, whether the prior is trusted, the ratios
+        measured; "" before any pass); for a fixed cost its spec; without a cost ""."""
+        return read_text(lib.ngramspec_batch_describe_cost, self._live("describe_cost"))
+
+    @property
+    def learned_cost_stats(self) -> LearnedCostStats:
+        """What the learned cost observed (passes, seconds, plain passes, exploration); ValueError when
+        the speculator does not learn its cost."""
+        return learned_stats(lib.ngramspec_batch_learned_cost_stats, self._live("learned_cost_stats"))
 
     @property
     def max_sequences(self) -> int:

@@ -136,6 +136,13 @@ class BatchStats(Structure):
                 ("out_of_vocabulary", c_uint64)]
 
 
+class LearnedCostStats(Structure):
+    """ngramspec_learned_cost_stats."""
+
+    _fields_ = [("passes", c_uint64), ("seconds", c_double), ("plain_passes", c_uint64), ("plain_seconds", c_double),
+                ("exploring_passes", c_uint64), ("exploration_seconds", c_double)]
+
+
 # ---- Signatures. Pointers are c_void_p so that plain integers (NumPy data addresses) pass fast. --
 
 _P = c_void_p  # any pointer: a handle, an array's address, or None for NULL
@@ -227,6 +234,17 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_verify_cost_of_pass": (c_double, [_P, _S, _S]),
     "ngramspec_verify_cost_spec": (c_char_p, [_P]),
     "ngramspec_plan_drafts": (_STATUS, [_P, _S, c_double, _P, _S, _P]),
+    # Learned costs
+    "ngramspec_batch_report_pass_seconds": (_STATUS, [_P, c_double]),
+    "ngramspec_batch_learns_cost": (c_int, [_P]),
+    "ngramspec_batch_describe_cost": (_STATUS, [_P, _P, _S, _P]),
+    "ngramspec_batch_learned_cost_stats": (_STATUS, [_P, POINTER(LearnedCostStats), _S]),
+    "ngramspec_learned_cost_create": (_STATUS, [c_char_p, c_double, _S, _P]),
+    "ngramspec_learned_cost_free": (None, [_P]),
+    "ngramspec_learned_cost_plan": (_STATUS, [_P, _S, _S, c_double, _P, _S, _P]),
+    "ngramspec_learned_cost_observe": (_STATUS, [_P, _S, _S, c_double]),
+    "ngramspec_learned_cost_describe": (_STATUS, [_P, _P, _S, _P]),
+    "ngramspec_learned_cost_stats_get": (_STATUS, [_P, POINTER(LearnedCostStats), _S]),
     # Sampling and rejection verification
     "ngramspec_sampling_options_init": (_STATUS, [POINTER(SamplingOptions), _S]),
     "ngramspec_sampler_create": (_STATUS, [POINTER(SamplingOptions), _S, _P]),

@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from ngramspec import VerifyCost
+from ngramspec import LearnedCost, VerifyCost
 from ngramspec.adapters.hf import AcceptanceCalibration, NgramspecCandidateGenerator, use_ngramspec
 
 VOCAB = 512
@@ -288,7 +288,8 @@ def test_passes_priced_by_the_cost_are_never_dearer_than_plain_decoding_sampling
         cost = VerifyCost(spec)
         for top, do_sample in ((1.0, False), (0.9, True), (0.5, True), (0.2, True)):
             for seed in range(2):
-                model = use_ngramspec(ToyLM(cycle_model(list(range(100, 119))), torch, top=top), cost=spec)
+                model = use_ngramspec(ToyLM(cycle_model(list(range(100, 119))), torch, top=top), cost=spec,
+                                      fixed_cost=True)  # priced by the curve the planner plans with
                 config = generation_config(torch, 10, len(prompt) + 200, do_sample=do_sample, seed=seed)
                 out, passes = assisted(model, torch.tensor([prompt]), config)
                 plain = out.shape[1] - len(prompt)
@@ -348,8 +349,14 @@ def test_use_ngramspec_measures_the_cost_once_per_draft_count_and_calibrates_per
     assert sorted(key[0] for key in calibrations) == [False, True]  # greedy and sampling apart
     assert all(c.steps > 0 for c in calibrations.values())
     generator = model._ngramspec_state["generator"]
-    assert generator.cost is model._ngramspec_state["cost"] and generator.calibration is calibrations[
-        (True, 1.0, None, None)]
+    learned = model._ngramspec_state["learned"]  # by default the measured curve is a learned cost's prior
+    assert isinstance(learned, LearnedCost) and learned.prior == VerifyCost(GPU_LIKE).spec
+    assert generator.cost is learned and generator.calibration is calibrations[(True, 1.0, None, None)]
+    assert learned.stats.passes > 0  # the passes since it was made (measured again for 12 drafts), prefills left out
+    fixed = use_ngramspec(ToyLM(next_token, torch), measure=measure, fixed_cost=True)
+    assisted_decoding_v4(fixed, torch.tensor([[100, 101, 102]]), generation_config(torch, 8, 80))
+    assert fixed._ngramspec_state["learned"] is None
+    assert fixed._ngramspec_state["generator"].cost is fixed._ngramspec_state["cost"]
     given = use_ngramspec(ToyLM(next_token, torch), cost=None)
     assisted_decoding_v4(given, torch.tensor([[100, 101]]), generation_config(torch, 8, 60))
     assert given._ngramspec_state["generator"].withheld == 0 and given._ngramspec_state["generator"].cost is None
@@ -444,3 +451,25 @@ def test_whole_numbers_are_refused_when_fractional_and_matches_beyond_the_drafts
     assert generator.accepted == 0  # nothing was counted from the refused calls
     generator.update_candidate_strategy(out, None, np.int64(sent))  # a NumPy integer, as an engine may pass
     assert generator.accepted == sent
+
+
+@pytest.mark.parametrize("emulation", sorted(EMULATIONS))
+def test_a_learned_cost_times_every_step_but_the_prefill_and_keeps_greedy_output(emulation: str) -> None:
+    """cost="learn" / "learn:SPEC" / a LearnedCost: each step after the first (the prefill's) is one pass
+    observed, of 1 + the drafts sent tokens; the output is plain greedy decoding's whatever was learned."""
+    torch = torch_or_skip()
+    assisted = EMULATIONS[emulation]
+    next_token = cycle_model(list(range(100, 119)))
+    for cost in ("learn", "learn:" + GPU_LIKE, LearnedCost(STEEP)):
+        model = use_ngramspec(ToyLM(next_token, torch), cost=cost)
+        out, passes = assisted(model, torch.tensor([[100, 101]]), generation_config(torch, 10, 120))
+        assert out.tolist()[0] == plain_greedy(next_token, [100, 101], 120, EOS), cost
+        learned = model._ngramspec_state["learned"]
+        assert model._ngramspec_state["generator"].cost is learned
+        assert learned.stats.passes == len(passes) - 1, (cost, learned.stats, len(passes))
+        if isinstance(cost, LearnedCost):
+            assert learned is cost
+    with pytest.raises(ValueError, match="fixed_cost=True plans against a fixed curve"):
+        use_ngramspec(ToyLM(next_token, torch), cost="learn", fixed_cost=True)
+    with pytest.raises(ValueError, match="prior 'steep' is not a cost"):
+        use_ngramspec(ToyLM(next_token, torch), cost="learn:steep")

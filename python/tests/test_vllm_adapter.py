@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
+from ngramspec import LearnedCost
 from ngramspec.adapters.vllm import NgramspecProposer
 
 Model = Callable[[list], int]  # the toy greedy model: the next token after a sequence
@@ -51,7 +52,7 @@ def hashed_model(vocab: int = 5000, salt: int = 0) -> Model:
 
 
 def vllm_config(k: float = 4, max_model_len: float = 256, max_num_seqs: int = 4,
-                proposer: str = "ngramspec.adapters.vllm.NgramspecProposer") -> SimpleNamespace:
+                proposer: str = f"{__name__}.Gated") -> SimpleNamespace:
     """The parts of vLLM's VllmConfig a custom_class proposer reads."""
     return SimpleNamespace(
         speculative_config=SimpleNamespace(method="custom_class", model=proposer, num_speculative_tokens=k),
@@ -68,11 +69,15 @@ def create_custom_proposer(config: SimpleNamespace):  # type: ignore[no-untyped-
     return instance
 
 
-class NoCorpus(NgramspecProposer):
+class Gated(NgramspecProposer):
+    cost = None  # each drafter's gate alone: the drafts these tests check do not depend on how long a step took
+
+
+class NoCorpus(Gated):
     corpus_bytes = 0
 
 
-class RetireAtOnce(NgramspecProposer):
+class RetireAtOnce(Gated):
     patience = 0  # a request absent from one call has finished
 
 
@@ -393,12 +398,12 @@ def test_torch_tensors_are_read_like_numpy_arrays() -> None:
     tokens = np.zeros((2, 32), np.int32)
     tokens[0, :20] = [100 + i % 7 for i in range(20)]
     counts = np.array([20, 0], np.int32)
-    expected = NgramspecProposer(vllm_config()).propose([[tokens[0, 19]]], counts, tokens)
-    got = NgramspecProposer(vllm_config()).propose([[int(tokens[0, 19])]], torch.from_numpy(counts),
+    expected = Gated(vllm_config()).propose([[tokens[0, 19]]], counts, tokens)
+    got = Gated(vllm_config()).propose([[int(tokens[0, 19])]], torch.from_numpy(counts),
                                                    torch.from_numpy(tokens))
     assert got == expected and got[0]
     # By keyword, as the CustomClassProposer form of vLLM's custom_class_proposer.py calls it.
-    by_keyword = NgramspecProposer(vllm_config()).propose(
+    by_keyword = Gated(vllm_config()).propose(
         sampled_token_ids=[[int(tokens[0, 19])]], num_tokens_no_spec=torch.from_numpy(counts),
         token_ids_cpu=torch.from_numpy(tokens), slot_mappings=None)
     assert by_keyword == expected
@@ -416,3 +421,58 @@ def test_the_integrations_doc_configures_this_proposer() -> None:
     model = re.search(r'"model": "([^"]+)"', section)
     assert method and method.group(1) == "custom_class"
     assert model and isinstance(create_custom_proposer(vllm_config(proposer=model.group(1))), NgramspecProposer)
+
+
+class FlatCost(NgramspecProposer):
+    cost = "flat"  # a fixed curve: every pass costs what a plain one does, so every candidate is worth sending
+
+
+class SteepCost(NgramspecProposer):
+    cost = "table:1=1,2=2,3=3,4=4,5=5,6=6,7=7,8=8"  # every token dear: no draft is worth it
+
+
+def test_the_default_proposer_learns_its_cost_from_the_steps_it_serves() -> None:
+    """By default (cost "learn") the drafts are sized by a cost learned from the steps: each call times the
+    step since the last one, unless that step began a request or ran a prefill chunk. The output is greedy's
+    whatever was learned, and every step timed is one pass the learned cost observed."""
+    assert NgramspecProposer.cost == "learn"
+    runner = FakeRunner(vllm_config(k=4, max_model_len=256, max_num_seqs=3,
+                                    proposer="ngramspec.adapters.vllm.NgramspecProposer"))
+    requests = [FakeRequest(f"cycle-{i}", [100 + i, 101 + i], 120, cycle_model()) for i in range(4)]
+    runner.serve(requests)
+    for request in requests:
+        assert request.output == greedy(request.model, request.prompt, request.max_tokens)
+    proposer = runner.drafter
+    learned = proposer._cost
+    assert isinstance(learned, LearnedCost)
+    assert 0 < proposer.stats.timed < proposer.stats.calls and learned.stats.passes == proposer.stats.timed
+    assert "sequences: " in learned.describe()
+
+
+def test_a_fixed_cost_sizes_the_drafts_without_the_gate() -> None:
+    for proposer, drafts_pay in ((FlatCost, True), (SteepCost, False)):
+        runner = FakeRunner(vllm_config(k=4, max_model_len=256, max_num_seqs=3,
+                                        proposer=f"{__name__}.{proposer.__name__}"))
+        requests = [FakeRequest(f"cycle-{i}", [100 + i, 101 + i], 120, cycle_model()) for i in range(3)]
+        runner.serve(requests)
+        for request in requests:
+            assert request.output == greedy(request.model, request.prompt, request.max_tokens)
+        stats = runner.drafter.stats
+        assert stats.timed == 0  # a fixed curve learns nothing
+        if drafts_pay:
+            assert stats.withheld == 0 and all(len(r.output) / r.steps > 3.0 for r in requests), stats
+        else:
+            assert stats.drafted == 0 and stats.withheld > 0, stats
+
+
+def test_a_bad_cost_is_refused_by_name() -> None:
+    class Unknown(NgramspecProposer):
+        cost = "learn:kne:4"
+
+    class NotText(NgramspecProposer):
+        cost = 4  # type: ignore[assignment]
+
+    with pytest.raises(ValueError, match="prior 'kne:4' is not a cost"):
+        Unknown(vllm_config())
+    with pytest.raises(TypeError, match="NgramspecProposer.cost must be a str"):
+        NotText(vllm_config())

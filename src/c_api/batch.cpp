@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "ngramspec/decode_step.hpp"
 #include "ngramspec/detail/number_text.hpp"
 #include "ngramspec/draft_distribution.hpp"
+#include "ngramspec/learned_cost.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngramspec.h"
 #include "ngramspec/token.hpp"
@@ -60,6 +62,11 @@ struct ngramspec_batch {
   decltype(auto) visit(F&& f) const {
     if (tree) return f(std::as_const(*tree));
     return f(std::as_const(*chain));
+  }
+
+  // The speculator's learned cost, nullptr when it does not learn one.
+  [[nodiscard]] const ngramspec::LearnedCost* learned_cost() const noexcept {
+    return visit([](const auto& spec) { return spec.learned_cost(); });
   }
 
   std::unique_ptr<ngramspec::TopKTable> table;  // a tree batch's shared top-k table; outlives `tree`
@@ -105,7 +112,11 @@ void to_cpp(const ngramspec_batch_config* config, ngramspec::BatchConfig& batch,
   batch.max_sequences = c.max_sequences;
   batch.max_pass_tokens = c.max_pass_tokens;
   batch.max_record_tokens = c.max_record_tokens;
-  if (c.cost != nullptr) batch.cost = ngramspec::VerifyCost::parse(c.cost);
+  if (c.cost != nullptr) {
+    CostSpec cost = parse_cost_spec(c.cost);
+    batch.learn_cost = cost.learn;
+    batch.cost = std::move(cost.curve);
+  }
   drafter = c.default_drafter != 0 ? ngramspec::BatchSpeculator<>::default_drafter(batch)
                                    : ngramspec::c_api::to_cpp(&c.drafter);
 }
@@ -480,6 +491,40 @@ size_t ngramspec_batch_memory_bytes(const ngramspec_batch* batch) {
   return batch->visit([](const auto& spec) { return spec.memory_bytes() - sizeof(spec); }) + sizeof(ngramspec_batch) +
          (batch->table ? batch->table->memory_bytes() : 0) + batch->steps.capacity() * sizeof(ngramspec::StepOutcome) +
          batch->options.stop_tokens.capacity() * sizeof(ngramspec::Token) + q_bytes;
+}
+
+ngramspec_status ngramspec_batch_report_pass_seconds(ngramspec_batch* batch, double seconds) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  return guarded(Where{__func__}, [&] { batch->visit([seconds](auto& spec) { spec.report_pass_seconds(seconds); }); });
+}
+
+int ngramspec_batch_learns_cost(const ngramspec_batch* batch) {
+  return batch != nullptr && batch->learned_cost() != nullptr ? 1 : 0;
+}
+
+ngramspec_status ngramspec_batch_describe_cost(const ngramspec_batch* batch, char* out, size_t capacity,
+                                               size_t* length) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  return guarded(Where{__func__}, [&] {
+    if (const ngramspec::LearnedCost* learned = batch->learned_cost()) {
+      return write_text(__func__, learned->describe(), out, capacity, length);
+    }
+    const ngramspec::VerifyCost* fixed = batch->visit([](const auto& spec) { return spec.active_cost(); });
+    return write_text(__func__, fixed != nullptr ? std::string_view(fixed->spec()) : std::string_view(), out, capacity,
+                      length);
+  });
+}
+
+ngramspec_status ngramspec_batch_learned_cost_stats(const ngramspec_batch* batch, ngramspec_learned_cost_stats* out,
+                                                    size_t out_size) {
+  if (batch == nullptr) return null_argument(__func__, "batch");
+  const ngramspec::LearnedCost* learned = batch->learned_cost();
+  if (learned == nullptr) {
+    return fail(NGRAMSPEC_ERROR_INVALID_ARGUMENT,
+                "%s: the batch does not learn its cost: its config's cost is not \"learn\" or \"learn:SPEC\"",
+                __func__);
+  }
+  return learned_cost_stats(__func__, *learned, out, out_size);
 }
 
 ngramspec_tree_config ngramspec_tree_config_default(void) { return to_c(ngramspec::TreeConfig{}); }

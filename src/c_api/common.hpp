@@ -18,16 +18,19 @@
 #include <filesystem>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
 #include "ngramspec/corpus_file.hpp"
+#include "ngramspec/learned_cost.hpp"
 #include "ngramspec/mapped_corpus.hpp"
 #include "ngramspec/match_drafter.hpp"
 #include "ngramspec/ngram_predictor.hpp"
 #include "ngramspec/ngramspec.h"
 #include "ngramspec/shared_corpus.hpp"
 #include "ngramspec/token.hpp"
+#include "ngramspec/verify_cost.hpp"
 
 namespace ngramspec::c_api {
 
@@ -128,6 +131,28 @@ MatchConfig to_cpp(const ngramspec_match_config* config) noexcept;
 
 /// A MatchConfig in C.
 ngramspec_match_config to_c(const MatchConfig& config) noexcept;
+
+/// A cost spec as the C ABI takes it (ngramspec_batch_config::cost): "learn" (learned, no prior),
+/// "learn:SPEC" (learned, SPEC its prior) or a fixed curve (VerifyCost::parse).
+struct CostSpec {
+  bool learn = false;
+  std::optional<VerifyCost> curve;  // the fixed curve, or the prior
+};
+
+/// Reads `spec`; throws ArgumentError naming the spec and what is wrong with it.
+CostSpec parse_cost_spec(std::string_view spec);
+
+/// NGRAMSPEC_OK when base_expected (what a pass emits without drafts) is finite and positive.
+ngramspec_status check_base_expected(const char* where, double base_expected) noexcept;
+
+/// `text` into the caller's buffer as snprintf writes: at most capacity - 1 bytes and a NUL (nothing for
+/// capacity 0), its whole length to *length. `out` may be NULL only when capacity is 0.
+ngramspec_status write_text(const char* where, std::string_view text, char* out, std::size_t capacity,
+                            std::size_t* length) noexcept;
+
+/// A learned cost's totals into the caller's ngramspec_learned_cost_stats of out_size bytes (a version's size).
+ngramspec_status learned_cost_stats(const char* where, const LearnedCost& cost, ngramspec_learned_cost_stats* out,
+                                    std::size_t out_size) noexcept;
 
 /// A handle's C++ object, or nothing for NULL: the corpora a drafter may read.
 template <class H>

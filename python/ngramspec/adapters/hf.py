@@ -25,7 +25,11 @@ what it adds to the verify pass. By default (``cost="measure"``) the first gener
 model's forward on its device (passes of 1 up to ``prompt_lookup_num_tokens + 1`` tokens after the
 prompt, the KV cache cropped back after each) and every step then sends the number of the drafter's
 candidates that maximizes expected tokens per unit of pass cost (:meth:`ngramspec.VerifyCost.plan`,
-the planner BatchSpeculator uses), none when no draft is worth its cost. The drafter's estimates are
+the planner BatchSpeculator uses), none when no draft is worth its cost. That curve is the prior of
+a cost learned from the passes served (:class:`ngramspec.LearnedCost`: each step is timed from
+``get_candidates`` to ``update_candidate_strategy``, the forward between them), kept across generate
+calls, so that a machine that gets busy, or a device whose wider passes cost more than the start-up
+timing said, is followed; ``fixed_cost=True`` plans against the curve as it is. The drafter's estimates are
 calibrated by what the model accepts (:class:`AcceptanceCalibration`, one per decoding setting of
 the model: greedy, and each sampling temperature / top-k / top-p), so under sampling, where far
 fewer drafts are accepted than the estimates say, the planner learns to send fewer, or none.
@@ -62,6 +66,7 @@ model's cost imports both.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -69,7 +74,7 @@ import numpy as np
 from .._arrays import whole_arg
 from .._corpus import SharedCorpus
 from .._drafters import MatchDrafter
-from .._planner import VerifyCost
+from .._planner import LearnedCost, VerifyCost
 
 __all__ = ["NgramspecCandidateGenerator", "AcceptanceCalibration", "use_ngramspec", "measure_model_cost"]
 
@@ -158,10 +163,12 @@ class NgramspecCandidateGenerator:
     at which the drafts stop; `corpus`: a :class:`ngramspec.SharedCorpus` the drafter copies from;
     `drafter`: MatchDrafter keyword settings (None: MatchDrafter's defaults, without its gate when
     there is a cost: the planner decides instead). `cost`: the model's verify cost (a
-    :class:`ngramspec.VerifyCost` or its spec); each step then sends the number of candidates that
-    maximizes expected tokens per unit of pass cost, from the drafter's estimates scaled by
-    `calibration` (an :class:`AcceptanceCalibration`; None: one of its own). None (the default):
-    every candidate the drafter proposes, up to num_output_tokens.
+    :class:`ngramspec.VerifyCost` or its spec, a fixed curve; or a :class:`ngramspec.LearnedCost`, or
+    ``"learn"`` / ``"learn:SPEC"`` for a new one, learned from the passes this generator serves, each
+    timed from get_candidates to update_candidate_strategy, the prefill's first pass left out); each
+    step then sends the number of candidates that maximizes expected tokens per unit of pass cost,
+    from the drafter's estimates scaled by `calibration` (an :class:`AcceptanceCalibration`; None: one
+    of its own). None (the default): every candidate the drafter proposes, up to num_output_tokens.
 
     The drafter follows ``input_ids``: each call it reads the tokens added since the last one. When
     ``input_ids`` no longer extends what it read (a new generation), it starts over.
@@ -172,7 +179,7 @@ class NgramspecCandidateGenerator:
 
     def __init__(self, input_ids: Any = None, *, num_output_tokens: int = 10, max_length: int | None = None,
                  eos_token_id: Any = None, corpus: SharedCorpus | None = None,
-                 drafter: Mapping[str, Any] | None = None, cost: VerifyCost | str | None = None,
+                 drafter: Mapping[str, Any] | None = None, cost: VerifyCost | LearnedCost | str | None = None,
                  calibration: AcceptanceCalibration | None = None) -> None:
         num_output_tokens = whole_arg(num_output_tokens, "num_output_tokens")
         if not 1 <= num_output_tokens <= _MAX_DRAFTS:
@@ -180,7 +187,7 @@ class NgramspecCandidateGenerator:
         self.num_output_tokens = num_output_tokens
         self.max_length = None if max_length is None else whole_arg(max_length, "max_length")
         self.eos_token_ids = frozenset(_ints(eos_token_id))
-        self.cost = VerifyCost(cost) if isinstance(cost, str) else cost
+        self.cost = _cost_arg(cost)
         settings = dict(drafter or {})
         if drafter is None and self.cost is not None:
             settings["min_confidence"] = 0.0
@@ -198,6 +205,8 @@ class NgramspecCandidateGenerator:
         self.drafted = 0  #: draft tokens returned
         self.withheld = 0  #: candidates the planner did not send (not worth their cost)
         self.accepted = 0  #: drafts accepted, from update_candidate_strategy's num_matches
+        self._pass_tokens = 0  # the tokens of the pass get_candidates handed out (0: none to time)
+        self._pass_start = 0.0
         if input_ids is not None:
             self._follow(input_ids)
 
@@ -207,6 +216,14 @@ class NgramspecCandidateGenerator:
         dtype and device. Other keyword arguments (model outputs) are not used."""
         self.calls += 1
         self._sent = 0
+        self._pass_tokens = 0
+        candidates = self._candidates(input_ids)
+        if isinstance(self.cost, LearnedCost) and self.calls > 1:  # the first pass is the prefill's: not timed
+            self._pass_tokens = 1 + self._sent
+            self._pass_start = time.perf_counter()
+        return candidates
+
+    def _candidates(self, input_ids: Any) -> tuple[Any, None]:
         length = self._follow(input_ids)
         room = self.num_output_tokens
         if self.max_length is not None:  # the model adds one token after the candidates
@@ -245,6 +262,9 @@ class NgramspecCandidateGenerator:
         self.accepted += matches
         self.calibration.observe(self._estimates[:self._sent], matches)
         self._sent = 0
+        if self._pass_tokens and isinstance(self.cost, LearnedCost):  # the pass's time, for the learned cost
+            self.cost.observe(1, self._pass_tokens, max(time.perf_counter() - self._pass_start, 1e-9))
+        self._pass_tokens = 0
 
     def _follow(self, input_ids: Any) -> int:
         """Makes the drafter have read exactly the sequence of `input_ids`: the tokens added since the last
@@ -303,8 +323,8 @@ def measure_model_cost(model: Any, input_ids: Any, max_tokens: int, repeats: int
 
 
 def use_ngramspec(model: Any, *, corpus: SharedCorpus | None = None, drafter: Mapping[str, Any] | None = None,
-                  max_drafts: int = 10, cost: VerifyCost | str | None = "measure",
-                  measure: Callable[[Any, Any, int], VerifyCost] | None = None) -> Any:
+                  max_drafts: int = 10, cost: VerifyCost | LearnedCost | str | None = "measure",
+                  fixed_cost: bool = False, measure: Callable[[Any, Any, int], VerifyCost] | None = None) -> Any:
     """Makes `model`'s assisted generation draft with :class:`NgramspecCandidateGenerator`: replaces the
     model instance's ``_get_candidate_generator`` (transformers' private hook) with one that builds an
     ngramspec generator for each generate call, with ``prompt_lookup_num_tokens`` (else `max_drafts`)
@@ -316,17 +336,32 @@ def use_ngramspec(model: Any, *, corpus: SharedCorpus | None = None, drafter: Ma
     `cost`: ``"measure"`` (the default): at the first generate call, time this model's forward with
     `measure` (default :func:`measure_model_cost`) on passes of up to K + 1 tokens after that call's
     prompt, and size every step's drafts against that curve (measured again when a later call allows
-    more drafts than were measured); a :class:`ngramspec.VerifyCost` or its spec: that curve; None:
-    every candidate the drafter proposes, up to K. Acceptance is calibrated per decoding setting
-    (``do_sample``, ``temperature``, ``top_k``, ``top_p``): one :class:`AcceptanceCalibration` for
-    each, kept across generate calls. The measured cost, the calibrations and the last generator made
-    (its counters: drafted, withheld, accepted) are in ``model._ngramspec_state``. Returns `model`."""
-    if cost is not None and not isinstance(cost, (VerifyCost, str)):
-        raise TypeError(f"cost must be 'measure', a VerifyCost, a cost spec or None, not {type(cost).__name__}")
-    state: dict[str, Any] = {"cost": None if cost == "measure" else cost, "measured_tokens": 0,
-                             "calibrations": {}}
-    if isinstance(cost, str) and cost != "measure":
-        state["cost"] = VerifyCost(cost)
+    more drafts than were measured); a :class:`ngramspec.VerifyCost` or its spec: that curve; ``"learn"``:
+    no curve (a pessimistic start); a :class:`ngramspec.LearnedCost` (``"learn:SPEC"``: a new one from
+    SPEC): that one; None: every candidate the drafter proposes, up to K. The curve, measured or given,
+    is the prior of a :class:`ngramspec.LearnedCost` that every generate call of this model plans with
+    and learns in (each step timed from get_candidates to update_candidate_strategy; measured again:
+    a new one), unless `fixed_cost` (True: every step is planned against the curve as it is).
+    Acceptance is calibrated per decoding setting (``do_sample``, ``temperature``, ``top_k``,
+    ``top_p``): one :class:`AcceptanceCalibration` for each, kept across generate calls. The curve
+    (``"cost"``), the learned cost (``"learned"``; None with a fixed cost), the calibrations and the last
+    generator made (its counters: drafted, withheld, accepted) are in ``model._ngramspec_state``.
+    Returns `model`."""
+    if cost is not None and not isinstance(cost, (VerifyCost, LearnedCost, str)):
+        raise TypeError(f"cost must be 'measure', 'learn', a VerifyCost, a LearnedCost, a cost spec or None, not "
+                        f"{type(cost).__name__}")
+    state: dict[str, Any] = {"cost": None, "learned": None, "measured_tokens": 0, "calibrations": {}}
+    if cost != "measure":
+        given = _cost_arg(cost)
+        if isinstance(given, LearnedCost):
+            if fixed_cost:
+                raise ValueError(f"cost = {cost!r} is learned, and fixed_cost=True plans against a fixed curve: give "
+                                 f"a curve (a VerifyCost or its spec), or leave fixed_cost out")
+            state["learned"] = given
+        elif given is not None:
+            state["cost"] = given
+            if not fixed_cost:
+                state["learned"] = LearnedCost(given.spec)
     measure = measure or measure_model_cost
 
     def _get_candidate_generator(generation_config: Any = None, input_ids: Any = None, **kwargs: Any) -> Any:
@@ -337,18 +372,33 @@ def use_ngramspec(model: Any, *, corpus: SharedCorpus | None = None, drafter: Ma
         if cost == "measure" and state["measured_tokens"] < k + 1:
             state["cost"] = measure(model, input_ids, k + 1)
             state["measured_tokens"] = k + 1
+            if not fixed_cost:
+                state["learned"] = LearnedCost(state["cost"].spec)
         setting = tuple(getattr(generation_config, name, None) for name in ("do_sample", "temperature", "top_k",
                                                                              "top_p"))
         calibration = state["calibrations"].setdefault(setting, AcceptanceCalibration())
         state["generator"] = NgramspecCandidateGenerator(input_ids, num_output_tokens=k,
                                            max_length=getattr(generation_config, "max_length", None),
-                                           eos_token_id=eos, corpus=corpus, drafter=drafter, cost=state["cost"],
+                                           eos_token_id=eos, corpus=corpus, drafter=drafter,
+                                           cost=state["learned"] if state["learned"] is not None else state["cost"],
                                            calibration=calibration)
         return state["generator"]
 
     model._get_candidate_generator = _get_candidate_generator
     model._ngramspec_state = state
     return model
+
+
+def _cost_arg(cost: VerifyCost | LearnedCost | str | None) -> VerifyCost | LearnedCost | None:
+    """A cost as the generator takes it: ``"learn"`` / ``"learn:SPEC"`` a new LearnedCost, another spec a
+    VerifyCost, a cost object or None as it is."""
+    if not isinstance(cost, str):
+        return cost
+    if cost == "learn":
+        return LearnedCost()
+    if cost.startswith("learn:"):
+        return LearnedCost(cost[len("learn:"):])
+    return VerifyCost(cost)
 
 
 _FINGERPRINT = 8  # tokens compared at each end of what was read, to tell a continuation from a new sequence

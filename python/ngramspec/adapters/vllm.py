@@ -58,8 +58,17 @@ for a token not known yet) stops the reading there until the token is filled in.
 Settings are class attributes; subclass to change them (vLLM constructs the class itself)::
 
     class MyProposer(NgramspecProposer):       # speculative_config "model": "my_module.MyProposer"
-        drafter_settings = {"min_confidence": 0.0}   # MatchDrafter keywords; this one: no gate
+        drafter_settings = {"index_capacity": 32768}  # MatchDrafter keywords
         corpus_bytes = 0                             # no corpus of earlier outputs
+        cost = "learn:knee:256"                      # the learned cost's prior; "knee:256": that curve, fixed;
+                                                     # None: no cost, each drafter's gate alone
+
+Drafts sized by cost. By default (``cost = "learn"``) every row's drafts are sized by what a pass is
+learned to cost (:class:`ngramspec.LearnedCost`), rows in turn, each priced with the drafts of the rows
+before it: the model runner hands the proposer no timing, so each call times the step since the last
+call (its forward, sampling and bookkeeping: what a step with those drafts cost), and leaves out a step
+that began a request or carried a prefill chunk (tokens the proposer cannot count). The drafters then
+do not gate (``min_confidence`` 0, unless ``drafter_settings`` sets it).
 
 MatchDrafter copies from the first ``index_capacity`` tokens of a request (8192 by default, about
 0.9 MiB a request); for longer contexts set ``drafter_settings = {"index_capacity": 32768}`` (100
@@ -74,6 +83,7 @@ allocation included).
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -81,6 +91,7 @@ import numpy as np
 from .._arrays import whole_arg
 from .._corpus import SharedCorpus
 from .._drafters import MatchDrafter
+from .._planner import LearnedCost, VerifyCost
 
 __all__ = ["NgramspecProposer", "ProposerStats"]
 
@@ -95,6 +106,8 @@ class ProposerStats:
     retired: int = 0  #: requests considered finished (absent for `patience` calls)
     corpus_records: int = 0  #: outputs appended to the corpus
     drafted: int = 0  #: draft tokens returned
+    withheld: int = 0  #: draft tokens the drafters proposed that the cost found not worth their pass
+    timed: int = 0  #: steps the learned cost observed
 
 
 class _Request:
@@ -135,6 +148,13 @@ class NgramspecProposer:
     patience: int = 4
     #: Tokens compared at the head and at the tail of a row, and positions sampled in between.
     fingerprint_tokens: int = 8
+    #: What a verify pass costs, which sizes every row's drafts (the drafters then do not gate, unless
+    #: drafter_settings sets min_confidence): ``"learn"`` (the default), learned from the steps served,
+    #: each timed from the end of one propose call to the start of the next (the engine's step: its
+    #: forward, sampling and bookkeeping; a step that also prefilled, or began a request, is not
+    #: timed); ``"learn:SPEC"``, learned with the curve SPEC as prior; a fixed curve, ``"knee:N"`` or
+    #: ``"table:..."``; None: no cost, each drafter's gate alone sizes its drafts.
+    cost: str | None = "learn"
 
     def __init__(self, vllm_config: Any = None, *, num_speculative_tokens: int | None = None,
                  max_model_len: int | None = None, max_num_seqs: int | None = None) -> None:
@@ -158,6 +178,22 @@ class NgramspecProposer:
         self._absent: list[_Request] = []  # requests not seen at the last call, oldest first
         self._free: list[MatchDrafter] = []  # drafters of retired requests, reset, for reuse
         self._out = np.empty(self.k, np.uint32)
+        self._probabilities = np.empty(self.k, np.float32)
+        self._cost: LearnedCost | VerifyCost | None = None
+        if self.cost is not None:
+            if not isinstance(self.cost, str):
+                raise TypeError(f"NgramspecProposer.cost must be a str such as 'learn' or 'knee:64', or None; not "
+                                f"{type(self.cost).__name__}")
+            if self.cost == "learn":
+                self._cost = LearnedCost()
+            elif self.cost.startswith("learn:"):
+                self._cost = LearnedCost(self.cost[len("learn:"):])
+            else:
+                self._cost = VerifyCost(self.cost)
+        self._settings = dict(self.drafter_settings)
+        if self._cost is not None:
+            self._settings.setdefault("min_confidence", 0.0)  # the cost decides, not the gate
+        self._pass: tuple[int, int, float] | None = None  # the last call's rows, tokens and end, for timing
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """Nothing to load (the model runner calls this at start-up)."""
@@ -168,15 +204,19 @@ class NgramspecProposer:
                 slot_mappings: Any = None, **kwargs: Any) -> list[list[int]]:
         """Drafts for every row: ``sampled_token_ids[i]`` are the tokens row i gained this step
         (already in ``token_ids_cpu[i]``), ``num_tokens_no_spec[i]`` how many tokens the row holds."""
+        began = time.perf_counter()
         tokens = _numpy(token_ids_cpu)
         counts = _numpy(num_tokens_no_spec)
         self.stats.calls += 1
         rows = len(sampled_token_ids)
+        timed, self._pass = self._pass, None
+        begun = self.stats.begun
         previous, self._rows = self._rows, {}
         unmatched: list[int] = []
         for row in range(rows):
             if not len(sampled_token_ids[row]):
-                continue  # nothing sampled: a prefill chunk, a discarded request; it drafts nothing
+                timed = None  # a prefill chunk, or a discarded request, was in the step: not a pass to learn from
+                continue  # nothing sampled: it drafts nothing
             request = previous.get(row)
             if request is not None and self._matches(request, tokens[row], int(counts[row])):
                 del previous[row]
@@ -209,15 +249,36 @@ class NgramspecProposer:
             self._rows[row] = found
         self._age([r for r in candidates if id(r) not in taken])
 
+        cost = self._cost
+        if isinstance(cost, LearnedCost) and timed is not None and self.stats.begun == begun:
+            # The step since the last call verified its drafts: a pass of `timed` rows and tokens (a step
+            # that began a request also ran its prefill, which is not in the count: left out).
+            cost.observe(timed[0], timed[1], max(began - timed[2], 1e-9))
+            self.stats.timed += 1
         drafts: list[list[int]] = [[] for _ in range(rows)]
+        passing = len(self._rows)  # the rows the next step verifies, one token each before the drafts
+        sent, expected = 0, float(passing)
         for row, request in self._rows.items():
             n = int(counts[row])
             self._read(request, tokens[row], n)
             limit = self.k if self.max_model_len is None else min(self.k, self.max_model_len - n)
             if limit > 0 and request.seen == n:
-                drafted = request.drafter.predict_into(self._out[:limit])
+                drafted = request.drafter.predict_into(self._out[:limit], self._probabilities[:limit])
+                if cost is not None and drafted:
+                    # Each row in turn, the pass priced with the drafts of the rows before it.
+                    probabilities = self._probabilities[:drafted]
+                    if isinstance(cost, LearnedCost):
+                        keep = cost.plan(probabilities, passing, passing + sent, expected)
+                    else:
+                        keep = cost.plan(probabilities, passing + sent, expected)
+                    self.stats.withheld += drafted - keep
+                    expected += float(probabilities[:keep].sum())
+                    drafted = keep
                 drafts[row] = self._out[:drafted].tolist()
                 self.stats.drafted += drafted
+                sent += drafted
+        if passing:
+            self._pass = (passing, passing + sent, time.perf_counter())
         return drafts
 
     # ---- Requests -------------------------------------------------------------------------------
@@ -235,7 +296,7 @@ class NgramspecProposer:
     def _begin(self, row: np.ndarray, n: int, sampled: int) -> _Request:
         """A new request in `row`: a fresh drafter reads its n tokens; the last `sampled` are output."""
         self.stats.begun += 1
-        drafter = self._free.pop() if self._free else MatchDrafter(corpus=self.corpus, **dict(self.drafter_settings))
+        drafter = self._free.pop() if self._free else MatchDrafter(corpus=self.corpus, **self._settings)
         request = _Request(drafter)
         f = self.fingerprint_tokens
         prompt = max(0, n - sampled)
