@@ -28,16 +28,16 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+from server_identity_test import Server, TestFailure, free_port  # noqa: E402 (the folder is put on the path above)
+
 DEFAULT_PROMPTS_FILE = os.path.join(HERE, "..", "prompts", "stories20.txt")
 
 # Ten prompts beside stories20.txt's twenty, in TinyStories' style and with the repetition its stories have, so
@@ -84,21 +84,6 @@ class Stop(BaseException):
     """SIGTERM or SIGHUP: stop like Ctrl-C does."""
 
 
-def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def log_tail(path, lines=30):
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError as e:
-        return f"(cannot read {path}: {e})"
-
-
 class Deadline:
     """The whole run's time limit: remaining() is what is left, in seconds."""
 
@@ -114,19 +99,22 @@ class Deadline:
             raise TimeLimit(f"the time limit of {self.seconds:g} s was reached {what}")
 
 
-class Server:
-    """One llama-server on 127.0.0.1; stop() is safe at any time and more than once."""
+class BenchServer(Server):
+    """One llama-server on 127.0.0.1 with the benchmark's command line. Waiting for /health, requests, the failure
+    messages (naming the command, with the log's last lines) and stop(), safe at any time and more than once, are
+    the identity test's (tests/server_identity_test.py)."""
 
     def __init__(self, args, label, flags, log_dir, round_index):
-        self.label = label
+        self.name = label
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = os.path.join(log_dir, f"{label}-round{round_index}.log")
+        self.args = args
         self.command = [args.server, "-m", args.model, "-np", str(args.parallel), "-c", str(args.ctx_size),
                         "-t", str(args.threads), "--host", "127.0.0.1", "--port", str(self.port)] + flags
         self.log = open(self.log_path, "w", encoding="utf-8")
         try:
-            # A process group of its own: a Ctrl-C at the terminal reaches the benchmark, which stops the server.
+            # A session of its own: Ctrl-C at a terminal reaches the benchmark alone, which then stops the server.
             self.process = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as e:
@@ -136,65 +124,32 @@ class Server:
     def describe(self):
         return " ".join(shlex.quote(a) for a in self.command)
 
-    def fail(self, message):
-        return BenchError(f"{self.label} server ({self.describe()}): {message}\n"
-                          f"--- last lines of {self.log_path} ---\n{log_tail(self.log_path)}")
+    def start(self, timeout, deadline):
+        """Waits for /health within `timeout` seconds and the run's time limit."""
+        try:
+            self.wait_ready(max(min(timeout, deadline.remaining()), 0))
+        except TestFailure as e:
+            deadline.check(f"while the {self.name} server was loading")
+            raise BenchError(str(e)) from e
 
-    def wait_ready(self, timeout, deadline):
-        """Polls /health until it answers 200 (503 while the model loads), at most `timeout` seconds."""
-        end = time.monotonic() + min(timeout, max(deadline.remaining(), 0))
-        last = "no answer yet"
-        while time.monotonic() < end:
-            code = self.process.poll()
-            if code is not None:
-                raise self.fail(f"exited with status {code} before it was ready")
-            try:
-                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-                    last = f"HTTP {r.status}"
-            except urllib.error.HTTPError as e:
-                last = f"HTTP {e.code}"
-            except (urllib.error.URLError, OSError) as e:
-                last = str(e)
-            time.sleep(0.1)
-        deadline.check(f"while the {self.label} server was loading")
-        raise self.fail(f"not ready after {timeout:g} s (last /health: {last})")
-
-    def complete(self, prompt, args, deadline):
+    def answer(self, prompt, args, deadline):
         """One greedy completion: (tokens, content, drafted, accepted, None), or (None, None, 0, 0, error)."""
         timeout = min(args.request_timeout, deadline.remaining())
         if timeout <= 0:
             return None, None, 0, 0, "not sent: the time limit was reached"
         body = {"prompt": prompt, "n_predict": args.n_predict, "temperature": 0.0, "top_k": 1,
                 "seed": args.seed, "cache_prompt": False, "return_tokens": True, "stream": False}
-        request = urllib.request.Request(self.base + "/completion", data=json.dumps(body).encode("utf-8"),
-                                         headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as r:
-                answer = json.load(r)
-        except urllib.error.HTTPError as e:
-            detail = e.read().decode("utf-8", errors="replace")[:300]
-            return None, None, 0, 0, f"HTTP {e.code}: {detail}"
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            return None, None, 0, 0, f"{type(e).__name__}: {e}"
+            answer = self.post("/completion", body, timeout)
+        except TestFailure as e:
+            # Its first line names the server, its command and the request; what went wrong comes after those.
+            return None, None, 0, 0, str(e).split("\n")[0].split(json.dumps(body)[:200], 1)[-1].lstrip(": ").removeprefix("failed: ")
         tokens = answer.get("tokens")
         if not isinstance(tokens, list):
             return None, None, 0, 0, f"the answer has no token ids: {json.dumps(answer)[:300]}"
         timings = answer.get("timings", {})
         return (tokens, answer.get("content", ""), int(timings.get("draft_n", 0)),
                 int(timings.get("draft_n_accepted", 0)), None)
-
-    def stop(self, timeout=10):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=timeout)
-        if not self.log.closed:
-            self.log.close()
 
 
 def run_phase(server, args, prompts, count, clients, deadline):
@@ -211,7 +166,7 @@ def run_phase(server, args, prompts, count, clients, deadline):
                     return
                 next_index[0] += 1
             p = i % len(prompts)
-            tokens, content, drafted, accepted, error = server.complete(prompts[p], args, deadline)
+            tokens, content, drafted, accepted, error = server.answer(prompts[p], args, deadline)
             results[i] = {"request": i, "prompt": p, "tokens": tokens, "content": content, "drafted": drafted,
                           "accepted": accepted, "error": error}
 
@@ -267,9 +222,9 @@ def check_phase(phase, reference, prompts):
 def run_type(args, label, flags, prompts, reference, log_dir, round_index, deadline, records):
     """Starts one server, runs the three phases and stops it, adding its record to `records` as it goes (a run
     cut short keeps the phases it finished); fills `reference` when it is the plain server."""
-    server = Server(args, label, flags, log_dir, round_index)
+    server = BenchServer(args, label, flags, log_dir, round_index)
     try:
-        server.wait_ready(args.start_timeout, deadline)
+        server.start(args.start_timeout, deadline)
         record = {"type": label, "round": round_index, "command": server.describe(), "phases": {}}
         records.append(record)
         for name, count, clients in (("cold", args.cold, 1), ("load", args.load, args.clients),
@@ -294,7 +249,7 @@ def run_type(args, label, flags, prompts, reference, log_dir, round_index, deadl
             for p in range(len(prompts)):
                 if p not in reference:
                     deadline.check("while the plain server answered the reference prompts")
-                    tokens, content, _, _, error = server.complete(prompts[p], args, deadline)
+                    tokens, content, _, _, error = server.answer(prompts[p], args, deadline)
                     if error is None:
                         reference[p] = {"tokens": tokens, "content": content}
         if server.process.poll() is not None:
@@ -491,7 +446,7 @@ def main(argv):
                 run_type(args, label, servers[label], prompts, reference, log_dir, round_index, deadline, records)
     except TimeLimit as e:
         stopped, status = str(e), 3
-    except BenchError as e:
+    except (BenchError, TestFailure) as e:
         stopped, status = str(e), 1
     except KeyboardInterrupt:
         stopped, status = "interrupted (Ctrl-C)", 128 + signal.SIGINT
