@@ -498,7 +498,7 @@ def main(argv):
                                                       for q in p["requests"]]}
                                       for n, p in r["phases"].items()}} for r in records],
         }
-        text = json.dumps(document, indent=1)
+        text = json.dumps(document)
         if args.json == "-":
             print(text)
         else:
