@@ -245,8 +245,9 @@ def run_type(args, label, flags, prompts, reference, log_dir, round_index, deadl
             print(f"round {round_index} {label} {name}: {phase['generated']} tokens in {phase['wall_s']:.2f} s, "
                   f"{phase['tokens_per_s']:.0f} tokens/s", file=sys.stderr, flush=True)
         if label == "plain":
-            # The prompts the cold phase did not reach (or whose request failed), asked alone, untimed.
-            for p in range(len(prompts)):
+            # The prompts of the other phases that the cold phase did not reach (or whose request failed), asked
+            # alone, untimed.
+            for p in range(min(len(prompts), max(args.cold, args.load, args.warm))):
                 if p not in reference:
                     deadline.check("while the plain server answered the reference prompts")
                     tokens, content, _, _, error = server.answer(prompts[p], args, deadline)
