@@ -170,6 +170,7 @@ def run_phase(server, args, prompts, count, clients, deadline):
             results[i] = {"request": i, "prompt": p, "tokens": tokens, "content": content, "drafted": drafted,
                           "accepted": accepted, "error": error}
 
+    load_before = os.getloadavg()[0]
     start = time.monotonic()
     if clients == 1:
         client()
@@ -188,6 +189,7 @@ def run_phase(server, args, prompts, count, clients, deadline):
                           "drafted": 0, "accepted": 0, "error": "not sent: the time limit was reached"}
     generated = sum(len(r["tokens"]) for r in results if r["tokens"] is not None)
     return {"requests": results, "wall_s": wall, "generated": generated,
+            "load_average": [load_before, os.getloadavg()[0]],
             "tokens_per_s": generated / wall if wall > 0 else 0.0,
             "drafted": sum(r["drafted"] for r in results), "accepted": sum(r["accepted"] for r in results)}
 
@@ -474,6 +476,11 @@ def main(argv):
         print(f"\n{len(differ)} request(s) whose output is not plain single-request decoding's:", file=out)
         for d in differ:
             print(f"  {d}", file=out)
+    loads = [x for r in records for p in r["phases"].values() for x in p["load_average"]]
+    if loads:
+        # What else ran: the server itself counts for about its threads while it decodes.
+        print(f"\nthe machine's 1-minute load average at the phases' starts and ends: {min(loads):.1f} to "
+              f"{max(loads):.1f} on {os.cpu_count()} CPUs", file=out)
     if stopped:
         print(f"\nstopped early: {stopped}", file=out)
         if status != 3 and not args.log_dir:
