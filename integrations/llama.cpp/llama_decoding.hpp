@@ -308,7 +308,12 @@ RunResult decode_speculative(Engine& engine, BatchSpeculator<D>& speculator, std
     }
     const auto decode_start = detail::Clock::now();
     engine.decode();
-    result.decode_seconds += detail::since(decode_start);
+    const double decode_seconds = detail::since(decode_start);
+    result.decode_seconds += decode_seconds;
+    // A learned cost learns from what llama_decode took, not from the sampling around it.
+    if constexpr (requires { speculator.learned_cost(); }) {
+      if (speculator.learned_cost() != nullptr) speculator.report_pass_seconds(std::max(decode_seconds, 1e-9));
+    }
     ++result.passes;
 
     // The model's token after every fed token that has logits: position = that token's + 1.

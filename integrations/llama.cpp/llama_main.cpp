@@ -196,6 +196,7 @@ struct CostChoice {
   std::optional<VerifyCost> cost;
   std::string line;
   std::optional<FixedShapeCosts> shape;  // with --pass-shape fixed
+  bool learn = false;                    // learned from the passes served, `cost` the prior
 };
 
 CostChoice choose_cost(const LlamaOptions& o, Engine& engine, std::size_t at) {
@@ -205,6 +206,19 @@ CostChoice choose_cost(const LlamaOptions& o, Engine& engine, std::size_t at) {
   } else if (o.cost_source == LlamaOptions::Cost::given) {
     c.cost = *o.cost;
     c.line = "verify cost (given): " + c.cost->spec();
+  } else if (o.cost_source == LlamaOptions::Cost::learn && o.cost) {
+    c.cost = *o.cost;
+    c.learn = true;
+    c.line = "verify cost: learned from the passes served, from " + c.cost->spec();
+  } else if (o.cost_source == LlamaOptions::Cost::learn) {
+    const auto start = std::chrono::steady_clock::now();
+    c.cost = measure_pass_cost(engine, o.parallel, o.k, at);
+    c.learn = true;
+    char took[64];
+    std::snprintf(took, sizeof took, "measured in %.1f s",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    c.line = std::string("verify cost: learned from the passes served, from the passes timed at position ") +
+             std::to_string(at) + " (" + took + (o.print_cost ? "): " + c.cost->spec() : ", --print-cost shows it)");
   } else if (o.fixed_shape && o.parallel == 1) {
     const auto start = std::chrono::steady_clock::now();
     c.shape = measure_fixed_shape_costs(engine, o.k, at);
@@ -348,6 +362,7 @@ int run(const LlamaOptions& o) {
   batch.max_sequences = o.parallel;
   batch.max_pass_tokens = engine.max_pass_tokens();
   batch.cost = cost.cost;
+  batch.learn_cost = cost.learn;
   // The drafters know the model's vocabulary: a corpus file built for another one is refused here,
   // naming it, and a token outside it (a damaged file's) is dropped from the drafts, never decoded.
   MatchConfig drafter = BatchSpeculator<MatchDrafter>::default_drafter(batch);
@@ -417,7 +432,7 @@ int run(const LlamaOptions& o) {
     const RunResult r = o.speculate ? run_ngramspec_drafter() : run_plain();
     if (o.json) {
       std::printf("{\"model\": %s, \"cost\": %s, \"runs\": [%s], \"outputs\": [", json_string(engine.description()).c_str(),
-                  json_string(cost.cost ? cost.cost->spec() : "none").c_str(),
+                  json_string(cost.cost ? (cost.learn ? "learn:" : "") + cost.cost->spec() : std::string("none")).c_str(),
                   run_json(single_name, r, r.seconds, r.seconds, "true").c_str());
       for (std::size_t i = 0; i < r.outputs.size(); ++i) {
         std::printf("%s{\"prompt\": %s, \"text\": %s, \"tokens\": [", i ? ", " : "", json_string(texts[i]).c_str(),
@@ -435,6 +450,9 @@ int run(const LlamaOptions& o) {
     if (o.speculate) std::printf("%s\n", cost.line.c_str());
     for (const std::string& line : draft_cost_lines) std::printf("%s\n", line.c_str());
     print_run(!o.speculate ? "plain" : draft_models.empty() ? "ngramspec" : o.best_of ? "best-of" : "draft-model", r);
+    if (o.print_cost && speculator.learned_cost() != nullptr) {
+      std::printf("learned cost:\n%s", speculator.learned_cost()->describe().c_str());
+    }
     return 0;
   }
 
@@ -529,7 +547,7 @@ int run(const LlamaOptions& o) {
     std::printf("{\"model\": %s, \"prompts\": %zu, \"parallel\": %zu, \"threads\": %d, \"cost\": %s, \"repeats\": %zu, "
                 "\"runs\": [",
                 json_string(engine.description()).c_str(), prompts.size(), o.parallel, o.threads,
-                json_string(cost.cost ? cost.cost->spec() : "none").c_str(), o.repeats);
+                json_string(cost.cost ? (cost.learn ? "learn:" : "") + cost.cost->spec() : std::string("none")).c_str(), o.repeats);
     for (std::size_t i = 0; i < contenders.size(); ++i) {
       std::printf("%s%s", i ? ", " : "",
                   run_json(contenders[i].name, contenders[i].first, median(contenders[i].seconds), plain_seconds,

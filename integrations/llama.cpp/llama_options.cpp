@@ -83,14 +83,16 @@ const char* llama_usage() noexcept {
          "  --max-drafts N     most drafts per sequence and pass, 1 to 1024 (default 16; 4 with --cost none or\n"
          "                     --draft-model, whose every draft is a pass of the draft model); --k N is its old\n"
          "                     name, still read\n"
-         "  --cost SPEC        what a verify pass costs, which sizes every pass's drafts: measure (default: time\n"
-         "                     this model's passes at start), none (MatchDrafter's own gate decides), flat,\n"
-         "                     knee:N, or table:1=1,2=1.5,... (what --print-cost prints)\n"
+         "  --cost SPEC        what a verify pass costs, which sizes every pass's drafts: learn (default: learned\n"
+         "                     from the passes served, starting from this model's passes timed at start), learn:SPEC\n"
+         "                     (starting from SPEC), measure (the passes timed at start, trusted for the run), none\n"
+         "                     (MatchDrafter's own gate decides), flat, knee:N, or table:1=1,2=1.5,... (what\n"
+         "                     --print-cost prints)\n"
          "  --print-cost       print the cost table used, to give back to --cost\n"
          "  --flash-attn F     backend (default: off on a CPU, where its kernels sum a verify pass otherwise\n"
          "                     than a one-token pass and a near tie can flip a token; llama.cpp's choice on a\n"
          "                     GPU), on, off\n"
-         "  --pass-shape S     fixed (the default with --parallel 1 and a measured cost; else free): every pass with drafts\n"
+         "  --pass-shape S     fixed (the default with --parallel 1 and --cost measure; else free): every pass with drafts\n"
          "                     carries k of them (padded), so llama.cpp keeps its graph from one to the next, and\n"
          "                     drafts are priced by the pass before (starting a run of them pays both graph\n"
          "                     rebuilds); free: passes of any size, priced by one measured curve\n"
@@ -183,6 +185,12 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
       const std::string_view text = value();
       if (text == "measure") {
         o.cost_source = LlamaOptions::Cost::measure;
+      } else if (text == "learn") {
+        o.cost_source = LlamaOptions::Cost::learn;
+        o.cost.reset();
+      } else if (text.rfind("learn:", 0) == 0) {
+        o.cost = VerifyCost::parse(text.substr(6));
+        o.cost_source = LlamaOptions::Cost::learn;
       } else if (text == "none") {
         o.cost_source = LlamaOptions::Cost::none;
       } else {
@@ -288,7 +296,7 @@ LlamaOptions parse_llama_options(std::span<const std::string_view> args) {
                 "does nothing with --no-speculate, which drafts nothing");
   }
   if (o.pass_shape_given && o.fixed_shape && (o.parallel != 1 || o.cost_source != LlamaOptions::Cost::measure)) {
-    throw std::invalid_argument("--pass-shape fixed needs --parallel 1 and a measured cost (--cost measure, the default)");
+    throw std::invalid_argument("--pass-shape fixed needs --parallel 1 and a measured cost (--cost measure)");
   }
   if (o.cost_source == LlamaOptions::Cost::none) refuse_with({"--print-cost"}, "has no cost to print with --cost none");
   if (o.curve.empty() && !o.prompt && o.prompts_file.empty()) {

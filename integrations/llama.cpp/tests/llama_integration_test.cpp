@@ -259,7 +259,7 @@ TEST(LlamaIntegration, ProgramCheckReportsIdenticalAndSpeedup) {
   EXPECT_EQ(out.find("near tie"), std::string::npos) << out;
 }
 
-// --pass-shape fixed (the default with one sequence and a measured cost) pads every pass with drafts
+// --pass-shape fixed (the default with one sequence and a measured cost, --cost measure) pads every pass with drafts
 // to k of them and prices drafts by the pass before: output stays plain decoding's, and the option is
 // refused, by name, where it cannot apply.
 TEST(LlamaIntegration, FixedPassShapeKeepsOutputsAndIsRefusedWhereItCannotApply) {
@@ -267,11 +267,14 @@ TEST(LlamaIntegration, FixedPassShapeKeepsOutputsAndIsRefusedWhereItCannotApply)
   int status = 0;
   const std::string prompt = "--prompt 'The cat said, \"Meow, meow.\" The dog said, \"Woof, woof.\" The cat said, "
                              "\"Meow, meow.\" The dog said,' ";
-  std::string out = run_program("--model " + kModel + " " + prompt + "--n 200 --threads 2 --check --repeats 1 --k 8",
-                                status);
+  std::string out = run_program(
+      "--model " + kModel + " " + prompt + "--n 200 --threads 2 --check --repeats 1 --k 8 --cost measure", status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("identical: yes"), std::string::npos) << out;
   EXPECT_NE(out.find("every pass with drafts 9 tokens"), std::string::npos) << out;
+  out = run_program("--model " + kModel + " --prompt x --pass-shape fixed", status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("--pass-shape fixed needs --parallel 1 and a measured cost"), std::string::npos) << out;
   out = run_program("--model " + kModel + " --prompt x --pass-shape fixed --parallel 2", status);
   EXPECT_EQ(status, 2) << out;
   EXPECT_NE(out.find("--pass-shape fixed needs --parallel 1"), std::string::npos) << out;

@@ -7,18 +7,28 @@ plain and once drafting with ngramspec, sends both the same greedy /completion r
 - the ngramspec server drafted tokens and had some of them accepted (the `draft_n` and `draft_n_accepted`
   of each answer's `timings`), so that drafting silently switched off fails the test, and
 - with --golden IDS (a file of space-separated token ids generated greedily after BOS), both servers answer
-  the prompt [BOS] with exactly those ids.
+  the prompt [BOS] with exactly those ids;
+- with --parallel N slots and every prompt sent twice at once, twice over, each answer is still the plain
+  one, and the second round, drafted from the first round's outputs in the shared corpus, has more drafts
+  accepted than the first; the corpus saved on exit (--spec-ngramspec-corpus-save) starts another server
+  (--spec-ngramspec-corpus) that drafts from it at once;
+- a corpus file that cannot be opened stops the server at start, naming it; with --corpus-tool (ngramspec-corpus),
+  so does a file recording another vocabulary (naming both sizes), and a file of unknown vocabulary holding
+  tokens outside the model's is served with answers equal to plain ones (its foreign tokens never drafted).
 
   server_identity_test.py --server build/bin/llama-server --model stories260K.gguf
-                          [--golden stories260K_greedy256.ids] [--n-predict 200]
+                          [--golden stories260K_greedy256.ids] [--n-predict 200] [--parallel 4]
+                          [--corpus-tool build/tools/ngramspec-corpus]
 
 Standard library only. Every wait is bounded, the servers are stopped whatever happens, and the last line
 says PASS or FAIL; the exit status is 0 on success, 1 on a failed check, 2 on bad arguments.
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -58,7 +68,7 @@ def log_tail(path, lines=40):
 class Server:
     """One llama-server process on 127.0.0.1; stop() is safe to call at any time and more than once."""
 
-    def __init__(self, args, name, extra, log_dir):
+    def __init__(self, args, name, extra, log_dir, parallel=1):
         self.name = name
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -69,8 +79,8 @@ class Server:
             "--model", args.model,
             "--host", "127.0.0.1",
             "--port", str(self.port),
-            "--ctx-size", str(args.ctx_size),
-            "--parallel", "1",
+            "--ctx-size", str(args.ctx_size * parallel),
+            "--parallel", str(parallel),
             "--threads", str(args.threads),
             "--threads-batch", str(args.threads),
             "--seed", "0",
@@ -107,6 +117,20 @@ class Server:
                 last = str(e)
             time.sleep(0.2)
         raise self.fail(f"not ready after {timeout} s (last /health: {last})")
+
+    def wait_refused(self, timeout, expect):
+        """Waits for the server to exit at start, unready, and checks that its log says `expect`."""
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise self.fail(f"still running after {timeout} s; it should have stopped at start saying {expect!r}")
+        self.log.flush()
+        if code == 0:
+            raise self.fail(f"exited with status 0; it should have failed at start saying {expect!r}")
+        text = log_tail(self.log_path, 200)
+        if expect not in text:
+            raise self.fail(f"exited with status {code} without saying {expect!r}")
+        return code
 
     def post(self, path, body, timeout):
         request = urllib.request.Request(self.base + path, data=json.dumps(body).encode("utf-8"),
@@ -176,6 +200,7 @@ def run_server(args, name, extra, log_dir, golden):
 
 def check(args, log_dir, golden):
     plain = run_server(args, "plain", [], log_dir, golden)
+    args.plain = plain
     spec = run_server(args, "ngramspec", ["--spec-type", "ngramspec"] + args.spec_arg, log_dir, golden)
 
     drafted = accepted = 0
@@ -204,6 +229,121 @@ def check(args, log_dir, golden):
     return drafted, accepted
 
 
+def complete_all(server, prompts, args):
+    """The answers to `prompts`, all sent at once (one client thread each)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        return list(pool.map(lambda p: server.complete(p, args.n_predict, args.timeout), prompts))
+
+
+def check_same(what, prompts, answers, plain_by_prompt):
+    """Checks every answer against the plain one of its prompt; returns the drafts made and accepted."""
+    drafted = accepted = 0
+    for prompt, answer in zip(prompts, answers):
+        plain = plain_by_prompt[prompt]
+        if answer.get("tokens") != plain["tokens"] or answer.get("content") != plain["content"]:
+            got = answer.get("tokens") or []
+            n = next((i for i, (x, y) in enumerate(zip(plain["tokens"], got)) if x != y),
+                     min(len(plain["tokens"]), len(got)))
+            raise TestFailure(f"{what}, prompt {prompt!r}: the answer differs from the plain one from token {n} on\n"
+                              f"plain:     {plain['content']!r}\nngramspec: {answer.get('content')!r}")
+        timings = answer.get("timings", {})
+        drafted += timings.get("draft_n", 0)
+        accepted += timings.get("draft_n_accepted", 0)
+    return drafted, accepted
+
+
+def check_shared_corpus(args, log_dir, plain):
+    """Concurrency, the corpus shared by the slots, saved on exit and started from."""
+    plain_by_prompt = dict(zip(PROMPTS, plain))
+    prompts = PROMPTS * 2
+    saved = os.path.join(log_dir, "saved.ngc")
+    server = Server(args, "shared", ["--spec-type", "ngramspec", "--spec-ngramspec-corpus-save", saved] + args.spec_arg,
+                    log_dir, parallel=args.parallel)
+    try:
+        server.wait_ready(args.timeout)
+        rounds = []
+        for r in (1, 2):
+            drafted, accepted = check_same(f"{args.parallel} slots, round {r}", prompts,
+                                           complete_all(server, prompts, args), plain_by_prompt)
+            print(f"{args.parallel} slots, {len(prompts)} requests at once, round {r}: identical to plain, "
+                  f"drafted {drafted}, accepted {accepted}")
+            rounds.append(accepted)
+        if rounds[1] <= rounds[0]:
+            raise server.fail(f"round 2 had {rounds[1]} drafts accepted, not more than round 1's {rounds[0]}: "
+                              f"the slots do not draft from each other's earlier outputs")
+    finally:
+        server.stop()
+    if not os.path.isfile(saved) or os.path.getsize(saved) == 0:
+        raise server.fail(f"no corpus saved to {saved} on exit")
+
+    again = Server(args, "restarted", ["--spec-type", "ngramspec", "--spec-ngramspec-corpus", saved] + args.spec_arg, log_dir)
+    try:
+        again.wait_ready(args.timeout)
+        answers = [again.complete(p, args.n_predict, args.timeout) for p in PROMPTS]
+        drafted, accepted = check_same("started from the saved corpus", PROMPTS, answers, plain_by_prompt)
+    finally:
+        again.stop()
+    if "the shared corpus starts from '" + saved not in log_tail(again.log_path, 400):
+        raise again.fail(f"its log does not say that the shared corpus starts from {saved}")
+    print(f"started from the saved corpus ({os.path.getsize(saved)} bytes): identical to plain, drafted {drafted}, "
+          f"accepted {accepted} (round 1 from nothing: {rounds[0]})")
+    if accepted <= rounds[0] * len(PROMPTS) // len(prompts):
+        raise again.fail(f"{accepted} drafts accepted from the saved corpus, not more than round 1 from nothing "
+                         f"({rounds[0]} for each prompt twice)")
+
+
+def check_corpus_files(args, log_dir, plain):
+    """Corpus files the server refuses at start, and one of foreign tokens it serves without drafting them."""
+    def refused(name, corpus, expect):
+        server = Server(args, name, ["--spec-type", "ngramspec", "--spec-ngramspec-corpus", corpus], log_dir)
+        try:
+            server.wait_refused(args.timeout, expect)
+        finally:
+            server.stop()
+
+    missing = os.path.join(log_dir, "missing.ngc")
+    refused("missing-corpus", missing, f"cannot use the corpus file '{missing}'")
+    print("a corpus file that cannot be opened stops the server at start, naming it")
+    if not args.corpus_tool:
+        return
+
+    def build(name, records, extra):
+        ids = os.path.join(log_dir, name + ".ids")
+        with open(ids, "w", encoding="utf-8") as f:
+            for record in records:
+                f.write(" ".join(str(t) for t in record) + "\n")
+        out = os.path.join(log_dir, name + ".ngc")
+        result = subprocess.run([args.corpus_tool, "build", out, "--from", ids, "--first-stamp", "0"] + extra,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=args.timeout, check=False)
+        if result.returncode != 0:
+            raise TestFailure(f"{args.corpus_tool} build {out} failed: {result.stdout.decode(errors='replace')}")
+        return out
+
+    other = build("other-vocabulary", [plain[0]["tokens"]], ["--vocab-size", "32000"])
+    refused("other-vocabulary", other, f"the corpus file '{other}' records a vocabulary of 32000 tokens, the model's has")
+    print("a corpus file recording another vocabulary stops the server at start, naming it and both sizes")
+
+    # The plain answers with a token outside any vocabulary before every 16th token from the 8th on: a
+    # draft from the corpus would hand the model that token (HTTP 500 "invalid token") unless it is cut.
+    foreign = 2130706697
+    records = [[t for i, x in enumerate(a["tokens"]) for t in ([foreign, x] if i % 16 == 8 else [x])] for a in plain]
+    unknown = build("foreign-tokens", records, [])
+    server = Server(args, "foreign-tokens", ["--spec-type", "ngramspec", "--spec-ngramspec-corpus", unknown], log_dir)
+    try:
+        server.wait_ready(args.timeout)
+        answers = [server.complete(p, args.n_predict, args.timeout) for p in PROMPTS]
+        drafted, accepted = check_same("a corpus of foreign tokens", PROMPTS, answers, dict(zip(PROMPTS, plain)))
+    finally:
+        server.stop()
+    # On exit the server says how many drafted tokens it cut: none cut would mean the check above proved nothing.
+    cut = re.search(r"ngramspec: (\d+) drafted tokens were cut for lying outside the model's vocabulary",
+                    log_tail(server.log_path, 400))
+    if not cut:
+        raise server.fail(f"no drafted token was cut from a corpus holding token {foreign} before every 16th")
+    print(f"a corpus file holding token {foreign}: answers identical to plain, drafted {drafted}, accepted {accepted}, "
+          f"{cut.group(1)} foreign drafted tokens cut")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--server", required=True, help="path of llama-server built with -DLLAMA_NGRAMSPEC=ON")
@@ -218,11 +358,16 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="llama-server threads (default 1)")
     parser.add_argument("--timeout", type=float, default=120,
                         help="seconds to wait for a server to load and for each answer (default 120)")
+    parser.add_argument("--parallel", type=int, default=4,
+                        help="slots of the server that checks concurrency and the shared corpus (default 4)")
+    parser.add_argument("--corpus-tool", help="ngramspec-corpus, to make the corpus files the server must refuse or "
+                        "serve without drafting foreign tokens (default: those checks are left out)")
     parser.add_argument("--spec-arg", action="append", default=[],
                         help="another argument for the ngramspec server (repeatable), e.g. --spec-arg=--spec-ngramspec-n-max --spec-arg=8")
     args = parser.parse_args()
 
-    for what, path in (("--server", args.server), ("--model", args.model), ("--golden", args.golden)):
+    for what, path in (("--server", args.server), ("--model", args.model), ("--golden", args.golden),
+                       ("--corpus-tool", args.corpus_tool)):
         if path is not None and not os.path.isfile(path):
             print(f"error: {what} {path!r} is not a file", file=sys.stderr)
             return 2
@@ -238,20 +383,23 @@ def main():
         if not golden:
             print(f"error: --golden {args.golden!r} holds no token ids", file=sys.stderr)
             return 2
-    if args.n_predict < 1 or args.ctx_size < 1 or args.threads < 1 or args.timeout <= 0:
-        print(f"error: --n-predict ({args.n_predict}), --ctx-size ({args.ctx_size}), --threads ({args.threads}) "
-              f"and --timeout ({args.timeout}) must be positive", file=sys.stderr)
+    if args.n_predict < 1 or args.ctx_size < 1 or args.threads < 1 or args.timeout <= 0 or args.parallel < 1:
+        print(f"error: --n-predict ({args.n_predict}), --ctx-size ({args.ctx_size}), --threads ({args.threads}), "
+              f"--parallel ({args.parallel}) and --timeout ({args.timeout}) must be positive", file=sys.stderr)
         return 2
 
     with tempfile.TemporaryDirectory(prefix="llama-server-identity-") as log_dir:
         try:
             drafted, accepted = check(args, log_dir, golden)
+            check_shared_corpus(args, log_dir, args.plain)
+            check_corpus_files(args, log_dir, args.plain)
         except TestFailure as e:
             print(f"FAIL: {e}")
             return 1
     print(f"PASS: {len(PROMPTS)} greedy completions identical with and without --spec-type ngramspec"
-          f"{' and the golden ids reproduced' if golden else ''}; ngramspec drafted {drafted} tokens, "
-          f"{accepted} accepted")
+          f"{' and the golden ids reproduced' if golden else ''}, alone and {args.parallel} slots at once; "
+          f"ngramspec drafted {drafted} tokens, {accepted} accepted; the shared corpus drafts across requests, "
+          f"is saved and started from; bad corpus files are refused at start")
     return 0
 
 
