@@ -47,7 +47,8 @@ struct LearnedCostConfig {
 /// little), fitted non-decreasing in d (pool-adjacent-violators). When the engine pays for a
 /// pass whose token count differs from the pass before (llama.cpp rebuilding its graph), plain
 /// passes after a change and after one alike measure that price apart, and the curve adds it to
-/// every token count but the last pass's.
+/// every token count but the last pass's and plain's, twice after a plain pass (into the shape of
+/// drafts and back).
 ///
 /// What no pass has measured is priced by the prior (the curve given, while passes agree with
 /// it within a third of a log unit; the first that does not retires it), else pessimistically:
@@ -416,9 +417,14 @@ class LearnedCost {
     const std::size_t last = b.last_tokens;
     auto& p = curve_.points_;
     p.clear();
+    // A change of shape is paid twice by a run of passes with drafts between plain ones: into it and
+    // back. A pass with drafts after a plain one is priced with both (the way back is as certain as
+    // the way in), so a plain pass after one with drafts owes nothing more; another shape of drafts
+    // after one with drafts pays its own way in.
+    const bool after_plain = last <= rows;
     const auto add = [&](std::size_t tokens, double ratio) {
-      const double shaped = ratio + (tokens == last ? 0.0 : penalty);
-      p.push_back({tokens, shaped});
+      const double change = tokens == rows || tokens == last ? 0.0 : after_plain ? 2 * penalty : penalty;
+      p.push_back({tokens, ratio + change});
     };
     // Exploring (no trusted prior, budget left): every unmeasured point up to the frontier,
     // twice the largest measured d plus one, is priced as the measured point below it (a step
