@@ -187,7 +187,7 @@ ngramspec_status write_text(const char* where, std::string_view text, char* out,
   }
   if (capacity != 0) {
     const std::size_t n = std::min(text.size(), capacity - 1);
-    std::memcpy(out, text.data(), n);
+    if (n != 0) std::memcpy(out, text.data(), n);  // an empty view may hold no pointer at all
     out[n] = '\0';
   }
   *length = text.size();
