@@ -500,7 +500,6 @@ class LearnedCost {
     if (last - 1 > rows) put(last - 1, before);
     put(last, dip);
     put(last + 1, after);
-    (void)rows;
   }
 
 
