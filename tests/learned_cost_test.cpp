@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ngramspec/batch_config.hpp"
 #include "ngramspec/draft_planner.hpp"
 #include "ngramspec/verify_cost.hpp"
 #include "support/allocation_counter.hpp"
@@ -149,6 +150,15 @@ TEST(LearnedCost, RefusesABadConfigurationNamingTheField) {
             std::string::npos);
   EXPECT_NE(invalid_argument_message([] { LearnedCost(std::nullopt, {.plain_every = 1}); }).find("plain_every = 1"),
             std::string::npos);
+}
+
+TEST(LearnedCost, ABatchConfigsLearningSettingsAreCheckedEvenWhenItDoesNotLearn) {
+  BatchConfig config;
+  config.learning.plain_every = 1;
+  EXPECT_NE(invalid_argument_message([&] { validate(config); }).find("plain_every = 1"), std::string::npos);
+  config.learn_cost = true;
+  EXPECT_NE(invalid_argument_message([&] { validate(config); }).find("plain_every = 1"), std::string::npos);
+  EXPECT_NO_THROW(validate(BatchConfig{}));
 }
 
 TEST(LearnedCost, TheFirstPassOfABatchSizeIsPlainThenDraftsFollowTheCurve) {

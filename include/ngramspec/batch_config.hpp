@@ -62,7 +62,8 @@ struct BatchStats {
 
 /// Throws std::invalid_argument naming the field and its value when `config` is invalid:
 /// max_sequences outside 1 .. kMaxSequences, max_record_tokens above SharedCorpus::kMaxTokens,
-/// or max_pass_tokens 1 (a pass carries each sequence's last token before any draft).
+/// max_pass_tokens 1 (a pass carries each sequence's last token before any draft), or `learning`
+/// out of LearnedCostConfig's ranges (checked whether or not learn_cost is set).
 inline void validate(const BatchConfig& config) {
   if (config.max_sequences == 0 || config.max_sequences > BatchConfig::kMaxSequences) {
     throw ArgumentError("ngramspec::BatchConfig", "max_sequences = " + std::to_string(config.max_sequences) +
@@ -75,7 +76,8 @@ inline void validate(const BatchConfig& config) {
                                                       std::to_string(SharedCorpus::kMaxTokens) +
                                                       ", the most a corpus holds");
   }
-  if (config.learn_cost) LearnedCost::check(config.learning);
+  // Checked whether or not the cost is learned: a setting given is never silently ignored.
+  LearnedCost::check(config.learning);
   if (config.max_pass_tokens == 1) {
     throw ArgumentError("ngramspec::BatchConfig",
                         "max_pass_tokens = 1 is invalid: must be 0 (no limit) or at least 2, since a pass "
