@@ -26,11 +26,11 @@ struct LlamaOptions {
   std::size_t context = 0;           ///< --ctx: tokens per sequence (0: the model's training context)
   std::size_t k = 16;                ///< --k: most drafts a pass per sequence
   bool k_given = false;
-  /// --cost: learn (default: learned from the passes served, from a curve measured at start), learn:SPEC
-  /// (from SPEC), measure (the curve measured at start, trusted), none (the drafter's gate alone), or a
-  /// spec VerifyCost::parse reads (trusted). `cost` holds a given spec or learn's given prior.
+  /// --cost: measure (default: the curve measured at start, trusted), learn (learned from the passes
+  /// served, from a curve measured at start), learn:SPEC (from SPEC), none (the drafter's gate alone), or
+  /// a spec VerifyCost::parse reads (trusted). `cost` holds a given spec or learn's given prior.
   enum class Cost { measure, given, none, learn };
-  Cost cost_source = Cost::learn;
+  Cost cost_source = Cost::measure;
   std::optional<VerifyCost> cost;
   bool print_cost = false;           ///< --print-cost: print the cost table spec (to reuse with --cost)
   /// --pass-shape: fixed (default) pads every pass with drafts of one sequence to k drafts and

@@ -272,7 +272,7 @@ TEST(LlamaIntegration, FixedPassShapeKeepsOutputsAndIsRefusedWhereItCannotApply)
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("identical: yes"), std::string::npos) << out;
   EXPECT_NE(out.find("every pass with drafts 9 tokens"), std::string::npos) << out;
-  out = run_program("--model " + kModel + " --prompt x --pass-shape fixed", status);
+  out = run_program("--model " + kModel + " --prompt x --pass-shape fixed --cost learn", status);
   EXPECT_EQ(status, 2) << out;
   EXPECT_NE(out.find("--pass-shape fixed needs --parallel 1 and a measured cost"), std::string::npos) << out;
   out = run_program("--model " + kModel + " --prompt x --pass-shape fixed --parallel 2", status);
