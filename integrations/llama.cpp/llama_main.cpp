@@ -151,6 +151,7 @@ struct Contender {
   // The outputs of its first run that differed from plain decoding's first, if any, and where.
   std::optional<std::vector<std::vector<Token>>> differing;
   std::vector<Divergence> divergences;
+  std::vector<std::uint64_t> drafted;  // each run's drafts (a learned cost drafts otherwise from run to run)
 };
 
 // The label of the run a divergence line compares with plain decoding.
@@ -457,16 +458,16 @@ int run(const LlamaOptions& o) {
   }
 
   std::vector<Contender> contenders;
-  contenders.push_back({"plain", run_plain, {}, {}, true, {}, {}});
-  if (o.compare || draft_models.empty()) contenders.push_back({"ngramspec", run_ngramspec, {}, {}, true, {}, {}});
+  contenders.push_back({"plain", run_plain, {}, {}, true, {}, {}, {}});
+  if (o.compare || draft_models.empty()) contenders.push_back({"ngramspec", run_ngramspec, {}, {}, true, {}, {}, {}});
   // --check runs one ngramspec drafter: the best of text and draft model with --best-of.
   for (std::size_t i = 0; i < (o.compare || !o.best_of ? draft_speculators.size() : 0); ++i) {
     BatchSpeculator<DraftModelSpeculator::Drafter>* s = draft_speculators[i]->speculator.get();
-    contenders.push_back({draft_model_name(i), [&speculate, s] { return speculate(*s); }, {}, {}, true, {}, {}});
+    contenders.push_back({draft_model_name(i), [&speculate, s] { return speculate(*s); }, {}, {}, true, {}, {}, {}});
   }
   for (std::size_t i = 0; i < best_speculators.size(); ++i) {
     BatchSpeculator<BestOfSpeculator::Drafter>* s = best_speculators[i]->speculator.get();
-    contenders.push_back({best_of_name(i), [&speculate, s] { return speculate(*s); }, {}, {}, true, {}, {}});
+    contenders.push_back({best_of_name(i), [&speculate, s] { return speculate(*s); }, {}, {}, true, {}, {}, {}});
   }
 #if NGRAMSPEC_LLAMA_CPP_DRAFTERS
   std::vector<std::unique_ptr<BatchSpeculator<LlamaCppDrafter>>> llama_speculators;
@@ -488,7 +489,7 @@ int run(const LlamaOptions& o) {
                             [&engine, s, &prompts, &settings, max_drafts] {
                               return decode_speculative(engine, *s, prompts, settings, max_drafts);
                             },
-                            {}, {}, true, {}, {}});
+                            {}, {}, true, {}, {}, {}});
     }
     // llama.cpp's draft-model speculation with each draft model: a drafter per sequence, each in
     // its own sequence of the draft model's context.
@@ -507,7 +508,7 @@ int run(const LlamaOptions& o) {
                             [&engine, s, &prompts, &settings, max_drafts] {
                               return decode_speculative(engine, *s, prompts, settings, max_drafts);
                             },
-                            {}, {}, true, {}, {}});
+                            {}, {}, true, {}, {}, {}});
     }
   }
 #else
@@ -524,6 +525,7 @@ int run(const LlamaOptions& o) {
       Contender& c = contenders[(j + round) % contenders.size()];
       RunResult r = c.run();
       c.seconds.push_back(r.seconds);
+      c.drafted.push_back(r.drafted);
       const bool reference = &c == &contenders[0] && c.seconds.size() == 1;
       // In the rejection mode a drafted run keeps the model's distribution, not the seed's text: only
       // plain decoding's runs are compared (with its first).
@@ -565,6 +567,19 @@ int run(const LlamaOptions& o) {
     const Contender& spec = contenders[1];
     print_run("plain", plain.first);
     print_run("ngramspec", spec.first);
+    if (spec.seconds.size() > 1) {
+      // The lines above are the first runs'; the speedup is the median's, and a speculator that
+      // learns its cost keeps learning from run to run.
+      std::string runs;
+      for (std::size_t i = 0; i < spec.seconds.size(); ++i) {
+        char one[96];
+        std::snprintf(one, sizeof one, "%s%.1f tokens/s (drafted %llu)", i ? ", " : "",
+                      static_cast<double>(spec.first.generated) / spec.seconds[i],
+                      static_cast<unsigned long long>(spec.drafted[i]));
+        runs += one;
+      }
+      std::printf("ngramspec runs: %s\n", runs.c_str());
+    }
     std::printf("identical: %s\n", identity(spec));
     print_divergences(plain, greedy, reproduced);
     print_divergences(spec, greedy, reproduced);

@@ -257,6 +257,18 @@ TEST(LlamaIntegration, ProgramCheckReportsIdenticalAndSpeedup) {
   // An identical run reports no divergence.
   EXPECT_EQ(out.find(": prompt "), std::string::npos) << out;
   EXPECT_EQ(out.find("near tie"), std::string::npos) << out;
+  // One run: its line is the run; with more, each run's speed and drafts are printed too (the
+  // speedup is the median's, and a learned cost drafts otherwise from run to run).
+  EXPECT_EQ(out.find("ngramspec runs: "), std::string::npos) << out;
+  const std::string repeated = run_program("--model " + kModel + " --prompt 'Once upon a time' --n 64 --threads 1 "
+                                           "--check --repeats 2 --cost knee:4",
+                                           status);
+  EXPECT_EQ(status, 0) << repeated;
+  const std::size_t runs = repeated.find("ngramspec runs: ");
+  ASSERT_NE(runs, std::string::npos) << repeated;
+  const std::string line = repeated.substr(runs, repeated.find('\n', runs) - runs);
+  EXPECT_EQ(std::count(line.begin(), line.end(), '('), 2) << line;
+  EXPECT_NE(line.find("tokens/s (drafted "), std::string::npos) << line;
 }
 
 // --pass-shape fixed (the default with one sequence and a measured cost, --cost measure) pads every pass with drafts
