@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -143,15 +144,18 @@ std::string json_string(std::string_view s) {
 
 // One way of decoding in a comparison: its name and a run over the prompts.
 struct Contender {
+  Contender(std::string n, std::function<RunResult()> r) : name(std::move(n)), run(std::move(r)) {}
+
   std::string name;
   std::function<RunResult()> run;
   std::vector<double> seconds;
+  // Each run's tokens per second and drafts (a learned cost drafts otherwise from run to run).
+  std::vector<std::pair<double, std::uint64_t>> runs;
   RunResult first;  // the first timed run's outputs and counts
   bool identical = true;
   // The outputs of its first run that differed from plain decoding's first, if any, and where.
   std::optional<std::vector<std::vector<Token>>> differing;
   std::vector<Divergence> divergences;
-  std::vector<std::uint64_t> drafted;  // each run's drafts (a learned cost drafts otherwise from run to run)
 };
 
 // The label of the run a divergence line compares with plain decoding.
@@ -458,16 +462,16 @@ int run(const LlamaOptions& o) {
   }
 
   std::vector<Contender> contenders;
-  contenders.push_back({"plain", run_plain, {}, {}, true, {}, {}, {}});
-  if (o.compare || draft_models.empty()) contenders.push_back({"ngramspec", run_ngramspec, {}, {}, true, {}, {}, {}});
+  contenders.emplace_back("plain", run_plain);
+  if (o.compare || draft_models.empty()) contenders.emplace_back("ngramspec", run_ngramspec);
   // --check runs one ngramspec drafter: the best of text and draft model with --best-of.
   for (std::size_t i = 0; i < (o.compare || !o.best_of ? draft_speculators.size() : 0); ++i) {
     BatchSpeculator<DraftModelSpeculator::Drafter>* s = draft_speculators[i]->speculator.get();
-    contenders.push_back({draft_model_name(i), [&speculate, s] { return speculate(*s); }, {}, {}, true, {}, {}, {}});
+    contenders.emplace_back(draft_model_name(i), [&speculate, s] { return speculate(*s); });
   }
   for (std::size_t i = 0; i < best_speculators.size(); ++i) {
     BatchSpeculator<BestOfSpeculator::Drafter>* s = best_speculators[i]->speculator.get();
-    contenders.push_back({best_of_name(i), [&speculate, s] { return speculate(*s); }, {}, {}, true, {}, {}, {}});
+    contenders.emplace_back(best_of_name(i), [&speculate, s] { return speculate(*s); });
   }
 #if NGRAMSPEC_LLAMA_CPP_DRAFTERS
   std::vector<std::unique_ptr<BatchSpeculator<LlamaCppDrafter>>> llama_speculators;
@@ -485,11 +489,9 @@ int run(const LlamaOptions& o) {
       llama_speculators.push_back(std::make_unique<BatchSpeculator<LlamaCppDrafter>>(
           c, [drafter] { return LlamaCppDrafter(drafter); }));
       BatchSpeculator<LlamaCppDrafter>* s = llama_speculators.back().get();
-      contenders.push_back({describe(drafter),
-                            [&engine, s, &prompts, &settings, max_drafts] {
-                              return decode_speculative(engine, *s, prompts, settings, max_drafts);
-                            },
-                            {}, {}, true, {}, {}, {}});
+      contenders.emplace_back(describe(drafter), [&engine, s, &prompts, &settings, max_drafts] {
+        return decode_speculative(engine, *s, prompts, settings, max_drafts);
+      });
     }
     // llama.cpp's draft-model speculation with each draft model: a drafter per sequence, each in
     // its own sequence of the draft model's context.
@@ -504,11 +506,10 @@ int run(const LlamaOptions& o) {
       }));
       BatchSpeculator<LlamaCppDrafter>* s = llama_speculators.back().get();
       const auto max_drafts = static_cast<std::size_t>(draft_simple.n_max);
-      contenders.push_back({describe(draft_simple) + " " + draft.label,
-                            [&engine, s, &prompts, &settings, max_drafts] {
-                              return decode_speculative(engine, *s, prompts, settings, max_drafts);
-                            },
-                            {}, {}, true, {}, {}, {}});
+      contenders.emplace_back(describe(draft_simple) + " " + draft.label,
+                              [&engine, s, &prompts, &settings, max_drafts] {
+                                return decode_speculative(engine, *s, prompts, settings, max_drafts);
+                              });
     }
   }
 #else
@@ -525,7 +526,7 @@ int run(const LlamaOptions& o) {
       Contender& c = contenders[(j + round) % contenders.size()];
       RunResult r = c.run();
       c.seconds.push_back(r.seconds);
-      c.drafted.push_back(r.drafted);
+      c.runs.emplace_back(r.tokens_per_second(), r.drafted);
       const bool reference = &c == &contenders[0] && c.seconds.size() == 1;
       // In the rejection mode a drafted run keeps the model's distribution, not the seed's text: only
       // plain decoding's runs are compared (with its first).
@@ -567,18 +568,15 @@ int run(const LlamaOptions& o) {
     const Contender& spec = contenders[1];
     print_run("plain", plain.first);
     print_run("ngramspec", spec.first);
-    if (spec.seconds.size() > 1) {
+    if (spec.runs.size() > 1) {
       // The lines above are the first runs'; the speedup is the median's, and a speculator that
       // learns its cost keeps learning from run to run.
-      std::string runs;
-      for (std::size_t i = 0; i < spec.seconds.size(); ++i) {
-        char one[96];
-        std::snprintf(one, sizeof one, "%s%.1f tokens/s (drafted %llu)", i ? ", " : "",
-                      static_cast<double>(spec.first.generated) / spec.seconds[i],
-                      static_cast<unsigned long long>(spec.drafted[i]));
-        runs += one;
+      std::printf("ngramspec runs:");
+      for (std::size_t i = 0; i < spec.runs.size(); ++i) {
+        std::printf("%s %.1f tokens/s (drafted %llu)", i ? "," : "", spec.runs[i].first,
+                    static_cast<unsigned long long>(spec.runs[i].second));
       }
-      std::printf("ngramspec runs: %s\n", runs.c_str());
+      std::printf("\n");
     }
     std::printf("identical: %s\n", identity(spec));
     print_divergences(plain, greedy, reproduced);
