@@ -303,9 +303,11 @@ struct MappedCorpus::Index {
   [[nodiscard]] std::uint64_t written() const noexcept { return corpus.tokens_.size(); }
 };
 
-CorpusMatch MappedCorpus::find(std::span<const Token> context) const noexcept {
+CorpusMatch MappedCorpus::find(std::span<const Token> context) const noexcept { return find(context, 0); }
+
+CorpusMatch MappedCorpus::find(std::span<const Token> context, std::uint64_t hint) const noexcept {
   if (context.empty() || tokens_.empty()) return {};
-  return detail::longest_suffix_match(Index{*this}, context, detail::suffix_hashes(context));
+  return detail::longest_suffix_match(Index{*this}, context, detail::suffix_hashes(context), hint);
 }
 
 std::size_t MappedCorpus::copy(const CorpusMatch& match, std::span<Token> out) const noexcept {
@@ -313,10 +315,15 @@ std::size_t MappedCorpus::copy(const CorpusMatch& match, std::span<Token> out) c
 }
 
 CorpusDraft MappedCorpus::draft(std::span<const Token> context, std::span<Token> out) const noexcept {
+  return draft(context, out, 0);
+}
+
+CorpusDraft MappedCorpus::draft(std::span<const Token> context, std::span<Token> out, std::uint64_t hint) const noexcept {
   CorpusDraft found;
   if (out.empty()) return found;
-  const CorpusMatch match = find(context);
+  const CorpusMatch match = find(context, hint);
   found.match_length = match.length;
+  found.end = match.length == 0 ? 0 : match.end;
   found.count = copy(match, out);
   return found;
 }

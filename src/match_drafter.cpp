@@ -118,6 +118,26 @@ double sequence_copy_estimate(std::size_t length) noexcept {
 }
 constexpr std::array<double, kLengthBuckets> kCorpusCopyAccepted = {0.123, 0.242, 0.327, 0.376,
                                                                      0.424, 0.578, 0.741, 0.812};
+// A copy of the corpus past 15 tokens (measured since the corpus is handed up to kCorpusContext
+// tokens of the sequence's end, so a match can show itself longer than 15): the same hazard as the
+// sequence's own copies, by the same buckets (bench/copy_acceptance, "a copy of the corpus"). Until
+// then the one bucket > 15 stood for every long match, and the planner saw an earlier answer that
+// the request repeats word for word as worth no more than a 16-token match.
+constexpr std::array<double, kLongCopyBucketEnds.size() + 1> kLongCorpusCopyAccepted = {0.930, 0.931, 0.956,
+                                                                                         0.989, 0.993, 0.995};
+constexpr std::size_t kLongCorpusMatch = MatchDrafter::kLongCorpusMatch;
+static_assert(kLongCorpusMatch == kLengthBucketEnds.back() + 1, "the long corpus copies begin past the short buckets");
+
+std::size_t long_copy_bucket(std::size_t length) noexcept {
+  std::size_t b = 0;
+  while (b < kLongCopyBucketEnds.size() && length > kLongCopyBucketEnds[b]) ++b;
+  return b;
+}
+
+double corpus_copy_estimate(std::size_t length) noexcept {
+  return length < kLongCorpusMatch ? kCorpusCopyAccepted[kBucketOfLength[length]]
+                                   : kLongCorpusCopyAccepted[long_copy_bucket(length)];
+}
 // [length bucket][share]: the counts. Shares: the context was seen once; every occurrence
 // agreed; >= 70% did; >= 50%; less.
 constexpr std::size_t kShares = 5;
@@ -133,12 +153,19 @@ constexpr std::array<std::array<double, kShares>, kLengthBuckets> kCountsAccepte
 }};
 
 // The estimate classes a kept first draft names: a copy of a corpus by length bucket, then the
-// counts by length bucket and share.
+// counts by length bucket and share, then a long copy of a corpus by its bucket.
 constexpr std::size_t kCountClasses = kLengthBuckets;  // the first of the counts' classes
-static_assert(kCountClasses + kLengthBuckets * kShares <= 256, "a class is kept in 8 bits");
+constexpr std::size_t kLongCorpusClasses = kCountClasses + kLengthBuckets * kShares;
+static_assert(kLongCorpusClasses + kLongCorpusCopyAccepted.size() <= 256, "a class is kept in 8 bits");
+
+std::size_t corpus_class(std::size_t match_length) noexcept {
+  return match_length < kLongCorpusMatch ? length_bucket(match_length)
+                                         : kLongCorpusClasses + long_copy_bucket(match_length);
+}
 
 double class_estimate(std::size_t estimate_class) noexcept {
   if (estimate_class < kCountClasses) return kCorpusCopyAccepted[estimate_class];
+  if (estimate_class >= kLongCorpusClasses) return kLongCorpusCopyAccepted[estimate_class - kLongCorpusClasses];
   const std::size_t counts = estimate_class - kCountClasses;
   return kCountsAccepted[counts / kShares][counts % kShares];
 }
@@ -208,16 +235,22 @@ MatchDrafter::MatchDrafter(MatchConfig config, const SharedCorpus* corpus, const
 }
 
 void MatchDrafter::reset() noexcept {
+  restart();
+  hits_ = 0;
+  expected_ = 0;
+  trials_ = 0;
+}
+
+void MatchDrafter::restart() noexcept {
   for (detail::LastEndTable& table : last_) table.clear();
   counts_.reset();
   indexed_ = 0;
   seen_ = 0;
   length_ = 0;
   end_ = 0;
-  hits_ = 0;
-  expected_ = 0;
-  trials_ = 0;
   first_draft_.value.store(0, std::memory_order_relaxed);
+  corpus_end_.value.store(0, std::memory_order_relaxed);
+  file_end_.value.store(0, std::memory_order_relaxed);
 }
 
 void MatchDrafter::update(std::span<const Token> tokens) noexcept {
@@ -305,7 +338,7 @@ std::size_t MatchDrafter::draft(std::span<Token> out, std::span<float> probabili
   if (n == 0 || seen_ == 0) return 0;
   if (!probabilities.empty()) probabilities = probabilities.first(n);
   std::size_t made = 0;
-  if (length_ == 0 && (corpus_ != nullptr || file_ != nullptr)) {
+  if (consults_corpus()) {
     made = draft_from_corpus(out.first(n), probabilities);
   } else if (length_ == 0 || length_ < config_.copy_min_match) {
     made = draft_from_counts(out.first(n), probabilities);
@@ -348,47 +381,81 @@ std::size_t MatchDrafter::copy_from_sequence(std::span<Token> out, std::span<flo
       [&](std::size_t j) { return sequence_copy_estimate(length_ + j); }, probabilities);
 }
 
-CorpusDraft MatchDrafter::ask_corpus(std::span<Token> out) const noexcept {
+CorpusDraft MatchDrafter::ask_corpus(std::span<Token> out, bool follow) const noexcept {
   std::array<Token, kCorpusContext> context{};
   const std::size_t have = static_cast<std::size_t>(std::min<std::uint64_t>(seen_, kCorpusContext));
   for (std::size_t i = 0; i < have; ++i) context[i] = recent(have - 1 - i);
   const std::span<const Token> end(context.data(), have);
-  if (file_ == nullptr) return corpus_->draft(end, out);
+  // Each corpus's lookup is hinted with where its last one (predict()'s) matched, moved on by the
+  // tokens seen since; predict() keeps where this one matched.
+  const auto hint = [&](const RelaxedAtomic& last_end, const RelaxedAtomic& last_seen) -> std::uint64_t {
+    const std::uint64_t at = last_end.value.load(std::memory_order_relaxed);
+    return at == 0 ? 0 : at + (seen_ - last_seen.value.load(std::memory_order_relaxed));
+  };
+  const auto keep = [&](RelaxedAtomic& last_end, RelaxedAtomic& last_seen, std::uint64_t at) {
+    if (!follow) return;
+    last_end.value.store(at, std::memory_order_relaxed);
+    last_seen.value.store(seen_, std::memory_order_relaxed);
+  };
+  const auto ask_live = [&] {
+    const CorpusDraft live = corpus_->draft(end, out, hint(corpus_end_, corpus_seen_));
+    if (!live.busy) keep(corpus_end_, corpus_seen_, live.end);
+    return live;
+  };
+  const auto find_in_file = [&] {
+    const CorpusMatch match = file_->find(end, hint(file_end_, file_seen_));
+    keep(file_end_, file_seen_, match.length == 0 ? 0 : match.end);
+    return match;
+  };
+  if (file_ == nullptr) return ask_live();
   const auto from_file = [&](const CorpusMatch& match) {
     CorpusDraft found;
     found.match_length = match.length;
+    found.end = match.length == 0 ? 0 : match.end;
     found.count = file_->copy(match, out);
     return found;
   };
-  if (corpus_ == nullptr) return from_file(file_->find(end));
+  if (corpus_ == nullptr) return from_file(find_in_file());
   switch (config_.corpus_preference) {
     case CorpusPreference::live: {
-      const CorpusDraft live = corpus_->draft(end, out);
-      return live.count > 0 ? live : from_file(file_->find(end));
+      const CorpusDraft live = ask_live();
+      return live.count > 0 ? live : from_file(find_in_file());
     }
     case CorpusPreference::file: {
-      const CorpusMatch in_file = file_->find(end);
-      return in_file.length > 0 ? from_file(in_file) : corpus_->draft(end, out);
+      const CorpusMatch in_file = find_in_file();
+      return in_file.length > 0 ? from_file(in_file) : ask_live();
     }
     case CorpusPreference::longer_match:
       break;
   }
-  const CorpusMatch in_file = file_->find(end);
-  const CorpusDraft live = corpus_->draft(end, out);
+  const CorpusMatch in_file = find_in_file();
+  const CorpusDraft live = ask_live();
   if (live.count > 0 && live.match_length >= in_file.length) return live;
   // A match at the very end of a record copies nothing; then the live draft (still in out) stands.
   const CorpusDraft copied = from_file(in_file);
   return copied.count > 0 ? copied : live;
 }
 
+bool MatchDrafter::consults_corpus() const noexcept {
+  // With a match of its own as long as the corpus is handed, the sequence's copy is as good as any.
+  return (corpus_ != nullptr || file_ != nullptr) && length_ < kCorpusContext;
+}
+
+bool MatchDrafter::prefers(const CorpusDraft& draft) const noexcept {
+  return draft.count > 0 && (length_ == 0 || (draft.match_length >= kLongCorpusMatch && draft.match_length > length_));
+}
+
 std::size_t MatchDrafter::draft_from_corpus(std::span<Token> out, std::span<float> probabilities) const noexcept {
-  const CorpusDraft draft = ask_corpus(out);
-  // Beyond index_capacity the counts may know a token the frozen index does not.
-  if (draft.count == 0) return draft_from_counts(out, probabilities);
-  remember_first_draft(true, out[0], length_bucket(draft.match_length));
+  const CorpusDraft draft = ask_corpus(out, true);
+  if (!prefers(draft)) {
+    // Beyond index_capacity the counts may know a token the frozen index does not.
+    if (length_ == 0 || length_ < config_.copy_min_match) return draft_from_counts(out, probabilities);
+    return copy_from_sequence(out, probabilities);
+  }
+  remember_first_draft(true, out[0], corpus_class(draft.match_length));
   return gated(
       config_.min_confidence, scale(), draft.count,
-      [&](std::size_t j) { return kCorpusCopyAccepted[length_bucket(draft.match_length + j)]; }, probabilities);
+      [&](std::size_t j) { return corpus_copy_estimate(draft.match_length + j); }, probabilities);
 }
 
 std::size_t MatchDrafter::count_chain(std::span<Token> out, CountEvidence& evidence, bool estimate) const noexcept {
@@ -444,9 +511,9 @@ void MatchDrafter::calibrate(Token token) noexcept {
     return;
   }
   CorpusDraft from_corpus;
-  if (length_ == 0 && (corpus_ != nullptr || file_ != nullptr)) from_corpus = ask_corpus(std::span<Token>(&first, 1));
-  if (from_corpus.count > 0) {
-    estimate = kCorpusCopyAccepted[length_bucket(from_corpus.match_length)];
+  if (consults_corpus()) from_corpus = ask_corpus(std::span<Token>(&first, 1));
+  if (prefers(from_corpus)) {
+    estimate = corpus_copy_estimate(from_corpus.match_length);
   } else if (length_ != 0 && length_ >= config_.copy_min_match && end_ < indexed_) {
     first = tokens_[end_];
     estimate = sequence_copy_estimate(length_);

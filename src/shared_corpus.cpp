@@ -217,6 +217,11 @@ std::size_t SharedCorpus::min_bytes() noexcept { return bytes_for(kMinTokens); }
 std::size_t SharedCorpus::max_bytes() noexcept { return bytes_for(kMaxTokens); }
 
 CorpusDraft SharedCorpus::draft(std::span<const Token> context, std::span<Token> out) const noexcept {
+  return draft(context, out, 0);
+}
+
+CorpusDraft SharedCorpus::draft(std::span<const Token> context, std::span<Token> out,
+                                std::uint64_t hint) const noexcept {
   CorpusDraft found;
   if (context.empty() || out.empty()) return found;
   const detail::SuffixHashes hashes = detail::suffix_hashes(context);  // before the lock: it is held briefly
@@ -233,8 +238,9 @@ CorpusDraft SharedCorpus::draft(std::span<const Token> context, std::span<Token>
     return found;
   }
   const Index index{*this};
-  const CorpusMatch match = detail::longest_suffix_match(index, context, hashes);
+  const CorpusMatch match = detail::longest_suffix_match(index, context, hashes, hint);
   found.match_length = match.length;
+  found.end = match.length == 0 ? 0 : match.end;
   found.count = detail::copy_after(index, match, out);
   return found;
 }

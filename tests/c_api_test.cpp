@@ -358,6 +358,7 @@ TEST(CApiMatchDrafter, BadArgumentsAreReportedAndChangeNothing) {
   EXPECT_INVALID(ngramspec_match_drafter_predict(drafter.get(), out.data(), 4, nullptr, nullptr),
                  "ngramspec_match_drafter_predict: count is NULL");
   EXPECT_INVALID(ngramspec_match_drafter_reset(nullptr), "ngramspec_match_drafter_reset: drafter is NULL");
+  EXPECT_INVALID(ngramspec_match_drafter_restart(nullptr), "ngramspec_match_drafter_restart: drafter is NULL");
   EXPECT_EQ(count, 99U);
   EXPECT_EQ(out, (std::array<Token, 4>{7, 7, 7, 7}));
   const CDrafts after = c_drafts(predict, 8, true);
@@ -499,6 +500,12 @@ TEST(CApiProperty, TheDraftersDraftExactlyWhatTheCppOnesDo) {
           cpp_match.reset();
           cpp_ngram.reset();
           ASSERT_C_OK(ngramspec_match_drafter_reset(c_match.get()));
+          ASSERT_C_OK(ngramspec_ngram_predictor_reset(c_ngram.get()));
+          break;
+        case 5:  // the next request of the same slot: the calibration kept
+          cpp_match.restart();
+          cpp_ngram.reset();
+          ASSERT_C_OK(ngramspec_match_drafter_restart(c_match.get()));
           ASSERT_C_OK(ngramspec_ngram_predictor_reset(c_ngram.get()));
           break;
         case 1:

@@ -521,19 +521,11 @@ void fill_corpus(SharedCorpus& corpus, std::mt19937_64& rng, Token vocab, std::s
   }
 }
 
-// What a drafter with a corpus drafts when its match is empty: the corpus's drafts after the
-// sequence's last kCorpusContext tokens, as many as predict() offers.
-std::vector<Token> corpus_drafts(const SharedCorpus& corpus, std::span<const Token> sequence, std::size_t room) {
-  const std::span<const Token> context = sequence.last(std::min(sequence.size(), MatchDrafter::kCorpusContext));
-  std::vector<Token> out(room);
-  out.resize(corpus.draft(context, out).count);
-  return out;
-}
-
-TEST(MatchDrafterProperty, WithACorpusOnlyAnEmptyMatchDraftsFromIt) {
+TEST(MatchDrafterProperty, WithACorpusAnEmptyMatchOrAShorterOneThanALongCorpusMatchDraftsFromIt) {
   static constexpr std::size_t kCaps[] = {4, 17, 60, 1000};
   std::size_t from_corpus = 0;
   std::size_t differed = 0;
+  std::size_t over_own_match = 0;
   for (std::uint64_t seed = 3000; seed < 3080; ++seed) {
     std::mt19937_64 rng(seed);
     const MatchConfig config = make_config(kCaps[rng() % std::size(kCaps)], 1 + rng() % 4, 1 + rng() % 12,
@@ -547,29 +539,141 @@ TEST(MatchDrafterProperty, WithACorpusOnlyAnEmptyMatchDraftsFromIt) {
     MatchDrafter with(config, &corpus);
     MatchDrafter without(config);
     ASSERT_EQ(with.corpus(), &corpus);
+    // Where the last lookup matched and the tokens seen then: each lookup is hinted with it.
+    std::uint64_t hint_end = 0;
+    std::size_t hint_seen = 0;
     for (std::size_t i = 0; i < stream.size(); ++i) {
       with.update(stream[i]);
       without.update(stream[i]);
       if (grows && rng() % 16 == 0) corpus.append(std::span<const Token>(stream).first(i + 1).last(1 + rng() % (i + 1)));
       SCOPED_TRACE("after " + std::to_string(i + 1) + " tokens");
-      ASSERT_EQ(with.match_length(), without.match_length());
+      const std::size_t own = with.match_length();
+      ASSERT_EQ(own, without.match_length());
       const std::size_t room = rng() % 14;
+      const std::size_t n = std::min(room, config.max_drafts);
+      // As without the corpus, unless the corpus drafts: when the match is empty, or shorter
+      // than a corpus match of kLongCorpusMatch tokens or more.
+      std::vector<Token> expected = drafts(without, room);
+      bool corpus_drafts_it = false;
+      if (own < MatchDrafter::kCorpusContext && n > 0) {
+        const std::span<const Token> seen = std::span<const Token>(stream).first(i + 1);
+        std::vector<Token> out(n);
+        const std::uint64_t hint = hint_end == 0 ? 0 : hint_end + (i + 1 - hint_seen);
+        const CorpusDraft found = corpus.draft(seen.last(std::min(seen.size(), MatchDrafter::kCorpusContext)), out, hint);
+        hint_end = found.end;
+        hint_seen = i + 1;
+        const bool longer = found.match_length >= MatchDrafter::kLongCorpusMatch && found.match_length > own;
+        if (found.count > 0 && (own == 0 || longer)) {
+          expected.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(found.count));
+          corpus_drafts_it = true;
+          if (own > 0) ++over_own_match;
+        }
+      }
       const std::vector<Token> got = drafts(with, room);
-      if (with.match_length() == 0) {
-        // From the corpus when it has a draft; else, as without it, from the counts.
-        std::vector<Token> expected =
-            corpus_drafts(corpus, std::span<const Token>(stream).first(i + 1), std::min(room, config.max_drafts));
-        if (expected.empty()) expected = drafts(without, room);
-        ASSERT_EQ(got, expected) << "room " << room;
+      ASSERT_EQ(got, expected) << "room " << room;
+      if (corpus_drafts_it) {
         from_corpus += got.size();
         if (got != drafts(without, room)) ++differed;
-      } else {
-        ASSERT_EQ(got, drafts(without, room)) << "room " << room;
       }
     }
   }
   EXPECT_GT(from_corpus, 100U);  // the corpus drafted, not only missed
   EXPECT_GT(differed, 20U);
+  EXPECT_GT(over_own_match, 20U);  // and in place of a match of the sequence's own
+}
+
+TEST(MatchDrafter, ALongCorpusMatchIsEstimatedAsALongCopy) {
+  // An earlier answer repeated word for word: what follows a 40-token match of it is as likely
+  // as a 40-token copy of the sequence's own text, far above the short matches' estimates. The
+  // record joins the corpus after the drafter observed the sequence, so no first draft has
+  // moved the calibration and the estimates are the measured ones.
+  std::mt19937_64 rng(7);
+  std::vector<Token> sequence(40);
+  for (Token& t : sequence) t = static_cast<Token>(rng() % 32000);
+  std::vector<Token> answer(100);
+  for (Token& t : answer) t = static_cast<Token>(rng() % 32000);
+  const auto estimates = [&](std::size_t match) {
+    SharedCorpus corpus(corpus_bytes(1024));
+    MatchDrafter drafter(make_config(4096, 2, 64), &corpus);
+    drafter.update(sequence);
+    std::vector<Token> record(sequence.end() - static_cast<std::ptrdiff_t>(match), sequence.end());
+    record.insert(record.end(), answer.begin(), answer.end());
+    corpus.append(record);
+    std::vector<Token> out(64);
+    std::vector<float> chances(64);
+    const std::size_t n = drafter.predict(out, chances);
+    EXPECT_EQ(n, 64U) << "match " << match;
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), answer.begin())) << "match " << match;
+    chances.resize(n);
+    return chances;
+  };
+  const std::vector<float> long_match = estimates(40);
+  const std::vector<float> short_match = estimates(8);
+  ASSERT_EQ(long_match.size(), 64U);
+  ASSERT_EQ(short_match.size(), 64U);
+  EXPECT_NEAR(long_match[0], 0.956, 1e-3);  // the 32-47 bucket
+  EXPECT_NEAR(short_match[0], 0.578, 1e-3);  // the 7-9 bucket
+  // The running product stays high over a long draft, so a planner sends it: 0.55 after 32
+  // drafts, where one rate of 0.812 for every match past 15 tokens gave 0.001.
+  EXPECT_GT(long_match[31], 0.5F);
+  EXPECT_LT(short_match[31], 0.05F);
+}
+
+TEST(MatchDrafter, ALookupFollowsTheRecordItMatchedThroughAMoreRecentShortMatch) {
+  // The request repeats record A. Record B, appended after it, holds 3 tokens of A and then
+  // other text, so the most recent occurrence of those 3 tokens is B's. A drafter that drafted
+  // from A stays on A (its last match, moved on by the tokens seen, is measured and is longer);
+  // one that looks up afresh finds B's 3-token match.
+  std::mt19937_64 rng(11);
+  std::vector<Token> a(120);
+  for (Token& t : a) t = static_cast<Token>(1000 + rng() % 30000);
+  std::vector<Token> b = {1, 2, 3};
+  b.insert(b.end(), a.begin() + 50, a.begin() + 53);
+  for (Token t = 4; t < 20; ++t) b.push_back(t);
+  SharedCorpus corpus(corpus_bytes(1024));
+  corpus.append(a);
+  corpus.append(b);
+  MatchDrafter following(make_config(4096, 2, 8), &corpus);
+  MatchDrafter fresh(make_config(4096, 2, 8), &corpus);
+  following.update(std::span<const Token>(a).first(50));
+  EXPECT_EQ(drafts(following, 8), std::vector<Token>(a.begin() + 50, a.begin() + 58));
+  following.update(std::span<const Token>(a).subspan(50, 3));
+  fresh.update(std::span<const Token>(a).first(53));
+  EXPECT_EQ(drafts(following, 8), std::vector<Token>(a.begin() + 53, a.begin() + 61));
+  EXPECT_EQ(drafts(fresh, 8), std::vector<Token>(b.begin() + 6, b.begin() + 14));
+  // restart() and reset() forget where it matched, with the sequence.
+  following.restart();
+  following.update(std::span<const Token>(a).subspan(50, 3));
+  EXPECT_EQ(drafts(following, 8), std::vector<Token>(b.begin() + 6, b.begin() + 14));
+}
+
+TEST(MatchDrafter, RestartForgetsTheSequenceAndKeepsTheCalibration) {
+  // Random text teaches the calibration that drafts fail; a restarted drafter drafts the next
+  // sequence as a fresh one does, but estimates it lower; a reset one estimates it as fresh.
+  std::mt19937_64 rng(5);
+  std::vector<Token> noise(2000);
+  for (Token& t : noise) t = static_cast<Token>(rng() % 6);
+  const std::vector<Token> next = {7, 8, 9, 10, 11, 7, 8, 9, 10, 11, 7, 8, 9};
+  const MatchConfig config = make_config(4096, 2, 4);
+  MatchDrafter restarted = observed(config, noise);
+  MatchDrafter reset = observed(config, noise);
+  restarted.restart();
+  reset.reset();
+  EXPECT_EQ(restarted.tokens_seen(), 0U);
+  EXPECT_EQ(restarted.match_length(), 0U);
+  restarted.update(next);
+  reset.update(next);
+  const MatchDrafter fresh = observed(config, next);
+  EXPECT_EQ(drafts(restarted, 4), drafts(fresh, 4));
+  const auto chances = [](const MatchDrafter& drafter) {
+    std::vector<Token> out(4);
+    std::vector<float> p(4);
+    p.resize(drafter.predict(out, p));
+    return p;
+  };
+  ASSERT_FALSE(chances(fresh).empty());
+  EXPECT_EQ(chances(reset), chances(fresh));
+  EXPECT_LT(chances(restarted)[0], chances(fresh)[0]);
 }
 
 TEST(MatchDrafterProperty, AHigherGateDraftsAPrefixOfALowerOne) {

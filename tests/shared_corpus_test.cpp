@@ -187,11 +187,12 @@ void check_script(std::uint64_t seed) {
   ASSERT_EQ(corpus.capacity_tokens(), capacity);
   NaiveCorpus naive(capacity);
   std::vector<Token> last_record;
+  std::uint64_t last_end = 0;  // where a draft last matched
   for (std::size_t op = 0; op < operations; ++op) {
     const std::size_t kind = pick(0, 99);
     if (kind < 2) {
       corpus.clear();
-      naive.clear();
+      naive.clear();  // last_end stays: a stale hint must be harmless
     } else if (kind < 40) {
       std::size_t length = 0;
       switch (pick(0, 9)) {
@@ -229,7 +230,22 @@ void check_script(std::uint64_t seed) {
       const std::size_t room = pick(0, 5) == 0 ? pick(0, 2 * capacity) : pick(0, 12);
       SCOPED_TRACE("op " + std::to_string(op) + " draft context " + tokens_string(context) + " room " +
                    std::to_string(room));
-      ASSERT_EQ(draft(corpus, context, room), naive.draft(context, room));
+      // Half the lookups hinted: nowhere, anywhere (held or not), or where the last one matched
+      // moved on by a few tokens (the way MatchDrafter follows a match).
+      std::uint64_t hint = 0;
+      switch (pick(0, 5)) {
+        case 0: hint = pick(0, naive.appended() + 3); break;
+        case 1: case 2: hint = last_end == 0 ? 0 : last_end + pick(0, 2); break;
+        default: break;
+      }
+      const Drafted expected = naive.draft(context, room, hint);
+      const Drafted got = draft(corpus, context, room, hint);
+      ASSERT_EQ(got, expected) << "hint " << hint;
+      ASSERT_EQ(got.end, expected.end) << "hint " << hint;
+      if (hint == 0) {
+        ASSERT_EQ(draft(corpus, context, room), expected);
+      }
+      if (got.end != 0) last_end = got.end;
     }
     ASSERT_EQ(corpus.size(), naive.size()) << "op " << op;
     ASSERT_EQ(corpus.appended(), naive.appended()) << "op " << op;

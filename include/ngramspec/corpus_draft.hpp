@@ -26,6 +26,9 @@ struct CorpusDraft {
   std::size_t count = 0;         ///< drafts written
   std::size_t match_length = 0;  ///< tokens of the context that matched the corpus (0: no match)
   bool busy = false;             ///< an append or clear held the corpus, so nothing was looked up
+  /// Since 0.3: the position after the match in the corpus (0: no match). A later lookup may pass
+  /// it, advanced by the tokens observed since, as its hint (SharedCorpus::draft).
+  std::uint64_t end = 0;
 };
 
 }  // namespace ngramspec

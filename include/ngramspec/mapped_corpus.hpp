@@ -63,8 +63,12 @@ class MappedCorpus {
   /// tokens (only the context's last kMaxVerify tokens are read).
   /// busy is always false.
   [[nodiscard]] CorpusDraft draft(std::span<const Token> context, std::span<Token> out) const noexcept;
+  /// As SharedCorpus::draft with a hint: the match ending at `hint` (0: none) drafts when longer.
+  [[nodiscard]] CorpusDraft draft(std::span<const Token> context, std::span<Token> out, std::uint64_t hint) const noexcept;
   /// draft() in two steps: the match alone ...
   [[nodiscard]] CorpusMatch find(std::span<const Token> context) const noexcept;
+  /// ... (with a hint, as draft()) ...
+  [[nodiscard]] CorpusMatch find(std::span<const Token> context, std::uint64_t hint) const noexcept;
   /// ... and the tokens that follow it, up to the end of its record or out.size().
   [[nodiscard]] std::size_t copy(const CorpusMatch& match, std::span<Token> out) const noexcept;
 

@@ -116,7 +116,12 @@ struct MatchConfig {
 /// from the corpus instead: what followed the most recent occurrence there of its last 3, 2
 /// or 1 tokens (and from the counts when the corpus has nothing, or is busy with an
 /// append). Text new to a request is where earlier requests help most; once the sequence
-/// has its own match, its own context predicts it better. A corpus file mapped read-only
+/// has its own match, its own context predicts it better, unless the corpus matches at least
+/// kLongCorpusMatch tokens and more than the sequence does (a request repeating an earlier
+/// answer): then the corpus's copy is drafted, estimated as a copy of that length is. Each
+/// lookup also measures where the previous one matched, moved on by the tokens seen since, and
+/// keeps to it when it matches longer, so a copy stays on the record it follows where a common
+/// phrase recurs in a more recent one. A corpus file mapped read-only
 /// (MappedCorpus: text built ahead of time, shared by a fleet's processes) is consulted the
 /// same way, alone or beside the live corpus; when both match, config.corpus_preference
 /// chooses.
@@ -161,7 +166,10 @@ class MatchDrafter {
   static constexpr std::size_t kMaxBytesPerTokenPerOrder = 208;
 
   /// Tokens of the sequence's end handed to the corpus to match.
-  static constexpr std::size_t kCorpusContext = 16;
+  static constexpr std::size_t kCorpusContext = kMaxVerify;
+  /// A corpus match at least this long, and longer than the sequence's own match, is copied
+  /// in its stead: from there on a copy of the corpus fares as the sequence's copies do.
+  static constexpr std::size_t kLongCorpusMatch = 16;
 
   /// Throws std::invalid_argument naming the field and its value when `config` is invalid.
   /// `corpus` (the live corpus) and `file` (a corpus file), when given, are consulted by
@@ -186,6 +194,12 @@ class MatchDrafter {
 
   /// Forgets the sequence; keeps the memory.
   void reset() noexcept;
+  /// Begins a new sequence of the same workload (the next request of an engine's slot): forgets
+  /// the sequence as reset() does but keeps the calibration, how the gate's estimates have fared
+  /// over the last ~128 first drafts. That is a property of the text an engine serves more than
+  /// of one request: a server asked the same questions again learns over a few requests that its
+  /// corpus copies are right, and then sizes them as such from a request's first token.
+  void restart() noexcept;
 
   [[nodiscard]] const MatchConfig& config() const noexcept { return config_; }
   /// The live corpus consulted, or nullptr.
@@ -222,6 +236,9 @@ class MatchDrafter {
   [[nodiscard]] std::size_t within_vocabulary(std::span<const Token> drafts, std::size_t made) const noexcept;
   [[nodiscard]] std::size_t copy_from_sequence(std::span<Token> out, std::span<float> probabilities) const noexcept;
   [[nodiscard]] std::size_t draft_from_corpus(std::span<Token> out, std::span<float> probabilities) const noexcept;
+  // Whether predict() asks the corpus, and whether it drafts what the corpus answered.
+  [[nodiscard]] bool consults_corpus() const noexcept;
+  [[nodiscard]] bool prefers(const CorpusDraft& draft) const noexcept;
   [[nodiscard]] std::size_t draft_from_counts(std::span<Token> out, std::span<float> probabilities) const noexcept;
   // Most count drafts one gated predict() weighs: their evidence sits on the stack.
   static constexpr std::size_t kMaxGatedCountDrafts = 64;
@@ -230,7 +247,8 @@ class MatchDrafter {
   [[nodiscard]] std::size_t count_chain(std::span<Token> out, CountEvidence& evidence, bool estimate) const noexcept;
   [[nodiscard]] std::size_t gate_counts(std::size_t made, const CountEvidence& evidence,
                                         std::span<float> probabilities) const noexcept;
-  [[nodiscard]] CorpusDraft ask_corpus(std::span<Token> out) const noexcept;
+  // `follow`: keep where the live corpus matched, as the next lookup's hint (predict() does).
+  [[nodiscard]] CorpusDraft ask_corpus(std::span<Token> out, bool follow = false) const noexcept;
   // Scores predict()'s first draft before `token` against it, for the gate's scale.
   void calibrate(Token token) noexcept;
   // How the sequence's own record scales the gate's estimates (docs/ALGORITHM.md, "The gate"): an
@@ -280,6 +298,13 @@ class MatchDrafter {
   mutable RelaxedAtomic first_draft_;
   // out_of_vocabulary_drafts(): const predict() calls, which may run concurrently, add to it.
   mutable RelaxedAtomic dropped_;
+  // Where predict()'s last lookup in the live corpus matched (CorpusDraft::end, 0: nowhere) and
+  // tokens_seen() then: the next lookup's hint is that end moved on by the tokens seen since.
+  mutable RelaxedAtomic corpus_end_;
+  mutable RelaxedAtomic corpus_seen_;
+  // The same for the corpus file.
+  mutable RelaxedAtomic file_end_;
+  mutable RelaxedAtomic file_seen_;
 };
 
 }  // namespace ngramspec

@@ -234,6 +234,10 @@ NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_predict(const ngramspec_m
                                                                ngramspec_token* out, size_t capacity,
                                                                float* probabilities, size_t* count);
 NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_reset(ngramspec_match_drafter* drafter);
+/* Since 0.3. Begins a new sequence of the same workload (an engine slot's next request): forgets the
+ * sequence as ngramspec_match_drafter_reset does, but keeps how the gate's estimates have fared on
+ * the text served (MatchDrafter::restart). */
+NGRAMSPEC_API ngramspec_status ngramspec_match_drafter_restart(ngramspec_match_drafter* drafter);
 NGRAMSPEC_API size_t ngramspec_match_drafter_memory_bytes(const ngramspec_match_drafter* drafter);
 /* Since 0.3. Draft tokens dropped since creation for lying outside the vocabulary (the first such
  * token of a draft and every one after it); 0 for NULL. */

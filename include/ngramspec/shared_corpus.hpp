@@ -107,6 +107,12 @@ class SharedCorpus {
   /// up to kMaxVerify tokens.
   /// Looks nothing up when context or out is empty, or while an append or clear runs.
   [[nodiscard]] CorpusDraft draft(std::span<const Token> context, std::span<Token> out) const noexcept;
+  /// As draft(context, out), and also measures the match that ends at `hint` (a position after a
+  /// match, as an earlier draft's CorpusDraft::end, advanced by the tokens observed since; 0: none),
+  /// which is drafted from when it is longer. A stale hint costs nothing but its measure: every
+  /// match is compared token by token.
+  [[nodiscard]] CorpusDraft draft(std::span<const Token> context, std::span<Token> out,
+                                  std::uint64_t hint) const noexcept;
 
   /// Forgets every record; keeps the memory.
   void clear();

@@ -195,6 +195,13 @@ class MatchDrafter(_Drafter):
         of a draft and every one after it)."""
         return int(lib.ngramspec_match_drafter_out_of_vocabulary(self._handle))
 
+    def restart(self) -> None:
+        """Begins a new sequence of the same workload (a slot's next request): forgets the sequence as
+        ``reset()`` does, but keeps how the gate's estimates have fared on the text served."""
+        status = lib.ngramspec_match_drafter_restart(self._live("restart"))
+        if status != 0:
+            raise_status(status)
+
 
 class NGramPredictor(_Drafter):
     """A drafter from n-gram counts over a sliding window of recent tokens (``ngramspec_ngram_predictor``):

@@ -192,6 +192,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ngramspec_match_drafter_update": (_STATUS, [_P, _P, _S]),
     "ngramspec_match_drafter_predict": (_STATUS, [_P, _P, _S, _P, _P]),
     "ngramspec_match_drafter_reset": (_STATUS, [_P]),
+    "ngramspec_match_drafter_restart": (_STATUS, [_P]),
     "ngramspec_match_drafter_memory_bytes": (_S, [_P]),
     # NGramPredictor
     "ngramspec_ngram_config_default": (NgramConfig, []),

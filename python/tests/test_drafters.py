@@ -204,3 +204,25 @@ def test_a_gateless_drafter_drafts_more() -> None:
         total_gated += len(gated.predict(4))
         total_open += len(open_.predict(4))
     assert total_open >= total_gated
+
+
+def test_restart_forgets_the_sequence_and_keeps_the_calibration() -> None:
+    noise = list(np.random.default_rng(5).integers(0, 6, 2000))
+    nxt = [7, 8, 9, 10, 11] * 2 + [7, 8, 9]
+    # Ungated, so the drafts are the same whatever the calibration; the chances say what it learned.
+    restarted, reset, fresh = (ngramspec.MatchDrafter(min_confidence=0.0) for _ in range(3))
+    restarted.update(noise)
+    reset.update(noise)
+    restarted.restart()
+    reset.reset()
+    for drafter in (restarted, reset, fresh):
+        drafter.update(nxt)
+    assert list(restarted.predict(4)) == list(fresh.predict(4)) == [10, 11, 7, 8]
+    _, p_restarted = restarted.predict_with_probabilities(4)
+    _, p_reset = reset.predict_with_probabilities(4)
+    _, p_fresh = fresh.predict_with_probabilities(4)
+    assert list(p_reset) == list(p_fresh)
+    assert p_restarted[0] < p_fresh[0]  # the noise taught it that drafts fail
+    restarted.close()
+    with pytest.raises(ValueError, match="^ngramspec.MatchDrafter.restart: the MatchDrafter is closed$"):
+        restarted.restart()

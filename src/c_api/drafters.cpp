@@ -105,6 +105,12 @@ ngramspec_status ngramspec_match_drafter_reset(ngramspec_match_drafter* drafter)
   return reset_handle(__func__, drafter, "drafter");
 }
 
+ngramspec_status ngramspec_match_drafter_restart(ngramspec_match_drafter* drafter) {
+  if (drafter == nullptr) return null_argument(__func__, "drafter");
+  drafter->object.restart();
+  return NGRAMSPEC_OK;
+}
+
 size_t ngramspec_match_drafter_memory_bytes(const ngramspec_match_drafter* drafter) {
   return drafter == nullptr ? 0 : drafter->object.memory_bytes();
 }

@@ -7,7 +7,8 @@
 // or scattered 32-bit ids with 0xFFFFFFFF among them) and a script of update(token),
 // update(span), predict, reset, and corpus appends and clears. After every step the ungated
 // drafter's match and drafts equal the reference's: without a corpus NaiveMatch's; with one,
-// the corpus's drafts when the match is empty and the corpus has some, else NaiveMatch's.
+// the corpus's drafts when the match is empty and the corpus has some, or when the corpus's match
+// is at least kLongCorpusMatch tokens and longer than the sequence's, else NaiveMatch's.
 // Three gated drafters run beside it: they keep the same match, and each drafts a prefix of
 // what the next lower gate drafts.
 
@@ -102,10 +103,13 @@ class Run {
           break;
         default:
           // Rarely a reset or a clear, so that most scripts build long sequences past the cap.
-          if (arg % 8 == 0) {
-            drafter_.reset();
-            for (const auto& gated : gated_) gated->reset();
+          if (arg % 8 == 0 || arg % 8 == 2) {
+            // restart() forgets the sequence as reset() does, keeping the gates' calibration.
+            const bool restart = arg % 8 == 2;
+            restart ? drafter_.restart() : drafter_.reset();
+            for (const auto& gated : gated_) restart ? gated->restart() : gated->reset();
             naive_.reset();
+            hint_end_ = 0;
           } else if (arg % 8 == 1 && corpus_ != nullptr) {
             corpus_->clear();
             naive_corpus_.clear();
@@ -185,13 +189,20 @@ class Run {
     std::array<Token, kMaxRoom + 4> got{};
     const std::size_t n = predict(drafter_, room, got);
     expected_ = naive_.predict(room);
-    if (corpus_ != nullptr && naive_.length() == 0) {
-      // An empty match drafts from the corpus, after the sequence's last kCorpusContext tokens.
-      const std::vector<Token>& sequence = naive_.sequence();
+    const std::size_t drafts = std::min(room, s_.config.max_drafts);
+    const std::vector<Token>& sequence = naive_.sequence();
+    if (corpus_ != nullptr && naive_.length() < MatchDrafter::kCorpusContext && drafts > 0 && !sequence.empty()) {
+      // An empty match drafts from the corpus, after the sequence's last kCorpusContext tokens,
+      // and so does a shorter match than a long one of the corpus. The lookup is hinted with
+      // where the last one matched, moved on by the tokens seen since.
       const std::size_t context = std::min(sequence.size(), MatchDrafter::kCorpusContext);
-      const Drafted from_corpus =
-          naive_corpus_.draft(std::span<const Token>(sequence).last(context), std::min(room, s_.config.max_drafts));
-      if (from_corpus.count > 0) expected_ = from_corpus.tokens;
+      const std::uint64_t hint = hint_end_ == 0 ? 0 : hint_end_ + (sequence.size() - hint_seen_);
+      const Drafted from_corpus = naive_corpus_.draft(std::span<const Token>(sequence).last(context), drafts, hint);
+      hint_end_ = from_corpus.end;
+      hint_seen_ = sequence.size();
+      const bool longer = from_corpus.match_length >= MatchDrafter::kLongCorpusMatch &&
+                          from_corpus.match_length > naive_.length();
+      if (from_corpus.count > 0 && (naive_.length() == 0 || longer)) expected_ = from_corpus.tokens;
     }
     if (n != expected_.size() || !std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n),
                                              expected_.begin())) {
@@ -229,6 +240,8 @@ class Run {
   Scenario s_;
   std::unique_ptr<SharedCorpus> corpus_;
   NaiveCorpus naive_corpus_;
+  std::uint64_t hint_end_ = 0;   // where the ungated drafter's last lookup matched (0: nowhere)
+  std::size_t hint_seen_ = 0;    // and the tokens seen then
   MatchDrafter drafter_;
   std::vector<std::unique_ptr<MatchDrafter>> gated_;
   NaiveMatch naive_;

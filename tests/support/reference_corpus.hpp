@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <ostream>
 #include <random>
 #include <span>
@@ -19,11 +20,16 @@ struct Drafted {
   std::size_t count = 0;
   std::size_t match_length = 0;
   std::vector<Token> tokens;  // the first `count` of out
-  bool operator==(const Drafted&) const = default;
+  std::uint64_t end = 0;      // the position after the match (0: none)
+  // What was drafted; where the match ended is left out, as a corpus file numbers its positions
+  // otherwise than the live corpus it was saved from.
+  bool operator==(const Drafted& other) const {
+    return count == other.count && match_length == other.match_length && tokens == other.tokens;
+  }
 };
 
 inline std::ostream& operator<<(std::ostream& os, const Drafted& d) {
-  os << "{count " << d.count << ", match_length " << d.match_length << ", tokens [";
+  os << "{count " << d.count << ", match_length " << d.match_length << ", end " << d.end << ", tokens [";
   for (std::size_t i = 0; i < d.tokens.size(); ++i) os << (i == 0 ? "" : " ") << d.tokens[i];
   return os << "]}";
 }
@@ -42,7 +48,19 @@ Drafted draft(const Corpus& corpus, std::span<const Token> context, std::size_t 
     EXPECT_EQ(out[j], kUntouched) << "draft() wrote past its count at " << j;
   }
   out.resize(std::min(found.count, room));
-  return Drafted{found.count, found.match_length, out};
+  return Drafted{found.count, found.match_length, out, found.end};
+}
+
+/// SharedCorpus::draft with a hint, checked as draft() above.
+inline Drafted draft(const SharedCorpus& corpus, std::span<const Token> context, std::size_t room, std::uint64_t hint) {
+  std::vector<Token> out(room, kUntouched);
+  const CorpusDraft found = corpus.draft(context, out, hint);
+  EXPECT_LE(found.count, room);
+  for (std::size_t j = std::min(found.count, room); j < room; ++j) {
+    EXPECT_EQ(out[j], kUntouched) << "draft() wrote past its count at " << j;
+  }
+  out.resize(std::min(found.count, room));
+  return Drafted{found.count, found.match_length, out, found.end};
 }
 
 /// `length` tokens drawn uniformly from [0, vocab).
@@ -55,7 +73,7 @@ inline std::vector<Token> random_tokens(std::mt19937_64& rng, std::size_t length
 /// SharedCorpus's documented semantics, computed naively: every token appended since the last
 /// clear with the number of its record; the corpus holds the last `capacity` of them. draft()
 /// scans backwards for the most recent end of the context's last 3, then 2, then 1 tokens lying
-/// in one record and in what is held.
+/// in one record and in what is held; with a hint, the match ending there wins when longer.
 class NaiveCorpus {
  public:
   explicit NaiveCorpus(std::size_t capacity) : capacity_(capacity) {}
@@ -80,13 +98,35 @@ class NaiveCorpus {
   [[nodiscard]] std::size_t appended() const { return tokens_.size(); }
   [[nodiscard]] std::size_t records() const { return records_; }
 
-  /// What SharedCorpus::draft finds for `context` with `room` slots (never busy).
-  [[nodiscard]] Drafted draft(std::span<const Token> context, std::size_t room) const {
+  /// What SharedCorpus::draft finds for `context` with `room` slots (never busy), and with `hint`.
+  [[nodiscard]] Drafted draft(std::span<const Token> context, std::size_t room, std::uint64_t hint = 0) const {
     // draft() does no lookup when there is no room for a draft, so it reports no match either.
     if (context.empty() || room == 0) return {};
     if (context.size() > SharedCorpus::kMaxVerify) context = context.last(SharedCorpus::kMaxVerify);
     const std::size_t total = tokens_.size();
     const std::size_t first = oldest();
+    // The match ending at `end`, measured backwards within the record of the token before it.
+    const auto measure = [&](std::size_t end) {
+      const std::size_t record = record_of_[end - 1];
+      std::size_t length = 0;
+      while (length < context.size() && length < end - first && record_of_[end - 1 - length] == record &&
+             tokens_[end - 1 - length] == context[context.size() - 1 - length]) {
+        ++length;
+      }
+      return length;
+    };
+    const auto drafted = [&](std::size_t end, std::size_t length) {
+      Drafted found;
+      found.match_length = length;
+      found.end = end;
+      const std::size_t record = record_of_[end - 1];
+      for (std::size_t from = end; found.tokens.size() < room && from < total && record_of_[from] == record; ++from) {
+        found.tokens.push_back(tokens_[from]);
+      }
+      found.count = found.tokens.size();
+      return found;
+    };
+    const std::size_t hinted = hint > first && hint <= total ? measure(static_cast<std::size_t>(hint)) : 0;
     for (std::size_t n = std::min<std::size_t>(3, context.size()); n >= 1; --n) {
       for (std::size_t end = total; end >= first + n; --end) {
         if (record_of_[end - n] != record_of_[end - 1]) continue;
@@ -95,21 +135,11 @@ class NaiveCorpus {
                         context.end() - static_cast<std::ptrdiff_t>(n))) {
           continue;
         }
-        const std::size_t record = record_of_[end - 1];
-        Drafted found;
-        while (found.match_length < context.size() && found.match_length < end - first &&
-               record_of_[end - 1 - found.match_length] == record &&
-               tokens_[end - 1 - found.match_length] == context[context.size() - 1 - found.match_length]) {
-          ++found.match_length;
-        }
-        for (std::size_t from = end; found.tokens.size() < room && from < total && record_of_[from] == record; ++from) {
-          found.tokens.push_back(tokens_[from]);
-        }
-        found.count = found.tokens.size();
-        return found;
+        const std::size_t length = measure(end);
+        return hinted > length ? drafted(static_cast<std::size_t>(hint), hinted) : drafted(end, length);
       }
     }
-    return {};
+    return hinted > 0 ? drafted(static_cast<std::size_t>(hint), hinted) : Drafted{};
   }
 
  private:

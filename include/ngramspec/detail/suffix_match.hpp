@@ -47,22 +47,32 @@ template <class At>
 /// starts_record(position), oldest() and written() (the positions held are [oldest, written)).
 /// An end outside what is held is skipped, and a match shorter than the n-gram it was found by
 /// (a hash or fingerprint shared with another n-gram) falls back to a shorter suffix.
+/// With a `hint` (an end, 0: none), the match ending there is measured too and wins when it is
+/// longer: a match followed from one lookup to the next stays on its record while that record
+/// goes on matching, where the most recent occurrence of the last 3 tokens may lie in another.
 template <class Index>
 [[nodiscard]] CorpusMatch longest_suffix_match(const Index& index, std::span<const Token> context,
-                                               const SuffixHashes& hashes) noexcept {
+                                               const SuffixHashes& hashes, std::uint64_t hint = 0) noexcept {
   if (context.size() > kCorpusMaxVerify) context = context.last(kCorpusMaxVerify);
   const std::uint64_t oldest = index.oldest();
-  for (std::size_t n = hashes.orders; n >= 1; --n) {
-    const std::uint64_t end = index.end_of(n, hashes.of[n - 1]);
-    if (end < oldest + n || end > index.written()) continue;
+  const auto measure = [&](std::uint64_t end) {
     std::size_t length = 0;
     while (length < context.size() && end - length > oldest && (length == 0 || !index.starts_record(end - length)) &&
            index.at(end - 1 - length) == context[context.size() - 1 - length]) {
       ++length;
     }
-    if (length >= n) return CorpusMatch{length, end};
+    return length;
+  };
+  CorpusMatch hinted;
+  if (hint > oldest && hint <= index.written()) hinted = CorpusMatch{measure(hint), hint};
+  if (hinted.length == 0) hinted = {};
+  for (std::size_t n = hashes.orders; n >= 1; --n) {
+    const std::uint64_t end = index.end_of(n, hashes.of[n - 1]);
+    if (end < oldest + n || end > index.written()) continue;
+    const std::size_t length = measure(end);
+    if (length >= n) return hinted.length > length ? hinted : CorpusMatch{length, end};
   }
-  return {};
+  return hinted;
 }
 
 /// Copies what follows `match` in `index`, up to the end of its record or out.size().
