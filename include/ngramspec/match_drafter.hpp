@@ -104,9 +104,11 @@ struct MatchConfig {
 /// prefetched before the gate's scoring and the counts' update, so at long contexts their cache
 /// misses overlap that work, and tables of 2 MiB or more (an index_capacity of 131,072 tokens)
 /// sit in huge pages where the system has them, so random probes do not also miss the TLB.
-/// predict() is O(max_drafts). The tables are sized by index_capacity, not by the context seen:
-/// a capacity far above the contexts an engine serves costs memory and cache misses, so set it
-/// to the longest context it serves. Memory is fixed at construction: at most
+/// predict() is O(max_drafts), plus, with a corpus, one lookup there while the match is
+/// shorter than kCorpusContext (up to three probes and 2 · kCorpusContext comparisons). The
+/// tables are sized by index_capacity, not by the context seen: a capacity far above the
+/// contexts an engine serves costs memory and cache misses, so set it to the longest context
+/// it serves. Memory is fixed at construction: at most
 /// kIndexBytesPerToken per token of index_capacity, plus kCountBytesPerToken per count-window
 /// token (and kMaxBytesPerTokenPerOrder more with count_max_order 4), plus under 4 KiB;
 /// memory_bytes() reports it. update() and predict() never allocate, nor does reset()
