@@ -323,7 +323,7 @@ CorpusDraft MappedCorpus::draft(std::span<const Token> context, std::span<Token>
   if (out.empty()) return found;
   const CorpusMatch match = find(context, hint);
   found.match_length = match.length;
-  found.end = match.length == 0 ? 0 : match.end;
+  found.end = match.end;
   found.count = copy(match, out);
   return found;
 }

@@ -404,14 +404,14 @@ CorpusDraft MatchDrafter::ask_corpus(std::span<Token> out, bool follow) const no
   };
   const auto find_in_file = [&] {
     const CorpusMatch match = file_->find(end, hint(file_end_, file_seen_));
-    keep(file_end_, file_seen_, match.length == 0 ? 0 : match.end);
+    keep(file_end_, file_seen_, match.end);
     return match;
   };
   if (file_ == nullptr) return ask_live();
   const auto from_file = [&](const CorpusMatch& match) {
     CorpusDraft found;
     found.match_length = match.length;
-    found.end = match.length == 0 ? 0 : match.end;
+    found.end = match.end;
     found.count = file_->copy(match, out);
     return found;
   };

@@ -240,7 +240,7 @@ CorpusDraft SharedCorpus::draft(std::span<const Token> context, std::span<Token>
   const Index index{*this};
   const CorpusMatch match = detail::longest_suffix_match(index, context, hashes, hint);
   found.match_length = match.length;
-  found.end = match.length == 0 ? 0 : match.end;
+  found.end = match.end;
   found.count = detail::copy_after(index, match, out);
   return found;
 }

@@ -18,7 +18,7 @@ inline constexpr std::size_t kCorpusMaxVerify = 64;
 /// Where a corpus's longest suffix match ended: the match's length and the position after it.
 struct CorpusMatch {
   std::size_t length = 0;  ///< tokens of the context matched (0: none)
-  std::uint64_t end = 0;   ///< position after the match in the corpus; what follows it is the draft
+  std::uint64_t end = 0;   ///< position after the match in the corpus (0 with no match); what follows it is the draft
 };
 
 /// What a corpus's draft() found (SharedCorpus::draft, MappedCorpus::draft).
