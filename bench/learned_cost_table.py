@@ -9,7 +9,10 @@ tokens per pass and speedup (plain decoding under the same price = 1) and the le
 planner's ratio to the told one and to plain.
 
   python3 bench/learned_cost_table.py [--replay build/release/tools/ngramspec-replay]
-      [--streams ../shared/data/specbench/streams.tsv] [--k 16] [--batches 1,8,32]
+      [--streams ../shared/data/specbench/streams.tsv] [--k 16] [--batches 1,8,32] [--seed K]
+
+--seed K replays the noisy prices under another draw of their noise (the price's seed=K; 1 is the
+default's): one draw is one run, so a change to the learner is judged over several seeds.
 """
 import argparse
 import json
@@ -53,7 +56,11 @@ def main():
     ap.add_argument("--streams", default=os.path.join(root, "../shared/data/specbench/streams.tsv"))
     ap.add_argument("--k", type=int, default=16)
     ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--seed", type=int, default=1, help="the noise's seed of the noisy prices (default 1)")
     args = ap.parse_args()
+    if args.seed < 0:
+        print(f"error: --seed {args.seed}: a seed is a whole number of at least 0", file=sys.stderr)
+        return 2
     if not os.path.exists(args.streams):
         print(f"skipped: {args.streams} is not there (the Spec-Bench streams live in ../shared/data)")
         return 0
@@ -61,10 +68,13 @@ def main():
         print(f"error: {args.replay} is not built (cmake --workflow --preset release)", file=sys.stderr)
         return 2
     batches = [int(b) for b in args.batches.split(",")]
-    print(f"Spec-Bench, k {args.k}: speedup over plain decoding under the same price (tokens per pass)")
+    print(f"Spec-Bench, k {args.k}: speedup over plain decoding under the same price (tokens per pass)"
+          + (f"; the noise's seed {args.seed}" if args.seed != 1 else ""))
     print(f"{'price':<28} {'batch':>5} {'told':>14} {'learn':>14} {'learn/told':>10} {'learn/plain':>11}  other priors")
     short = []
     for name, price, told, priors in PRICES:
+        if args.seed != 1 and "noise=" in price:
+            price += f",seed={args.seed}"
         costs = [told, "learn"] + priors
         rows = run(args.replay, args.streams, args.k, args.batches, price, costs)
         for b in batches:

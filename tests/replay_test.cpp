@@ -1669,6 +1669,18 @@ TEST(PassPrice, ReadsACurveWithShapeNoiseAndDrift) {
   }
   EXPECT_NEAR(log_sum / 4000, 0.0, 0.02);
   EXPECT_NEAR(std::sqrt(log_square / 4000), 0.3, 0.02);
+  // Another seed, another draw of the same noise; seed=1 is the default's.
+  const replay::PassPrice reseeded = replay::PassPrice::parse("knee:8,noise=0.3,seed=2");
+  EXPECT_NE(reseeded.charge(7, 1, 0, 0), noisy.charge(7, 1, 0, 0));
+  EXPECT_EQ(replay::PassPrice::parse("knee:8,noise=0.3,seed=1").charge(7, 1, 0, 0), noisy.charge(7, 1, 0, 0));
+  // After a drift the noise keeps the first part's seed unless the second part names its own.
+  const replay::PassPrice drifting = replay::PassPrice::parse("knee:8,noise=0.3,seed=2,drift=5:knee:8,noise=0.3");
+  EXPECT_EQ(drifting.charge(7, 1, 0, 0), reseeded.charge(7, 1, 0, 0));
+  const replay::PassPrice drifting3 =
+      replay::PassPrice::parse("knee:8,noise=0.3,seed=2,drift=5:knee:8,noise=0.3,seed=3");
+  EXPECT_EQ(drifting3.charge(4, 1, 0, 0), reseeded.charge(4, 1, 0, 0));
+  EXPECT_EQ(drifting3.charge(7, 1, 0, 0), replay::PassPrice::parse("knee:8,noise=0.3,seed=3").charge(7, 1, 0, 0));
+  EXPECT_NE(drifting3.charge(7, 1, 0, 0), reseeded.charge(7, 1, 0, 0));
   const replay::PassPrice drift = replay::PassPrice::parse("knee:256,drift=10:knee:1,shape=1");
   EXPECT_EQ(drift.charge(9, 4, 12, 4), 1.0);
   EXPECT_EQ(drift.charge(10, 4, 12, 16), 16.0);
@@ -1681,6 +1693,10 @@ TEST(PassPrice, BadSpecsAreRefusedNamingThem) {
       {"knee:4,shape=x", "--price \"knee:4,shape=x\": shape = \"x\" is not a finite number of at least 0"},
       {"knee:4,noise=-1", "--price \"knee:4,noise=-1\": noise = \"-1\" is not a finite number of at least 0"},
       {"knee:4,speed=2", "--price \"knee:4,speed=2\": \"speed=2\" is not an option"},
+      {"knee:4,seed=1.5", "--price \"knee:4,seed=1.5\": seed = \"1.5\" is not a whole number of at least 0"},
+      {"knee:4,seed=-2", "--price \"knee:4,seed=-2\": seed = \"-2\" is not a whole number"},
+      {"knee:4,seed=5000000000", "--price \"knee:4,seed=5000000000\": seed = \"5000000000\" is more than 4294967295"},
+      {"knee:4,drift=1e30:flat", "--price \"knee:4,drift=1e30:flat\": drift = \"1e30\" is more than"},
       {"knee:4,drift=1.5:flat", "--price \"knee:4,drift=1.5:flat\": drift = \"1.5\" is not a whole number"},
       {"knee:4,drift=flat", "--price \"knee:4,drift=flat\": drift=N:SPEC2 needs a pass number N"},
       {"knee:0", "--price \"knee:0\": "},

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -17,12 +18,14 @@
 
 namespace ngramspec::replay {
 
-/// "SPEC[,shape=R][,noise=S][,drift=N:SPEC2]": SPEC any --cost curve (flat, knee:N,
+/// "SPEC[,shape=R][,noise=S][,seed=K][,drift=N:SPEC2]": SPEC any --cost curve (flat, knee:N,
 /// table:...); shape=R: a decode pass whose token count differs from the previous decode
 /// pass's costs R more (in one-token passes, the curve's unit); noise=S: each price times a
 /// log-normal factor of sigma S, seeded, the same for a pass of the same index in every run;
-/// drift=N:SPEC2, last (SPEC2 is the rest of the string): from decode pass N on, the price is
-/// SPEC2 (with its own shape and noise options, or none).
+/// seed=K: the noise's seed (default 1), so that one price can be replayed under several
+/// draws of its noise; drift=N:SPEC2, last (SPEC2 is the rest of the string): from decode pass
+/// N on, the price is SPEC2 (with its own shape, noise and seed options, or none; its seed is
+/// the first part's unless it names one).
 class PassPrice {
  public:
   /// Throws std::invalid_argument naming the spec and what is wrong with it.
@@ -67,22 +70,25 @@ class PassPrice {
         p.part_.shape = number<double>(spec, "shape", item.substr(6));
       } else if (item.rfind("noise=", 0) == 0) {
         p.part_.noise = number<double>(spec, "noise", item.substr(6));
+      } else if (item.rfind("seed=", 0) == 0) {
+        p.part_.seed = number<std::uint32_t>(spec, "seed", item.substr(5));
       } else {
         throw std::invalid_argument(quoted(spec) + ": " + quoted_value(std::string(item)) +
-                                    " is not an option: expected shape=R, noise=S or, last, drift=N:SPEC2");
+                                    " is not an option: expected shape=R, noise=S, seed=K or, last, drift=N:SPEC2");
       }
     }
+    if (p.after_ && !p.after_->seed) p.after_->seed = p.part_.seed;
     return p;
   }
 
   /// The price of decode pass `index` (0 first) of `rows` sequences carrying `drafts` drafts,
   /// after a decode pass of `previous_tokens` tokens (0: none before). `seed` varies the noise.
-  [[nodiscard]] double charge(std::size_t index, std::size_t rows, std::size_t drafts, std::size_t previous_tokens,
-                              std::uint64_t seed = 1) const {
+  [[nodiscard]] double charge(std::size_t index, std::size_t rows, std::size_t drafts,
+                              std::size_t previous_tokens) const {
     const Part& part = after_ && index >= drift_pass_ ? *after_ : part_;
     double price = part.curve.pass(rows, drafts);
     if (previous_tokens != 0 && previous_tokens != rows + drafts) price += part.shape;
-    if (part.noise > 0) price *= std::exp(part.noise * normal(index, seed));
+    if (part.noise > 0) price *= std::exp(part.noise * normal(index, part.seed.value_or(1)));
     return price;
   }
   /// The curve of the price at decode pass `index` (what a planner told the truth would see).
@@ -96,6 +102,7 @@ class PassPrice {
     VerifyCost curve = VerifyCost::flat();
     double shape = 0;
     double noise = 0;
+    std::optional<std::uint64_t> seed;  // none: 1, or the first part's after a drift
   };
   static std::string quoted(std::string_view s) { return "--price \"" + std::string(s) + "\""; }
   template <class T>
@@ -112,6 +119,13 @@ class PassPrice {
         (std::is_integral_v<T> && v != std::floor(v))) {
       throw std::invalid_argument(quoted(spec) + ": " + name + " = " + quoted_value(s) + " is not a " +
                                   (std::is_integral_v<T> ? "whole number" : "finite number") + " of at least 0");
+    }
+    // A double past the type's range converts to no defined value: refuse it, naming the most.
+    if constexpr (std::is_integral_v<T>) {
+      if (v > static_cast<double>(std::numeric_limits<T>::max())) {
+        throw std::invalid_argument(quoted(spec) + ": " + name + " = " + quoted_value(s) + " is more than " +
+                                    std::to_string(std::numeric_limits<T>::max()));
+      }
     }
     return static_cast<T>(v);
   }

@@ -152,8 +152,9 @@ serving:
   --price SPEC         what passes really cost, hidden from the planner (which sees --cost):
                        a --cost curve, then optional ,shape=R (a pass whose token count differs
                        from the previous pass's costs R one-token passes more), ,noise=S (each
-                       price times a seeded log-normal factor of sigma S) and, last,
-                       ,drift=N:SPEC2 (from decode pass N the price is SPEC2). Every row,
+                       price times a seeded log-normal factor of sigma S), ,seed=K (the
+                       noise's seed, default 1) and, last, ,drift=N:SPEC2 (from decode pass
+                       N the price is SPEC2, with the first part's seed). Every row,
                        plain decoding's included, is priced by it (JSON field "price")
   --policy LIST        comma-separated from plain, fixed, gate, cost, reported in that order
                        (default: gate without --cost; plain,fixed,gate,cost with --cost)
