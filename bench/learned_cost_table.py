@@ -58,8 +58,8 @@ def main():
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--seed", type=int, default=1, help="the noise's seed of the noisy prices (default 1)")
     args = ap.parse_args()
-    if args.seed < 0:
-        print(f"error: --seed {args.seed}: a seed is a whole number of at least 0", file=sys.stderr)
+    if not 0 <= args.seed <= 4294967295:
+        print(f"error: --seed {args.seed}: a seed is a whole number from 0 to 4294967295", file=sys.stderr)
         return 2
     if not os.path.exists(args.streams):
         print(f"skipped: {args.streams} is not there (the Spec-Bench streams live in ../shared/data)")

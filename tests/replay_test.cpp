@@ -1681,6 +1681,10 @@ TEST(PassPrice, ReadsACurveWithShapeNoiseAndDrift) {
   EXPECT_EQ(drifting3.charge(4, 1, 0, 0), reseeded.charge(4, 1, 0, 0));
   EXPECT_EQ(drifting3.charge(7, 1, 0, 0), replay::PassPrice::parse("knee:8,noise=0.3,seed=3").charge(7, 1, 0, 0));
   EXPECT_NE(drifting3.charge(7, 1, 0, 0), reseeded.charge(7, 1, 0, 0));
+  // A quiet first part's seed serves the noisy part after the drift.
+  const replay::PassPrice quiet_first = replay::PassPrice::parse("knee:8,seed=2,drift=5:knee:8,noise=0.3");
+  EXPECT_EQ(quiet_first.charge(4, 1, 0, 0), 1.0);
+  EXPECT_EQ(quiet_first.charge(7, 1, 0, 0), reseeded.charge(7, 1, 0, 0));
   const replay::PassPrice drift = replay::PassPrice::parse("knee:256,drift=10:knee:1,shape=1");
   EXPECT_EQ(drift.charge(9, 4, 12, 4), 1.0);
   EXPECT_EQ(drift.charge(10, 4, 12, 16), 16.0);
@@ -1697,6 +1701,9 @@ TEST(PassPrice, BadSpecsAreRefusedNamingThem) {
       {"knee:4,seed=-2", "--price \"knee:4,seed=-2\": seed = \"-2\" is not a whole number"},
       {"knee:4,seed=5000000000", "--price \"knee:4,seed=5000000000\": seed = \"5000000000\" is more than 4294967295"},
       {"knee:4,drift=1e30:flat", "--price \"knee:4,drift=1e30:flat\": drift = \"1e30\" is more than"},
+      {"knee:4,seed=3", "--price \"knee:4,seed=3\": seed=3 seeds nothing: the price has no noise=S"},
+      {"knee:4,noise=0,seed=3", "seed=3 seeds nothing"},
+      {"knee:4,noise=0.1,drift=9:flat,seed=3", "--price \"flat,seed=3\": seed=3 seeds nothing"},
       {"knee:4,drift=1.5:flat", "--price \"knee:4,drift=1.5:flat\": drift = \"1.5\" is not a whole number"},
       {"knee:4,drift=flat", "--price \"knee:4,drift=flat\": drift=N:SPEC2 needs a pass number N"},
       {"knee:0", "--price \"knee:0\": "},

@@ -77,12 +77,19 @@ class PassPrice {
                                     " is not an option: expected shape=R, noise=S, seed=K or, last, drift=N:SPEC2");
       }
     }
+    // A seed with no noise to draw would be ignored: refuse it. The first part's seed may serve a
+    // noisy second part.
+    if (p.part_.seed && p.part_.noise == 0 && !(p.after_ && p.after_->noise > 0)) {
+      throw std::invalid_argument(quoted(spec) + ": seed=" + std::to_string(*p.part_.seed) +
+                                  " seeds nothing: the price has no noise=S");
+    }
     if (p.after_ && !p.after_->seed) p.after_->seed = p.part_.seed;
     return p;
   }
 
   /// The price of decode pass `index` (0 first) of `rows` sequences carrying `drafts` drafts,
-  /// after a decode pass of `previous_tokens` tokens (0: none before). `seed` varies the noise.
+  /// after a decode pass of `previous_tokens` tokens (0: none before). The noise is drawn from
+  /// the part's seed=K (1 when none is named).
   [[nodiscard]] double charge(std::size_t index, std::size_t rows, std::size_t drafts,
                               std::size_t previous_tokens) const {
     const Part& part = after_ && index >= drift_pass_ ? *after_ : part_;
@@ -102,7 +109,7 @@ class PassPrice {
     VerifyCost curve = VerifyCost::flat();
     double shape = 0;
     double noise = 0;
-    std::optional<std::uint64_t> seed;  // none: 1, or the first part's after a drift
+    std::optional<std::uint32_t> seed;  // none: 1, or the first part's after a drift
   };
   static std::string quoted(std::string_view s) { return "--price \"" + std::string(s) + "\""; }
   template <class T>

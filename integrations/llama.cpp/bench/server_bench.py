@@ -28,6 +28,7 @@ import json
 import os
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -265,17 +266,11 @@ def fmt_rate(values):
     return " / ".join(f"{v:.0f}" for v in values)
 
 
-def median(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def fmt_ratio(values):
     """The rounds' range of ratios and, from three rounds on, their median: the figure least moved by one noisy round."""
     lo, hi = min(values), max(values)
     text = f"{lo:.2f}x" if abs(hi - lo) < 0.005 else f"{lo:.2f}-{hi:.2f}x"
-    return text + (f", median {median(values):.2f}x" if len(values) >= 3 else "")
+    return text + (f", median {statistics.median(values):.2f}x" if len(values) >= 3 else "")
 
 
 def summarize(records, labels):
@@ -295,7 +290,7 @@ def summarize(records, labels):
             entry[name] = {
                 "tokens_per_s": rates,
                 "ratio_to_plain": ratios,
-                "median_ratio_to_plain": median(ratios) if ratios else None,
+                "median_ratio_to_plain": statistics.median(ratios) if ratios else None,
                 "requests": sum(len(p["requests"]) for _, p in phases),
                 "differ": sum(len(p["differ"]) for _, p in phases),
                 "drafted": sum(p["drafted"] for _, p in phases),
